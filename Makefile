@@ -1,0 +1,31 @@
+# The commands a user runs. Each target installs what it needs into .venv first.
+# TORCH is what gets installed only when no torch is importable (a CPU build on these machines).
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+TORCH  ?= torch==2.13.0
+STAMP  := $(VENV)/.installed
+
+.PHONY: install demo test bench clean
+
+install: $(STAMP)
+
+# --system-site-packages: a torch the user already has stays in use; we install ours only where none imports.
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv --system-site-packages $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+demo: install
+	$(PY) -m dataprep demo
+
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: install
+	$(PY) benchmarks/bench_core.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

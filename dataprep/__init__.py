@@ -1,0 +1,26 @@
+"""dataprep: preprocess image, text and table data once, offline; serve it from RAM to PyTorch.
+
+Importing the package is cheap: torch, OpenCV and Pillow load only when a name that needs them is used.
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .errors import DataprepError, PackError  # noqa: E402  (light: no heavy imports)
+
+_LAZY = {
+    "InMemoryImageDataset": ("dataprep.data.images", "InMemoryImageDataset"),
+    "build_images": ("dataprep.build", "build_images"),
+    "read_manifest": ("dataprep.pack.manifest", "read_manifest"),
+}
+
+__all__ = ["DataprepError", "PackError", "__version__", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        mod, attr = _LAZY[name]
+        return getattr(importlib.import_module(mod), attr)
+    raise AttributeError(f"module 'dataprep' has no attribute {name!r}")

@@ -1,0 +1,1 @@
+"""Measurement helpers shared by `dataprep demo` and `benchmarks/`."""

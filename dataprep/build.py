@@ -1,0 +1,220 @@
+"""Build stage: takes a listed source and the settings, gives a pack.
+
+plan (shards of a fixed number of samples, in source order) -> engine (one task per shard) ->
+shard writer (atomic) -> manifest (written last). A file that cannot be decoded is skipped and
+recorded with its reason, unless `strict`; one bad file never stops a build.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import shutil
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from . import __version__
+from .engine import run_tasks
+from .errors import ImageDecodeError, PackExistsError
+from .pack.fields import ImageField, blob_arrays, label_dtype
+from .pack.manifest import MANIFEST, is_pack, write_manifest
+from .pack.shard import remove_temporaries, shard_name, write_shard
+from .settings import BuildSettings, ImageSettings
+from .sources import Source
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """Everything one worker needs to make one shard: a pure function of these fields."""
+
+    root: str
+    split_dir: str
+    index: int
+    paths: tuple[str, ...]
+    labels: np.ndarray
+    label_dtype: str
+    image: ImageSettings
+    strict: bool
+
+
+def build_image_shard(task: ShardTask) -> dict[str, Any]:
+    """Process one shard's images and write the shard; return its manifest record."""
+    field_ = ImageField("raw" if task.image.mode == "raw" else "jpeg", task.image.fixed_shape, task.image.channels)
+    items, shapes, labels, sources, skipped = [], [], [], [], []
+    kept = source_bytes = 0
+    for rel, label in zip(task.paths, task.labels):
+        try:
+            p = _process(os.path.join(task.root, rel), task.image)
+        except ImageDecodeError as e:
+            if task.strict:
+                raise ImageDecodeError(rel, e.reason, e.detail) from None
+            skipped.append({"source": rel, "reason": e.reason, "detail": e.detail})
+            continue
+        items.append(p.data)
+        shapes.append(p.shape)
+        labels.append(label)
+        sources.append(np.frombuffer(rel.encode("utf-8", "surrogateescape"), np.uint8))
+        kept += p.kept
+        source_bytes += p.source_bytes
+    arrays = {
+        **field_.shard_arrays(items, shapes),
+        "labels": np.asarray(labels, np.int64).astype(task.label_dtype),
+        **blob_arrays(sources, "sources", "source_offsets"),
+    }
+    files = write_shard(Path(task.split_dir), task.index, arrays)
+    return {
+        "name": shard_name(task.index),
+        "count": len(items),
+        "files": files,
+        "skipped": skipped,
+        "kept_jpeg": kept,
+        "source_bytes": source_bytes,
+    }
+
+
+def _process(path: str, settings: ImageSettings):
+    from .images.process import process_image
+
+    return process_image(path, settings)
+
+
+@dataclass
+class SplitSummary:
+    name: str
+    planned: int
+    written: int = 0
+    skipped: Counter = field(default_factory=Counter)
+    bytes: int = 0
+    source_bytes: int = 0
+    kept_jpeg: int = 0
+
+
+@dataclass
+class BuildSummary:
+    out: Path
+    splits: list[SplitSummary]
+    seconds: float
+
+    @property
+    def written(self) -> int:
+        return sum(s.written for s in self.splits)
+
+    def lines(self) -> list[str]:
+        rate = self.written / self.seconds if self.seconds > 0 else 0.0
+        out = [f"pack: {self.out}"]
+        for s in self.splits:
+            skip = ", ".join(f"{n} {r}" for r, n in sorted(s.skipped.items())) or "none"
+            out.append(
+                f"  {s.name}: {s.written} of {s.planned} images written, {s.bytes / 1e6:.1f} MB "
+                f"(from {s.source_bytes / 1e6:.1f} MB of sources; {s.kept_jpeg} JPEGs kept as they were); "
+                f"skipped: {skip}"
+            )
+        out.append(f"  {self.written} images in {self.seconds:.1f} s, {rate:.0f} images/s")
+        return out
+
+
+def prepare_output(out: Path, overwrite: bool) -> None:
+    """Refuse to clobber a pack or foreign files; with `overwrite`, drop the old manifest first so a crash
+    during the rebuild never leaves a directory that claims to be complete."""
+    if out.exists() and not out.is_dir():
+        raise PackExistsError(f"{out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()):
+        ours = is_pack(out) or all(p.is_dir() and _looks_like_split(p) for p in out.iterdir())
+        if not overwrite:
+            what = "a pack" if is_pack(out) else ("an unfinished build" if ours else "other files")
+            raise PackExistsError(f"{out}: already holds {what}; pass --overwrite to replace it, or choose another --out")
+        if not ours:
+            raise PackExistsError(f"{out}: holds files that are not a dataprep pack; refusing to delete them")
+        (out / MANIFEST).unlink(missing_ok=True)
+        for p in out.iterdir():
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+
+
+def _looks_like_split(p: Path) -> bool:
+    return all(c.is_dir() and (c.name.isdigit() or c.name.startswith(".tmp-")) for c in p.iterdir())
+
+
+def build_images(
+    source: Source,
+    out: str | os.PathLike,
+    settings: BuildSettings,
+    progress: Callable[[int], None] | None = None,
+) -> BuildSummary:
+    """Build an image pack from `source` into `out`; return the summary. `progress(n)` is told of n more images."""
+    out = Path(out)
+    prepare_output(out, settings.overwrite)
+    t0 = time.perf_counter()
+    ldt = label_dtype(len(source.classes)).str
+    tasks: list[ShardTask] = []
+    plan: list[tuple[str, int]] = []
+    splits = [s.limited(settings.limit) for s in source.splits]
+    for split in splits:
+        per = settings.shard_size_for(len(split.paths))
+        for k, start in enumerate(range(0, len(split.paths), per)):
+            tasks.append(
+                ShardTask(
+                    str(source.root), str(out / split.name), k, tuple(split.paths[start : start + per]),
+                    split.labels[start : start + per], ldt, settings.image, settings.strict,
+                )
+            )
+            plan.append((split.name, k))
+
+    def done(i: int, rec: dict) -> None:
+        if progress:
+            progress(len(tasks[i].paths))
+
+    try:
+        records = run_tasks(
+            build_image_shard, tasks, settings.workers, done, names=[f"{s}/{shard_name(k)}" for s, k in plan]
+        )
+    finally:
+        for split in splits:
+            remove_temporaries(out / split.name)
+
+    field_ = ImageField("raw" if settings.image.mode == "raw" else "jpeg", settings.image.fixed_shape, settings.image.channels)
+    summaries, split_entries = [], {}
+    for split in splits:
+        recs = [r for (name, _), r in zip(plan, records) if name == split.name]
+        skipped = [s for r in recs for s in r.pop("skipped")]
+        skipped += [{"source": p, "reason": "no label", "detail": "not in the labels file"} for p in split.unlabeled]
+        summ = SplitSummary(split.name, len(split.paths) + len(split.unlabeled))
+        summ.written = sum(r["count"] for r in recs)
+        summ.skipped = Counter(s["reason"] for s in skipped)
+        summ.bytes = sum(f["bytes"] for r in recs for f in r["files"].values())
+        summ.source_bytes = sum(r.pop("source_bytes") for r in recs)
+        summ.kept_jpeg = sum(r.pop("kept_jpeg") for r in recs)
+        summaries.append(summ)
+        split_entries[split.name] = {
+            "count": summ.written,
+            "shards": recs,
+            "skipped": skipped,
+            "skipped_by_reason": dict(sorted(summ.skipped.items())),
+            "kept_jpeg": summ.kept_jpeg,
+            "bytes": summ.bytes,
+        }
+    seconds = time.perf_counter() - t0
+    write_manifest(
+        out,
+        {
+            "kind": "images",
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "dataprep_version": __version__,
+            "source": {"layout": source.layout, "root": str(source.root.resolve())},
+            "settings": settings.to_dict(),
+            "classes": source.classes,
+            "class_names": source.class_names,
+            "fields": {
+                "image": field_.to_manifest(),
+                "label": {"dtype": ldt, "num_classes": len(source.classes), "arrays": ["labels"]},
+                "source": {"encoding": "utf-8", "relative_to": "source.root", "arrays": ["sources", "source_offsets"]},
+            },
+            "splits": split_entries,
+            "build": {"seconds": round(seconds, 3), "workers": settings.workers},
+        },
+    )
+    return BuildSummary(out, summaries, seconds)

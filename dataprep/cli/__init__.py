@@ -1,0 +1,49 @@
+"""The `dataprep` command line: a thin layer that parses, builds settings objects and calls the library.
+
+Subcommands are imported only when invoked, so `dataprep --help` never imports torch or OpenCV.
+Exit codes: 0 success, 1 a DataprepError (message names the file and the reason), 2 a usage error.
+"""
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from ..errors import DataprepError
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands live in modules loaded on first use."""
+
+    def __init__(self, *args, lazy: dict[str, tuple[str, str]] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx):
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx, name):
+        if name in self.lazy:
+            mod, attr = self.lazy[name]
+            return getattr(importlib.import_module(mod), attr)
+        return super().get_command(ctx, name)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except DataprepError as e:
+            raise click.ClickException(str(e)) from None
+
+
+@click.group(
+    cls=LazyGroup,
+    lazy={
+        "build": ("dataprep.cli.build", "build"),
+        "info": ("dataprep.cli.info", "info"),
+        "demo": ("dataprep.cli.demo", "demo"),
+    },
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.version_option(package_name="dataprep", message="%(prog)s %(version)s")
+def main() -> None:
+    """Preprocess datasets once, offline, and serve them to PyTorch from RAM."""

@@ -1,0 +1,100 @@
+"""`dataprep build imagenet|folder`: list the source, make the settings, run the build, print the summary."""
+from __future__ import annotations
+
+import os
+
+import click
+
+from ..images.resize import RESIZE_MODES
+from ..settings import IMAGE_MODES
+from .config import config_option
+
+
+def image_build_options(f):
+    """Options shared by every image build command (one definition, so they never drift apart)."""
+    opts = [
+        click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="Pack directory to create."),
+        click.option("--size", type=click.IntRange(8, 16384), default=512, show_default=True, help="Target size in pixels."),
+        click.option(
+            "--resize",
+            type=click.Choice(sorted(RESIZE_MODES)),
+            default="shorter",
+            show_default=True,
+            help="; ".join(f"{m.name}: {m.help}" for m in RESIZE_MODES.values()),
+        ),
+        click.option("--upscale/--no-upscale", default=False, show_default=True, help="Enlarge images smaller than SIZE."),
+        click.option("--grayscale/--color", default=False, show_default=True, help="Store 1-channel images."),
+        click.option("--mode", type=click.Choice(IMAGE_MODES), default="encoded", show_default=True,
+                     help="encoded: JPEG bytes, decoded when served; raw: decoded uint8 pixels."),
+        click.option("--quality", type=click.IntRange(1, 100), default=90, show_default=True, help="JPEG quality."),
+        click.option("--keep-jpeg/--reencode", default=True, show_default=True,
+                     help="Store a source JPEG's bytes unchanged when it needs no resize and no conversion."),
+        click.option("--workers", "-j", type=click.IntRange(1), default=None, help="Processes [default: all cores]."),
+        click.option("--limit", type=click.IntRange(1), default=None, help="Build only N images per split, spread over the classes."),
+        click.option("--shard-size", type=click.IntRange(1), default=None, help="Images per shard [default: from the split's size]."),
+        click.option("--strict/--skip-bad", default=False, show_default=True, help="Fail on the first undecodable file instead of skipping it."),
+        click.option("--overwrite", is_flag=True, help="Replace a pack already in --out."),
+        click.option("--allow-empty-classes", is_flag=True, help="Accept class folders with no images."),
+        click.option("--progress/--no-progress", default=None, help="Progress bar [default: when stderr is a terminal]."),
+        config_option,
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def run_build(source, out, size, resize, upscale, grayscale, mode, quality, keep_jpeg, workers, limit,
+              shard_size, strict, overwrite, progress) -> None:
+    from ..build import build_images
+    from ..settings import BuildSettings, ImageSettings
+
+    settings = BuildSettings(
+        ImageSettings(size=size, resize=resize, upscale=upscale, grayscale=grayscale, mode=mode,
+                      quality=quality, keep_jpeg=keep_jpeg),
+        workers=workers or os.cpu_count() or 1, limit=limit, shard_size=shard_size, strict=strict,
+        overwrite=overwrite,
+    )
+    total = sum(len(s.limited(limit).paths) for s in source.splits)
+    show = progress if progress is not None else None
+    with click.progressbar(length=total, label="building", file=click.get_text_stream("stderr"),
+                           show_pos=True, show_eta=True) as bar:
+        if show is False:
+            bar.is_hidden = True
+        elif show:
+            bar.is_hidden = False
+        summary = build_images(source, out, settings, progress=bar.update)
+    for line in summary.lines():
+        click.echo(line)
+
+
+@click.group()
+def build() -> None:
+    """Build a pack from a source tree."""
+
+
+@build.command()
+@click.argument("src", type=click.Path(file_okay=False))
+@click.option("--splits", default=None, help="Comma-separated splits [default: train, and val where SRC/val exists].")
+@click.option("--val-labels", type=click.Path(dir_okay=False), default=None,
+              help="Labels of a flat val folder: LOC_val_solution.csv or 'name label' lines [default: found beside SRC].")
+@image_build_options
+def imagenet(src, splits, val_labels, allow_empty_classes, **kw):
+    """Pack an ImageNet tree: SRC/train/<wnid>/*.JPEG, SRC/val/ in class folders or flat with a labels file.
+
+    Labels are the sorted train folder names' indices (as torchvision's ImageFolder gives them)."""
+    from ..sources import scan_imagenet
+
+    names = tuple(s.strip() for s in splits.split(",") if s.strip()) if splits else None
+    source = scan_imagenet(src, names, val_labels, allow_empty_classes)
+    run_build(source, **kw)
+
+
+@build.command()
+@click.argument("src", type=click.Path(file_okay=False))
+@click.option("--split", default="train", show_default=True, help="Name of the split to write.")
+@image_build_options
+def folder(src, split, allow_empty_classes, **kw):
+    """Pack any class-folder tree: SRC/<class>/**/<image files>."""
+    from ..sources import scan_folder
+
+    run_build(scan_folder(src, split, allow_empty_classes), **kw)

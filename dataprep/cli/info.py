@@ -1,0 +1,45 @@
+"""`dataprep info PACK`: the manifest in a readable form (or as JSON)."""
+from __future__ import annotations
+
+import json
+
+import click
+
+
+@click.command()
+@click.argument("pack", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
+@click.option("--skipped", is_flag=True, help="List every skipped source file with its reason.")
+def info(pack, as_json, skipped):
+    """Describe a pack: kind, format, settings, splits, classes, fields and skipped files."""
+    from ..pack.manifest import read_manifest
+
+    m = read_manifest(pack)
+    if as_json:
+        click.echo(json.dumps(m, indent=1))
+        return
+    f = m["fields"]["image"] if "image" in m["fields"] else None
+    click.echo(f"pack:      {pack}")
+    click.echo(f"format:    {m['format']} v{m['format_version']} ({m['kind']}), dataprep {m.get('dataprep_version', '?')}")
+    click.echo(f"created:   {m.get('created', '?')} from {m['source']['layout']} {m['source']['root']}")
+    s = m["settings"]
+    if "image" in s:
+        i = s["image"]
+        click.echo(
+            f"images:    {i['mode']} ({f['encoding']}, {f['layout']}), size {i['size']} ({i['resize']}"
+            f"{', upscale' if i['upscale'] else ''}), {'grayscale' if i['grayscale'] else 'color'}"
+            + (f", JPEG q{i['quality']}" if i["mode"] == "encoded" else "")
+        )
+        shape = "x".join("?" if d is None else str(d) for d in f["shape"])
+        click.echo(f"sample:    {shape} {f['dtype']}; labels {m['fields']['label']['dtype']}")
+    classes = m.get("classes", [])
+    click.echo(f"classes:   {len(classes)}: {', '.join(classes[:8])}{' ...' if len(classes) > 8 else ''}")
+    for name, sp in m["splits"].items():
+        reasons = ", ".join(f"{n} {r}" for r, n in sp.get("skipped_by_reason", {}).items()) or "none"
+        click.echo(
+            f"split {name}: {sp['count']} samples in {len(sp['shards'])} shards, {sp['bytes'] / 1e6:.1f} MB; "
+            f"skipped: {reasons}"
+        )
+        if skipped:
+            for r in sp.get("skipped", []):
+                click.echo(f"    {r['source']}: {r['reason']}" + (f" ({r['detail']})" if r.get("detail") else ""))

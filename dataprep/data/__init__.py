@@ -1,0 +1,1 @@
+"""Serving: datasets over a pack held in RAM as a few contiguous buffers."""

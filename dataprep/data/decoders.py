@@ -1,0 +1,39 @@
+"""Serving-time decoders: take a sample's stored JPEG bytes (a uint8 view of the RAM cache), give HWC uint8 pixels.
+
+`DECODERS` is the registry the datasets' `decode=` argument is checked against.
+"""
+from __future__ import annotations
+
+import io
+from typing import Callable
+
+import numpy as np
+
+
+def decode_cv2(buf: np.ndarray, channels: int) -> np.ndarray | None:
+    import cv2
+
+    # The pack's JPEGs are upright already; ignoring EXIF keeps served pixels equal to the built ones.
+    flags = (cv2.IMREAD_GRAYSCALE if channels == 1 else cv2.IMREAD_COLOR_RGB) | cv2.IMREAD_IGNORE_ORIENTATION
+    img = cv2.imdecode(buf, flags)
+    if img is None:
+        return None
+    return img[:, :, None] if img.ndim == 2 else img
+
+
+def decode_pil(buf: np.ndarray, channels: int) -> np.ndarray | None:
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(buf.tobytes())) as im:
+            img = np.asarray(im.convert("L" if channels == 1 else "RGB"))
+    except Exception:
+        return None
+    return img[:, :, None] if img.ndim == 2 else img
+
+
+DECODERS: dict[str, Callable[[np.ndarray, int], np.ndarray | None] | None] = {
+    "cv2": decode_cv2,
+    "pil": decode_pil,
+    "none": None,  # serve the stored bytes themselves
+}

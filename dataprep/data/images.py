@@ -1,0 +1,186 @@
+"""InMemoryImageDataset: takes an image pack, gives (image, label) samples and whole batches from RAM.
+
+The split is read once into a few contiguous numpy buffers (pixels, or one JPEG blob plus int64
+offsets; labels; source paths as one UTF-8 blob), never a Python list of per-image objects, so
+forked DataLoader workers share it without copy-on-read growth.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from ..errors import DataprepError, PackError
+from ..pack.fields import ImageField, Strings, load_blob, load_rows
+from ..pack.manifest import read_manifest
+from .decoders import DECODERS
+
+
+class InMemoryImageDataset(Dataset):
+    """An image pack's split, held in RAM.
+
+    Args:
+        pack: the pack directory.
+        split: which split to serve ("train", "val", ...).
+        decode: "cv2" or "pil" to decode JPEG packs, "none" for the stored bytes (a 1-D uint8 array).
+            Decoded (raw) packs are served without decoding whatever this says.
+        transform: called on each image (a CHW uint8 tensor, or HWC numpy with `as_numpy`).
+        as_numpy: return HWC uint8 numpy arrays instead of CHW uint8 tensors.
+        verify: check every shard file's sha256 against the manifest while loading.
+
+    `dataset[i]` gives `(image, label)`; `dataset[[i, j, ...]]` gives one collated batch
+    `(images N x C x H x W uint8 in channels-last memory, labels int64)`; `__getitems__` gives a
+    list of samples for the DataLoader's default collate. `dataset.sources[i]` is sample i's
+    source path relative to the build's source root.
+    """
+
+    def __init__(
+        self,
+        pack: str | os.PathLike,
+        split: str = "train",
+        decode: str = "cv2",
+        transform: Callable[[Any], Any] | None = None,
+        as_numpy: bool = False,
+        verify: bool = False,
+    ):
+        if decode not in DECODERS:
+            raise DataprepError(f"unknown decode {decode!r}; choose one of {sorted(DECODERS)}")
+        self.pack = Path(pack)
+        self.split = split
+        self.decode = decode
+        self.transform = transform
+        self.as_numpy = as_numpy
+        self.verify = verify
+        self._load()
+
+    # -- loading -------------------------------------------------------------------------------
+    def _load(self) -> None:
+        m = read_manifest(self.pack)
+        if m["kind"] != "images":
+            raise PackError(f"{self.pack}: a {m['kind']!r} pack, not an image pack")
+        if self.split not in m["splits"]:
+            raise PackError(f"{self.pack}: no split {self.split!r}; the pack has {sorted(m['splits'])}")
+        entry = m["splits"][self.split]
+        shards = entry["shards"]
+        split_dir = self.pack / self.split
+        self.field = ImageField.from_manifest(m["fields"]["image"], self.pack)
+        arrays = self.field.load(split_dir, shards, self.verify)
+        label = m["fields"]["label"]
+        labels = load_rows(split_dir, shards, "labels", np.dtype(label["dtype"]), (), self.verify)
+        n = len(labels)
+        if n != entry["count"] or len(arrays["shapes"]) != n:
+            raise PackError(f"{split_dir}: manifest counts {entry['count']} samples, shards hold {n}")
+        if n and int(labels.max()) >= int(label["num_classes"]):
+            raise PackError(f"{split_dir}: a label is {int(labels.max())}, but the pack has {label['num_classes']} classes")
+        src_blob, src_off = load_blob(split_dir, shards, "sources", "source_offsets", self.verify)
+        for a in (*arrays.values(), labels, src_blob, src_off):
+            a.setflags(write=False)  # the cache is shared: nobody may scribble on it
+        self._pixels = arrays.get("pixels")
+        self._blob, self._offsets = arrays.get("blob"), arrays.get("offsets")
+        self._shapes = arrays["shapes"]
+        self._labels = labels
+        self.sources = Strings(src_blob, src_off)
+        self.classes: list[str] = list(m["classes"])
+        self.class_names: list[str] | None = m.get("class_names")
+        self.manifest = m
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spawned workers get the recipe, not the cache: a few hundred bytes through the pipe.
+        keys = ("pack", "split", "decode", "transform", "as_numpy", "verify")
+        return {k: self.__dict__[k] for k in keys}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._load()
+
+    # -- facts ---------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._labels)
+
+    @property
+    def labels(self) -> np.ndarray:
+        """All labels, read-only, in the pack's (smallest) dtype."""
+        return self._labels
+
+    @property
+    def shapes(self) -> np.ndarray:
+        """(N, 3) array of every sample's (H, W, C) once decoded."""
+        return self._shapes
+
+    @property
+    def nbytes(self) -> int:
+        """RAM held by this split's buffers."""
+        arrays = (self._pixels, self._blob, self._offsets, self._shapes, self._labels)
+        return sum(a.nbytes for a in arrays if a is not None)
+
+    # -- serving -------------------------------------------------------------------------------
+    def image(self, i: int) -> np.ndarray:
+        """Sample i's pixels (HWC uint8, a private copy), or its stored bytes with decode="none"."""
+        if self._pixels is not None:
+            return self._pixels[i].copy()
+        buf = self._blob[self._offsets[i] : self._offsets[i + 1]]
+        if self.field.encoding == "raw":
+            return buf.reshape(self._shapes[i]).copy()
+        fn = DECODERS[self.decode]
+        if fn is None:
+            return buf.copy()
+        img = fn(buf, self.field.channels)
+        if img is None:
+            raise PackError(f"{self.pack}/{self.split}: sample {i} ({self.sources[i]}) does not decode as JPEG")
+        return img
+
+    def _check(self, i) -> int:
+        n = len(self._labels)
+        i = int(i)
+        if not -n <= i < n:
+            raise IndexError(f"index {i} out of range for {n} samples in {self.pack}/{self.split}")
+        return i % n
+
+    def _finish(self, img: np.ndarray):
+        if not self.as_numpy and img.ndim == 3:
+            img = torch.from_numpy(img).permute(2, 0, 1)
+        return self.transform(img) if self.transform is not None else img
+
+    def __getitem__(self, index):
+        if isinstance(index, (Sequence, np.ndarray, torch.Tensor)) and not isinstance(index, (str, bytes)):
+            if isinstance(index, (np.ndarray, torch.Tensor)) and index.ndim == 0:
+                index = int(index)
+            else:
+                return self.batch(index)
+        i = self._check(index)
+        return self._finish(self.image(i)), int(self._labels[i])
+
+    def __getitems__(self, indices: Sequence[int]) -> list[tuple[Any, int]]:
+        idx = [self._check(i) for i in indices]
+        if self._pixels is not None and self.transform is None and not self.as_numpy:
+            imgs = self._gather(np.asarray(idx, np.int64))
+            return [(imgs[k], int(self._labels[i])) for k, i in enumerate(idx)]
+        return [(self._finish(self.image(i)), int(self._labels[i])) for i in idx]
+
+    def _gather(self, idx: np.ndarray) -> torch.Tensor:
+        out = np.empty((len(idx), *self._pixels.shape[1:]), np.uint8)
+        np.take(self._pixels, idx, axis=0, out=out)
+        return torch.from_numpy(out).permute(0, 3, 1, 2)
+
+    def batch(self, indices) -> tuple[Any, torch.Tensor]:
+        """A whole batch: images (N, C, H, W) uint8 in channels-last memory, or (N, H, W, C) numpy with
+        `as_numpy`; labels int64. Samples must share one shape (a fixed-shape pack, or a transform that crops)."""
+        idx = np.asarray([self._check(i) for i in np.asarray(indices).reshape(-1)], np.int64)
+        labels = torch.from_numpy(self._labels[idx].astype(np.int64))
+        if self._pixels is not None and self.transform is None:
+            imgs = self._gather(idx)
+            return (imgs.permute(0, 2, 3, 1).numpy() if self.as_numpy else imgs), labels
+        samples = [self._finish(self.image(i)) for i in idx]
+        shapes = {tuple(s.shape) for s in samples}
+        if len(shapes) > 1:
+            raise DataprepError(
+                f"{self.pack}/{self.split}: a batch holds images of {len(shapes)} shapes; build with "
+                "--resize center-crop or pad, or pass a transform that crops to one size"
+            )
+        if self.as_numpy:
+            return np.stack(samples), labels
+        return torch.stack(samples), labels

@@ -1,0 +1,89 @@
+"""Engine stage: takes a list of independent tasks (one per shard) and a pure function, gives their results.
+
+The local engine is a pool of spawned processes. A worker that dies is reported as a WorkerError
+naming the shards in flight, never a hang; Ctrl-C stops every worker before it propagates.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, Callable, Sequence
+
+from .errors import WorkerError
+
+
+def _init_worker() -> None:
+    # The driver owns Ctrl-C: it stops the pool and cleans up; workers must not die mid-write on their own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import cv2
+
+        cv2.setNumThreads(0)  # one process per core already; OpenCV's own pool would oversubscribe
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def run_tasks(
+    fn: Callable[[Any], Any],
+    tasks: Sequence[Any],
+    workers: int,
+    on_result: Callable[[int, Any], None] | None = None,
+    names: Sequence[str] | None = None,
+) -> list[Any]:
+    """Run fn(task) for every task on `workers` processes; return results in task order.
+
+    `on_result(i, result)` is called in the driver as each task finishes (for progress).
+    At most 2 x workers tasks are queued at once, so a failure stops the build quickly.
+    """
+    names = list(names) if names is not None else [str(i) for i in range(len(tasks))]
+    results: list[Any] = [None] * len(tasks)
+    if workers <= 1 or len(tasks) <= 1:
+        for i, t in enumerate(tasks):
+            results[i] = fn(t)
+            if on_result:
+                on_result(i, results[i])
+        return results
+    pool = ProcessPoolExecutor(
+        max_workers=min(workers, len(tasks)), mp_context=mp.get_context("spawn"), initializer=_init_worker
+    )
+    pending: dict[Future, int] = {}
+    todo = iter(range(len(tasks)))
+    try:
+        for i in todo:
+            pending[pool.submit(fn, tasks[i])] = i
+            if len(pending) >= 2 * workers:
+                break
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                i = pending.pop(fut)
+                try:
+                    results[i] = fut.result()
+                except BrokenProcessPool:
+                    in_flight = sorted([names[i]] + [names[j] for j in pending.values()])
+                    raise WorkerError(
+                        f"a build worker died (killed, or out of memory) while shards {', '.join(in_flight)} were in flight"
+                    ) from None
+                if on_result:
+                    on_result(i, results[i])
+                nxt = next(todo, None)
+                if nxt is not None:
+                    pending[pool.submit(fn, tasks[nxt])] = nxt
+        pool.shutdown(wait=True)
+        return results
+    except BaseException:
+        _stop(pool)
+        raise
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Cancel queued tasks and terminate the workers now (not after their current shard)."""
+    procs = list(getattr(pool, "_processes", {}).values())  # the executor offers no public kill
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout=5)

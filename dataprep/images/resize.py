@@ -1,0 +1,86 @@
+"""Resize stage: takes HWC uint8 pixels and the settings, gives the pixels in the pack's geometry.
+
+Each resize mode is a `ResizeMode` in `RESIZE_MODES`; the CLI's `--resize` choices come from it.
+A mode first scales (shrink only unless `upscale`), then optionally center-crops and pads to a
+size x size square, so square modes give every sample one shape.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Where a source of (h, w) goes: scaled to `scaled`, then cropped/padded to `out`."""
+
+    source: tuple[int, int]
+    scaled: tuple[int, int]
+    out: tuple[int, int]
+
+    @property
+    def identity(self) -> bool:
+        return self.source == self.scaled == self.out
+
+    @property
+    def scale(self) -> float:
+        return self.scaled[0] / self.source[0]
+
+
+@dataclass(frozen=True)
+class ResizeMode:
+    name: str
+    side: Callable[[int, int], int]  # the side that is brought to `size`
+    square: bool  # crop/pad the result to size x size
+    help: str
+
+
+RESIZE_MODES: dict[str, ResizeMode] = {
+    m.name: m
+    for m in (
+        ResizeMode("shorter", min, False, "shorter side to SIZE, aspect kept (default)"),
+        ResizeMode("longer", max, False, "longer side to SIZE, aspect kept"),
+        ResizeMode("center-crop", min, True, "shorter side to SIZE, then the central SIZE x SIZE square"),
+        ResizeMode("pad", max, True, "longer side to SIZE, then padded with black to SIZE x SIZE"),
+    )
+}
+
+
+def plan(h: int, w: int, size: int, mode: str, upscale: bool = False) -> Geometry:
+    """Compute the geometry for a source of h x w pixels; pure arithmetic, no pixels touched."""
+    m = RESIZE_MODES[mode]
+    s = size / m.side(h, w)
+    if s > 1 and not upscale:
+        s = 1.0
+    scaled = (max(1, round(h * s)), max(1, round(w * s)))
+    if s == 1.0:
+        scaled = (h, w)
+    out = (size, size) if m.square else scaled
+    return Geometry((h, w), scaled, out)
+
+
+def apply(pixels: np.ndarray, geom: Geometry) -> np.ndarray:
+    """Resize (area filter when shrinking, cubic when enlarging), then center-crop and pad to `geom.out`."""
+    import cv2
+
+    h, w = geom.scaled
+    if pixels.shape[:2] != (h, w):
+        shrinking = h * w < pixels.shape[0] * pixels.shape[1]
+        channels = pixels.shape[2]
+        pixels = cv2.resize(pixels, (w, h), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC)
+        if pixels.ndim == 2:
+            pixels = pixels.reshape(h, w, channels)
+    oh, ow = geom.out
+    if (oh, ow) == (h, w):
+        return np.ascontiguousarray(pixels)
+    top, left = max(0, (h - oh) // 2), max(0, (w - ow) // 2)
+    pixels = pixels[top : top + oh, left : left + ow]
+    ph, pw = pixels.shape[:2]
+    if (ph, pw) == (oh, ow):
+        return np.ascontiguousarray(pixels)
+    out = np.zeros((oh, ow, pixels.shape[2]), np.uint8)
+    y, x = (oh - ph) // 2, (ow - pw) // 2
+    out[y : y + ph, x : x + pw] = pixels
+    return out

@@ -1,0 +1,73 @@
+"""Manifest stage: takes the shard records of a finished build, gives `manifest.json`; reads and checks it back.
+
+The manifest is the pack's table of contents and its proof of completion: it is written last,
+through a temporary file, fsync and an atomic rename, so a directory without it is not a pack.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ..errors import FormatVersionError, PackError
+
+FORMAT = "dataprep-pack"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+def write_manifest(pack_dir: str | os.PathLike, manifest: dict[str, Any]) -> Path:
+    """Write `manifest.json` atomically (tmp file, fsync, rename, fsync of the directory)."""
+    pack_dir = Path(pack_dir)
+    body = {"format": FORMAT, "format_version": FORMAT_VERSION, **manifest}
+    tmp = pack_dir / f".{MANIFEST}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(body, f, indent=1, sort_keys=False)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    final = pack_dir / MANIFEST
+    os.replace(tmp, final)
+    fsync_dir(pack_dir)
+    return final
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_manifest(pack_dir: str | os.PathLike) -> dict[str, Any]:
+    """Read and check a pack's manifest; raise PackError naming the path and what is wrong."""
+    pack_dir = Path(pack_dir)
+    path = pack_dir / MANIFEST
+    if not pack_dir.exists():
+        raise PackError(f"{pack_dir}: no such pack directory")
+    if not path.is_file():
+        hint = " (an unfinished build: shards without a manifest)" if any(pack_dir.iterdir()) else ""
+        raise PackError(f"{path}: missing; {pack_dir} is not a complete pack{hint}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            m = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise PackError(f"{path}: unreadable manifest ({e})") from None
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        raise PackError(f"{path}: not a dataprep manifest (format is {m.get('format') if isinstance(m, dict) else None!r})")
+    version = m.get("format_version")
+    if version != FORMAT_VERSION:
+        raise FormatVersionError(
+            f"{path}: format version {version!r}, but this dataprep reads version {FORMAT_VERSION}; "
+            "rebuild the pack or use a matching dataprep"
+        )
+    for key in ("kind", "splits", "fields"):
+        if key not in m:
+            raise PackError(f"{path}: manifest lacks {key!r}")
+    return m
+
+
+def is_pack(pack_dir: str | os.PathLike) -> bool:
+    return (Path(pack_dir) / MANIFEST).is_file()

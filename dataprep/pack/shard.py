@@ -1,0 +1,147 @@
+"""Shard stage: takes one shard's arrays, gives a directory of .npy files written atomically with checksums;
+reads them back into caller-provided buffers, checking every header against the manifest.
+
+A shard is written to a hidden temporary directory and renamed into place when every file is
+flushed, so a crash never leaves a shard that looks finished. Files are plain .npy (no pickle,
+explicit little-endian dtypes) so numpy alone can open them.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import PackError
+
+TMP_PREFIX = ".tmp-"
+
+
+class _HashingWriter:
+    """A file-like object that hashes what numpy writes through it."""
+
+    def __init__(self, f):
+        self.f = f
+        self.sha = hashlib.sha256()
+        self.n = 0
+
+    def write(self, b) -> int:
+        self.sha.update(b)
+        self.n += len(b)
+        return self.f.write(b)
+
+
+def shard_name(index: int) -> str:
+    return f"{index:05d}"
+
+
+def write_shard(split_dir: Path, index: int, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Write `arrays` as NAME.npy into split_dir/NNNNN atomically; return {file: {bytes, sha256, dtype, shape}}."""
+    split_dir.mkdir(parents=True, exist_ok=True)
+    final = split_dir / shard_name(index)
+    tmp = split_dir / f"{TMP_PREFIX}{shard_name(index)}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    files: dict[str, Any] = {}
+    try:
+        for name, arr in arrays.items():
+            if arr.dtype.byteorder == ">" or (arr.dtype.byteorder == "=" and np.little_endian is False):
+                raise ValueError(f"{name}: refusing a big-endian array")
+            arr = np.ascontiguousarray(arr)
+            fname = f"{name}.npy"
+            with open(tmp / fname, "wb") as f:
+                hw = _HashingWriter(f)
+                np.lib.format.write_array(hw, arr, allow_pickle=False)
+                f.flush()
+                os.fsync(f.fileno())
+            files[fname] = {
+                "bytes": hw.n,
+                "sha256": hw.sha.hexdigest(),
+                "dtype": arr.dtype.str,
+                "shape": list(arr.shape),
+            }
+        if final.exists():
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return files
+
+
+def remove_temporaries(split_dir: Path) -> int:
+    """Delete shard directories a crashed or interrupted build left half-written; return how many."""
+    n = 0
+    if split_dir.is_dir():
+        for p in split_dir.iterdir():
+            if p.name.startswith(TMP_PREFIX):
+                shutil.rmtree(p, ignore_errors=True)
+                n += 1
+    return n
+
+
+def open_npy(path: Path, record: dict[str, Any]) -> tuple[Any, int, tuple[int, ...], np.dtype]:
+    """Open a shard file and check its header against its manifest record; return (file, data offset, shape, dtype).
+
+    Every mismatch (missing file, wrong size, wrong dtype or shape, Fortran order) is a PackError
+    naming the file, so a damaged pack fails here, never deep inside a DataLoader worker.
+    """
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise PackError(f"{path}: cannot open shard file ({e.strerror or e})") from None
+    try:
+        size = os.fstat(f.fileno()).st_size
+        if size != record["bytes"]:
+            raise PackError(f"{path}: {size} bytes on disk, manifest says {record['bytes']} (truncated or replaced)")
+        try:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            else:
+                raise ValueError(f"npy version {version} is not written by dataprep")
+        except Exception as e:
+            raise PackError(f"{path}: not a valid .npy file ({e})") from None
+        if fortran or dtype.hasobject:
+            raise PackError(f"{path}: unsupported array layout (Fortran order or object dtype)")
+        if dtype.str != record["dtype"] or list(shape) != list(record["shape"]):
+            raise PackError(
+                f"{path}: holds {dtype.str} {list(shape)}, manifest says {record['dtype']} {record['shape']}"
+            )
+        offset = f.tell()
+        if offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize != size:
+            raise PackError(f"{path}: header and file size disagree")
+        return f, offset, tuple(shape), dtype
+    except BaseException:
+        f.close()
+        raise
+
+
+def read_npy_into(path: Path, record: dict[str, Any], out: np.ndarray | None = None, verify: bool = False) -> np.ndarray:
+    """Read a shard file into `out` (a contiguous buffer of the right size) or a new array."""
+    f, offset, shape, dtype = open_npy(path, record)
+    with f:
+        if out is None:
+            out = np.empty(shape, dtype)
+        elif out.nbytes != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
+            raise PackError(f"{path}: size differs from the manifest's totals")
+        view = memoryview(out.reshape(-1).view(np.uint8))
+        got = 0
+        while got < len(view):
+            n = f.readinto(view[got:])
+            if not n:
+                raise PackError(f"{path}: file ended early")
+            got += n
+    if verify:
+        f2 = open(path, "rb")
+        with f2:
+            digest = hashlib.file_digest(f2, "sha256").hexdigest()
+        if digest != record["sha256"]:
+            raise PackError(f"{path}: checksum mismatch (sha256 {digest[:12]}..., manifest {record['sha256'][:12]}...)")
+    return out.reshape(shape) if out.shape != shape else out

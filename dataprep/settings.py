@@ -1,0 +1,89 @@
+"""Frozen, validated settings objects: the CLI builds them, the stages read them, the manifest records them."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import DataprepError
+
+IMAGE_MODES = ("encoded", "raw")
+
+
+@dataclass(frozen=True)
+class ImageSettings:
+    """How each source image becomes a stored sample (decode -> resize -> encode).
+
+    Everything here changes the bytes of the pack, so all of it is recorded in the manifest.
+    """
+
+    size: int = 512
+    resize: str = "shorter"
+    upscale: bool = False
+    grayscale: bool = False
+    mode: str = "encoded"
+    quality: int = 90
+    keep_jpeg: bool = True
+    max_pixels: int = 178_956_970  # Pillow's hard decompression-bomb limit (2 x its warning limit)
+
+    def __post_init__(self) -> None:
+        from .images.resize import RESIZE_MODES  # registry: the only list of valid modes
+
+        if not 8 <= self.size <= 16384:
+            raise DataprepError(f"size must be between 8 and 16384 pixels, got {self.size}")
+        if self.resize not in RESIZE_MODES:
+            raise DataprepError(f"unknown resize mode {self.resize!r}; choose one of {sorted(RESIZE_MODES)}")
+        if self.mode not in IMAGE_MODES:
+            raise DataprepError(f"unknown mode {self.mode!r}; choose one of {list(IMAGE_MODES)}")
+        if not 1 <= self.quality <= 100:
+            raise DataprepError(f"quality must be between 1 and 100, got {self.quality}")
+        if self.max_pixels < 1:
+            raise DataprepError("max_pixels must be positive")
+
+    @property
+    def channels(self) -> int:
+        return 1 if self.grayscale else 3
+
+    @property
+    def fixed_shape(self) -> tuple[int, int, int] | None:
+        """The (H, W, C) every sample has, when the resize mode makes all samples one shape."""
+        from .images.resize import RESIZE_MODES
+
+        return (self.size, self.size, self.channels) if RESIZE_MODES[self.resize].square else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """How a build is laid out in shards and how strict it is; `workers` alone does not change the output."""
+
+    image: ImageSettings
+    workers: int = 1
+    limit: int | None = None
+    shard_size: int | None = None
+    strict: bool = False
+    overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise DataprepError(f"workers must be at least 1, got {self.workers}")
+        if self.limit is not None and self.limit < 1:
+            raise DataprepError(f"limit must be at least 1, got {self.limit}")
+        if self.shard_size is not None and self.shard_size < 1:
+            raise DataprepError(f"shard_size must be at least 1, got {self.shard_size}")
+
+    def shard_size_for(self, count: int) -> int:
+        """Samples per shard: the user's choice, else a size that depends on the split's length only.
+
+        Depending on nothing else (not on `workers`) keeps shard boundaries, and so the bytes of the
+        pack, the same however many processes build it.
+        """
+        if self.shard_size is not None:
+            return self.shard_size
+        return max(16, min(1024, -(-count // 64)))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("image", "workers", "overwrite")}
+        return {"image": self.image.to_dict(), **d}

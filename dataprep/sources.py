@@ -1,0 +1,235 @@
+"""Sources stage: takes a directory tree, gives the list of samples per split in a fixed order, with labels.
+
+Labels are the index of the sorted class-folder names, as torchvision's `ImageFolder` gives them,
+so checkpoints trained on an ImageFolder keep their label order. Files are listed in sorted order
+within each class (recursively), so the same tree always gives the same pack.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import SourceError
+
+# The extensions ImageFolder accepts; the content is sniffed later whatever the name says.
+IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".ppm", ".pgm", ".pbm", ".bmp", ".tif", ".tiff", ".webp", ".gif"})
+SYNSET_MAPPING = "LOC_synset_mapping.txt"
+KAGGLE_VAL_LABELS = "LOC_val_solution.csv"
+
+
+@dataclass
+class SplitSource:
+    """One split: paths relative to the source root, and their labels, in pack order."""
+
+    name: str
+    paths: list[str]
+    labels: np.ndarray  # int64, index into Source.classes
+    unlabeled: list[str] = field(default_factory=list)  # listed files with no label (reported as skipped)
+
+    def limited(self, limit: int | None) -> "SplitSource":
+        """A deterministic sample of `limit` files spread evenly over the split (so every class shows up)."""
+        if limit is None or limit >= len(self.paths):
+            return self
+        idx = np.unique(np.linspace(0, len(self.paths) - 1, limit).round().astype(np.int64))
+        return SplitSource(self.name, [self.paths[i] for i in idx], self.labels[idx], [])
+
+
+@dataclass
+class Source:
+    layout: str
+    root: Path
+    classes: list[str]
+    class_names: list[str] | None
+    splits: list[SplitSource]
+
+
+def _is_image_name(name: str) -> bool:
+    return not name.startswith(".") and os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
+
+
+def _walk_images(folder: Path) -> list[Path]:
+    """Image files under `folder`, sorted, following symlinked folders once (a symlink loop is not followed twice)."""
+    out: list[Path] = []
+    seen: set[str] = set()
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=True, onerror=None):
+        real = os.path.realpath(dirpath)
+        if real in seen:
+            dirnames[:] = []
+            continue
+        seen.add(real)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        out.extend(Path(dirpath) / f for f in sorted(filenames) if _is_image_name(f))
+    return sorted(out)
+
+
+def _class_dirs(root: Path) -> list[str]:
+    try:
+        return sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+    except OSError as e:
+        raise SourceError(f"{root}: cannot list class folders ({e.strerror or e})") from None
+
+
+def scan_class_folders(
+    root: Path, split: str, rel_to: Path, classes: list[str] | None = None, allow_empty_classes: bool = False
+) -> tuple[list[str], SplitSource]:
+    """List `root/<class>/**/image` files. With `classes` given (a val split), folders must be among them."""
+    found = _class_dirs(root)
+    if not found:
+        raise SourceError(f"{root}: no class folders (expected {root}/<class>/<image files>)")
+    if classes is None:
+        classes = found
+    else:
+        unknown = sorted(set(found) - set(classes))
+        if unknown:
+            raise SourceError(f"{root}: class folders not present in train: {unknown[:5]}")
+    index = {c: i for i, c in enumerate(classes)}
+    paths: list[str] = []
+    labels: list[int] = []
+    empty = []
+    for c in found:
+        files = _walk_images(root / c)
+        if not files:
+            empty.append(c)
+        paths.extend(os.path.relpath(p, rel_to) for p in files)
+        labels.extend([index[c]] * len(files))
+    if empty and not allow_empty_classes:
+        raise SourceError(
+            f"{root}: {len(empty)} class folder(s) hold no images: {', '.join(empty[:5])}"
+            + (" ..." if len(empty) > 5 else "")
+            + "; their labels would exist with no samples (pass --allow-empty-classes to accept this)"
+        )
+    if not paths:
+        raise SourceError(f"{root}: no image files found (extensions: {', '.join(sorted(IMAGE_EXTENSIONS))})")
+    return classes, SplitSource(split, paths, np.asarray(labels, np.int64))
+
+
+def scan_folder(root: str | os.PathLike, split: str = "train", allow_empty_classes: bool = False) -> Source:
+    """Any class-folder tree: root/<class>/<images>, one split."""
+    root = _existing_dir(root)
+    classes, s = scan_class_folders(root, split, root, allow_empty_classes=allow_empty_classes)
+    return Source("folder", root, classes, None, [s])
+
+
+def _existing_dir(root: str | os.PathLike) -> Path:
+    root = Path(root)
+    if not root.exists():
+        raise SourceError(f"{root}: source directory does not exist")
+    if not root.is_dir():
+        raise SourceError(f"{root}: source is not a directory")
+    return root
+
+
+def _find_up(root: Path, name: str, levels: int = 3) -> Path | None:
+    """A metadata file in root or up to `levels` parents (the Kaggle layout keeps it above Data/CLS-LOC)."""
+    p = root.resolve()
+    for _ in range(levels + 1):
+        if (p / name).is_file():
+            return p / name
+        p = p.parent
+    return None
+
+
+def read_val_labels(path: Path, classes: list[str]) -> dict[str, int]:
+    """Map image stem -> label from Kaggle's LOC_val_solution.csv or a two-column text file (name, wnid or index)."""
+    index = {c: i for i, c in enumerate(classes)}
+    out: dict[str, int] = {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise SourceError(f"{path}: cannot read labels file ({e})") from None
+    lines = text.splitlines()
+    if lines and lines[0].replace(" ", "").lower().startswith("imageid,predictionstring"):
+        rows = ((r[0], r[1].split()[0] if r[1].split() else "") for r in csv.reader(lines[1:]) if len(r) >= 2)
+    else:
+        rows = (tuple(re.split(r"[\s,]+", ln.strip(), maxsplit=1)) for ln in lines if ln.strip() and not ln.startswith("#"))
+    for n, row in enumerate(rows, 1):
+        if len(row) != 2:
+            raise SourceError(f"{path}: line {n} is not 'name label'")
+        name, lab = row[0].strip(), row[1].strip()
+        if lab in index:
+            label = index[lab]
+        elif lab.lstrip("-").isdigit() and 0 <= int(lab) < len(classes):
+            label = int(lab)
+        else:
+            raise SourceError(f"{path}: line {n}: label {lab!r} is neither a train class nor an index < {len(classes)}")
+        out[os.path.splitext(os.path.basename(name))[0]] = label
+    if not out:
+        raise SourceError(f"{path}: labels file has no entries")
+    return out
+
+
+def scan_imagenet(
+    root: str | os.PathLike,
+    splits: tuple[str, ...] | None = None,
+    val_labels: str | os.PathLike | None = None,
+    allow_empty_classes: bool = False,
+) -> Source:
+    """ImageNet layout: root/train/<wnid>/*.JPEG; root/val either in class folders or flat with a labels file.
+
+    `splits=None` takes train, and val where root/val exists; naming val explicitly makes it required.
+    """
+    root = _existing_dir(root)
+    explicit = splits is not None
+    splits = tuple(splits) if explicit else ("train", "val")
+    unknown = sorted(set(splits) - {"train", "val"})
+    if unknown:
+        raise SourceError(f"unknown split(s) {unknown} for the imagenet layout (train, val)")
+    if "train" not in splits:
+        raise SourceError("the imagenet layout takes its classes from train: include 'train' in --splits")
+    train_dir = root / "train"
+    if not train_dir.is_dir():
+        raise SourceError(f"{train_dir}: missing (expected the ImageNet layout {root}/train/<wnid>/*.JPEG)")
+    classes, train = scan_class_folders(train_dir, "train", root, allow_empty_classes=allow_empty_classes)
+    out = [train]
+    if "val" in splits:
+        val_dir = root / "val"
+        if not val_dir.is_dir():
+            if explicit or val_labels is not None:
+                raise SourceError(f"{val_dir}: missing, but the val split was asked for")
+        elif _class_dirs(val_dir):
+            out.append(scan_class_folders(val_dir, "val", root, classes=classes, allow_empty_classes=True)[1])
+        else:
+            out.append(_scan_flat_val(root, val_dir, classes, val_labels))
+    names = None
+    mapping = _find_up(root, SYNSET_MAPPING)
+    if mapping is not None:
+        names = _read_synset_names(mapping, classes)
+    return Source("imagenet", root, classes, names, out)
+
+
+def _scan_flat_val(root: Path, val_dir: Path, classes: list[str], val_labels) -> SplitSource:
+    labels_path = Path(val_labels) if val_labels else _find_up(root, KAGGLE_VAL_LABELS)
+    if labels_path is None:
+        raise SourceError(
+            f"{val_dir}: images are not in class folders and no labels file was found "
+            f"(looked for {KAGGLE_VAL_LABELS} in {root} and its parents); pass --val-labels FILE or --splits train"
+        )
+    if not labels_path.is_file():
+        raise SourceError(f"{labels_path}: labels file does not exist")
+    table = read_val_labels(labels_path, classes)
+    paths, labels, unlabeled = [], [], []
+    for p in _walk_images(val_dir):
+        rel = os.path.relpath(p, root)
+        lab = table.get(p.stem)
+        if lab is None:
+            unlabeled.append(rel)
+        else:
+            paths.append(rel)
+            labels.append(lab)
+    if not paths:
+        raise SourceError(f"{val_dir}: no image matches an entry of {labels_path}")
+    return SplitSource("val", paths, np.asarray(labels, np.int64), unlabeled)
+
+
+def _read_synset_names(path: Path, classes: list[str]) -> list[str] | None:
+    names = {}
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        wnid, _, name = line.strip().partition(" ")
+        if wnid:
+            names[wnid] = name.strip()
+    return [names.get(c, c) for c in classes]

@@ -1,0 +1,32 @@
+"""Shared fixtures: synthetic trees made on the fly, and the real corpus in ../shared when it is there."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from dataprep.synthetic import write_tree
+
+CORPUS = Path(os.environ.get("DATAPREP_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus"))
+
+
+def corpus_dir(*parts: str) -> Path:
+    p = CORPUS.joinpath(*parts)
+    if not p.exists():
+        pytest.skip(f"needs the shared corpus at {p} (absent in a fresh clone; set DATAPREP_CORPUS to point at it)")
+    return p
+
+
+@pytest.fixture(scope="session")
+def index_tree(tmp_path_factory) -> Path:
+    """3 classes x 6 train + 2 val PNG images of mixed sizes whose flat colour encodes their index (lossless)."""
+    root = tmp_path_factory.mktemp("index_tree")
+    return write_tree(root, classes=3, per_class=6, val_per_class=2, sizes=((40, 60), (64, 48), (50, 50)), kind="index", ext=".png")
+
+
+@pytest.fixture(scope="session")
+def photo_tree(tmp_path_factory) -> Path:
+    """4 classes x 8 photo-like JPEGs, 375x500 to 768x1024."""
+    root = tmp_path_factory.mktemp("photo_tree")
+    return write_tree(root, classes=4, per_class=8, sizes=((375, 500), (768, 1024), (480, 640)))

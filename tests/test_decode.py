@@ -1,0 +1,180 @@
+"""Decode stage: every awkward kind of file has an expected outcome, decoded correctly or skipped with a reason."""
+import io
+
+import cv2
+import numpy as np
+import pytest
+from PIL import Image
+
+from dataprep.data.decoders import decode_cv2, decode_pil
+from dataprep.errors import ImageDecodeError
+from dataprep.images.decode import decode_source, sniff
+from dataprep.images.process import process_image
+from dataprep.settings import ImageSettings
+from dataprep.synthetic import photo_like
+
+from .conftest import corpus_dir
+
+S = ImageSettings(size=1024)  # large enough that nothing here is resized
+
+
+def _jpeg(arr, **kw):
+    b = io.BytesIO()
+    Image.fromarray(arr).save(b, "JPEG", quality=95, **kw)
+    return b.getvalue()
+
+
+def test_sniff_ignores_the_name():
+    png = io.BytesIO()
+    Image.new("RGB", (4, 4)).save(png, "PNG")
+    assert sniff(png.getvalue()) == "PNG"
+    assert sniff(b"\xff\xd8\xff\xe0rest") == "JPEG"
+    assert sniff(b"garbage") is None
+
+
+@pytest.mark.parametrize(
+    "data, reason",
+    [(b"", "empty file"), (bytes(range(256)) * 8, "not an image"), (b"\xff\xd8\xff\xe0" + b"\0" * 20, "corrupt header")],
+)
+def test_undecodable_bytes_give_a_reason(data, reason):
+    with pytest.raises(ImageDecodeError) as e:
+        decode_source(data, "x.JPEG", S)
+    assert e.value.reason == reason and "x.JPEG" in str(e.value)
+
+
+def test_truncated_jpeg_is_skipped_not_grey():
+    data = _jpeg(photo_like(0, 120, 160))
+    with pytest.raises(ImageDecodeError) as e:
+        decode_source(data[: len(data) // 2], "t.JPEG", S)
+    assert e.value.reason == "truncated"
+
+
+def test_exif_orientation_is_applied():
+    upright = photo_like(1, 60, 100)  # landscape as the viewer should see it
+    stored = np.ascontiguousarray(np.rot90(upright, 1))  # the camera stored it rotated 90 degrees counter-clockwise
+    ex = Image.Exif()
+    ex[0x0112] = 6  # "rotate 90 CW to view"
+    b = io.BytesIO()
+    Image.fromarray(stored).save(b, "PNG", exif=ex)
+    d = decode_source(b.getvalue(), "r.png", S)
+    assert d.pixels.shape == (60, 100, 3)
+    assert np.array_equal(d.pixels, upright)
+    assert not d.keepable
+
+
+def test_sixteen_bit_is_scaled_not_truncated():
+    g16 = (np.arange(256, dtype=np.uint16).reshape(16, 16) * 257)
+    b = io.BytesIO()
+    Image.fromarray(g16).save(b, "PNG")
+    d = decode_source(b.getvalue(), "g16.png", ImageSettings(size=64, grayscale=True))
+    assert np.array_equal(d.pixels[:, :, 0], np.arange(256, dtype=np.uint8).reshape(16, 16))
+
+
+def test_alpha_is_composited_on_white_and_palette_converted():
+    rgba = np.zeros((8, 8, 4), np.uint8)
+    rgba[..., 0] = 200
+    rgba[:4, :, 3] = 255  # top half opaque red-ish, bottom half transparent
+    b = io.BytesIO()
+    Image.fromarray(rgba, "RGBA").save(b, "PNG")
+    px = decode_source(b.getvalue(), "a.png", S).pixels
+    assert (px[:4, :, 0] == 200).all() and (px[4:] == 255).all()
+    b = io.BytesIO()
+    Image.fromarray(photo_like(2, 32, 32)).convert("P").save(b, "PNG")
+    assert decode_source(b.getvalue(), "p.png", S).pixels.shape == (32, 32, 3)
+
+
+def test_cmyk_jpeg_converts_to_rgb():
+    rgb = photo_like(3, 64, 64)
+    b = io.BytesIO()
+    Image.fromarray(rgb).convert("CMYK").save(b, "JPEG", quality=95)
+    px = decode_source(b.getvalue(), "c.JPEG", S).pixels
+    assert px.shape == (64, 64, 3)
+    assert np.abs(px.astype(int) - rgb.astype(int)).mean() < 8  # colours survive, not inverted
+
+
+def test_grayscale_source_in_colour_pack_and_colour_source_in_gray_pack():
+    gray = photo_like(4, 40, 40)[:, :, 0]
+    d = decode_source(_jpeg(gray), "g.JPEG", S)
+    assert d.pixels.shape == (40, 40, 3) and (d.pixels[..., 0] == d.pixels[..., 1]).all()
+    d = decode_source(_jpeg(photo_like(5, 40, 40)), "c.JPEG", ImageSettings(size=64, grayscale=True))
+    assert d.pixels.shape == (40, 40, 1) and d.keepable is False
+
+
+def test_large_jpeg_takes_the_reduced_scale_path_and_matches_full_decode():
+    src = photo_like(6, 1536, 2048)
+    data = _jpeg(src)
+    settings = ImageSettings(size=256)
+    p = process_image_from_bytes(data, settings)
+    full = cv2.resize(src, (341, 256), interpolation=cv2.INTER_AREA)
+    assert p.shape == (256, 341, 3)
+    got = decode_cv2(p.data, 3)
+    assert np.abs(got.astype(int) - full.astype(int)).mean() < 4
+
+
+def process_image_from_bytes(data, settings):
+    import tempfile
+
+    with tempfile.NamedTemporaryFile(suffix=".JPEG") as f:
+        f.write(data)
+        f.flush()
+        return process_image(f.name, settings)
+
+
+def test_kept_jpeg_serves_the_same_pixels_as_the_build_decoded():
+    src = photo_like(7, 120, 160)
+    data = _jpeg(src)
+    settings = ImageSettings(size=256)  # smaller than the target, no upscale: no resize
+    d = decode_source(data, "k.JPEG", settings)
+    assert d.keepable
+    p = process_image_from_bytes(data, settings)
+    assert p.kept and p.data.tobytes() == data
+    for dec in (decode_cv2, decode_pil):
+        assert np.array_equal(dec(p.data, 3), d.pixels)
+
+
+def test_too_many_pixels_is_refused_before_allocating():
+    b = io.BytesIO()
+    Image.new("L", (4000, 3000)).save(b, "PNG")
+    with pytest.raises(ImageDecodeError) as e:
+        decode_source(b.getvalue(), "bomb.png", ImageSettings(size=64, max_pixels=1_000_000))
+    assert e.value.reason == "too many pixels"
+
+
+# -- the shared corpus of awkward files: each has a stated outcome ---------------------------------
+AWKWARD = {
+    "alpha.png": None,
+    "cmyk.JPEG": None,
+    "empty.JPEG": "empty file",
+    "exif_rot6.JPEG": None,
+    "garbage.JPEG": "not an image",
+    "gray.JPEG": None,
+    "gray16.png": None,
+    "gray16.tif": None,
+    "palette.png": None,
+    "png_named.JPEG": None,
+    "progressive.JPEG": None,
+    "q100_444.JPEG": None,
+    "rgb16.png": None,
+    "truncated.JPEG": "truncated",
+}
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("name, reason", sorted(AWKWARD.items()))
+def test_awkward_corpus_file(name, reason):
+    path = corpus_dir("awkward") / name
+    settings = ImageSettings(size=256)
+    if reason is not None:
+        with pytest.raises(ImageDecodeError) as e:
+            process_image(str(path), settings)
+        assert e.value.reason == reason
+        return
+    p = process_image(str(path), settings)
+    # every awkward file was derived from one ~500x334 landscape photo: upright, 3 channels, shorter side 256
+    assert p.shape == (256, 383, 3)
+    img = decode_cv2(p.data, 3)
+    assert img.shape == p.shape
+    ref = process_image(str(path.parent / "q100_444.JPEG"), settings)
+    diff = np.abs(img.astype(int) - decode_cv2(ref.data, 3).astype(int)).mean()
+    limit = 40 if name in ("gray.JPEG", "gray16.png", "gray16.tif", "alpha.png") else 6  # gray/alpha differ from the colour original
+    assert diff < limit, f"{name} looks unlike the original photo (mean abs diff {diff:.1f})"
