@@ -22,6 +22,9 @@ class ImageDecodeError(DataprepError):
         self.detail = detail
         super().__init__(f"{path}: {reason}" + (f" ({detail})" if detail else ""))
 
+    def __reduce__(self):  # crosses process boundaries intact (the default would lose path and reason)
+        return (type(self), (self.path, self.reason, self.detail))
+
 
 class PackExistsError(DataprepError, FileExistsError):
     """The output directory already holds a pack or an unfinished build."""

@@ -33,17 +33,22 @@ def photo_like(seed: int, h: int, w: int) -> np.ndarray:
     return np.clip(img.astype(np.float32) + noise, 0, 255).astype(np.uint8)
 
 
-def index_image(i: int, h: int, w: int, channels: int = 3) -> np.ndarray:
-    """Flat colour that encodes i: channel 0 = i % 256, channel 1 = (i // 256) % 256, channel 2 = 255 - i % 256."""
-    vals = np.array([i % 256, (i // 256) % 256, 255 - i % 256], np.uint8)[:channels]
-    return np.broadcast_to(vals, (h, w, channels)).copy()
+def index_colour(i: int) -> np.ndarray:
+    """The RGB colour of index image i (i < 1024): levels 8 apart, so JPEG's small errors cannot change the index."""
+    lo, hi = 8 * (i % 32) + 4, 8 * ((i // 32) % 32) + 4
+    return np.array([lo, hi, 255 - lo], np.uint8)
+
+
+def index_image(i: int, h: int, w: int) -> np.ndarray:
+    """A flat RGB image whose colour encodes i."""
+    return np.broadcast_to(index_colour(i), (h, w, 3)).copy()
 
 
 def decode_index(img: np.ndarray) -> int:
-    """Read back the index from the central pixels of an index image (robust to JPEG rounding)."""
+    """Read back the index from the central pixels of a colour index image."""
     h, w = img.shape[:2]
     c = img[h // 4 : 3 * h // 4 + 1, w // 4 : 3 * w // 4 + 1].reshape(-1, img.shape[2]).astype(np.float64).mean(0)
-    return int(round(c[0])) + 256 * (int(round(c[1])) if img.shape[2] > 1 else 0)
+    return int(c[0] // 8) + 32 * int(c[1] // 8)
 
 
 def write_tree(

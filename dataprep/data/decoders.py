@@ -26,7 +26,7 @@ def decode_pil(buf: np.ndarray, channels: int) -> np.ndarray | None:
 
     try:
         with Image.open(io.BytesIO(buf.tobytes())) as im:
-            img = np.asarray(im.convert("L" if channels == 1 else "RGB"))
+            img = np.array(im.convert("L" if channels == 1 else "RGB"))  # writable, unlike asarray
     except Exception:
         return None
     return img[:, :, None] if img.ndim == 2 else img

@@ -1,0 +1,139 @@
+"""Build stage: exact round trips, layout, skipping, strictness, atomicity and determinism."""
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from dataprep.build import build_images
+from dataprep.data.images import InMemoryImageDataset
+from dataprep.engine import run_tasks
+from dataprep.errors import ImageDecodeError, PackExistsError, WorkerError
+from dataprep.pack.manifest import FORMAT_VERSION, read_manifest
+from dataprep.settings import BuildSettings, ImageSettings
+from dataprep.sources import scan_folder, scan_imagenet
+from dataprep.synthetic import decode_index, index_colour
+
+
+def settings(workers=1, **image):
+    overwrite = image.pop("overwrite", False)
+    strict = image.pop("strict", False)
+    shard_size = image.pop("shard_size", 4)
+    return BuildSettings(ImageSettings(**{"size": 64, **image}), workers=workers, shard_size=shard_size,
+                         strict=strict, overwrite=overwrite)
+
+
+def test_raw_round_trip_is_exact_and_keeps_order(index_tree, tmp_path):
+    source = scan_imagenet(index_tree)
+    summary = build_images(source, tmp_path / "p", settings(mode="raw"))
+    assert summary.written == 24
+    ds = InMemoryImageDataset(tmp_path / "p", "train", as_numpy=True)
+    assert len(ds) == 18
+    for i in range(len(ds)):
+        img, label = ds[i]
+        assert decode_index(img) == i  # sample i of the pack is source image i
+        assert (img == img[0, 0]).all()  # flat colour, exactly: no resampling, no loss
+        assert label == i // 6
+        assert ds.sources[i] == source.splits[0].paths[i]
+    val = InMemoryImageDataset(tmp_path / "p", "val", as_numpy=True)
+    assert [decode_index(val[i][0]) for i in range(len(val))] == list(range(18, 24))
+    assert list(val.labels) == [0, 0, 1, 1, 2, 2]
+
+
+def test_manifest_describes_the_pack(index_tree, tmp_path):
+    build_images(scan_imagenet(index_tree), tmp_path / "p", settings(mode="raw", resize="center-crop", size=32))
+    m = read_manifest(tmp_path / "p")
+    assert m["format_version"] == FORMAT_VERSION and m["kind"] == "images"
+    assert m["fields"]["image"]["layout"] == "fixed" and m["fields"]["image"]["shape"] == [32, 32, 3]
+    assert m["fields"]["label"] == {"dtype": "|u1", "num_classes": 3, "arrays": ["labels"]}
+    assert m["classes"] == ["n00000000", "n00000001", "n00000002"]
+    assert m["splits"]["train"]["count"] == 18 and len(m["splits"]["train"]["shards"]) == 5
+    assert m["settings"]["image"]["resize"] == "center-crop"
+    files = m["splits"]["train"]["shards"][0]["files"]
+    assert set(files) == {"images.npy", "shapes.npy", "labels.npy", "sources.npy", "source_offsets.npy"}
+    arr = np.load(tmp_path / "p" / "train" / "00000" / "images.npy", allow_pickle=False)  # plain numpy reads it
+    assert arr.shape == (4, 32, 32, 3) and arr.dtype == np.uint8
+    assert np.load(tmp_path / "p" / "train" / "00000" / "source_offsets.npy").dtype.str == "<i8"
+
+
+def test_encoded_pack_and_grayscale(index_tree, tmp_path):
+    build_images(scan_imagenet(index_tree), tmp_path / "p", settings(grayscale=True, keep_jpeg=False))
+    ds = InMemoryImageDataset(tmp_path / "p")
+    img, _ = ds[5]
+    assert img.shape[0] == 1 and img.dtype.__str__() == "torch.uint8"
+    assert ds.field.encoding == "jpeg" and ds.field.channels == 1
+    raw = ds.image(5)
+    r, g, b = index_colour(5).astype(float)
+    assert abs(float(raw.mean()) - (0.299 * r + 0.587 * g + 0.114 * b)) < 3  # luma of the index colour
+
+
+def test_bad_files_are_skipped_and_recorded(index_tree, tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(index_tree / "train", src)
+    (src / "n00000001" / "img_00002.png").write_bytes(b"")
+    (src / "n00000002" / "zz.JPEG").write_bytes(os.urandom(300))
+    summary = build_images(scan_folder(src), tmp_path / "p", settings(mode="raw"))
+    assert summary.written == 18 - 1 and dict(summary.splits[0].skipped) == {"empty file": 1, "not an image": 1}
+    m = read_manifest(tmp_path / "p")
+    sk = {s["source"]: s["reason"] for s in m["splits"]["train"]["skipped"]}
+    assert sk == {"n00000001/img_00002.png": "empty file", "n00000002/zz.JPEG": "not an image"}
+    ds = InMemoryImageDataset(tmp_path / "p", as_numpy=True)
+    assert "n00000001/img_00002.png" not in list(ds.sources)
+    assert [decode_index(ds[i][0]) for i in range(len(ds))] == [i for i in range(18) if i != 8]
+
+
+def test_strict_fails_naming_the_file_and_writes_no_manifest(index_tree, tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(index_tree / "train", src)
+    (src / "n00000001" / "bad.JPEG").write_bytes(b"\xff\xd8\xff\xe0 truncated")
+    with pytest.raises(ImageDecodeError, match="bad.JPEG"):
+        build_images(scan_folder(src), tmp_path / "p", settings(strict=True))
+    assert not (tmp_path / "p" / "manifest.json").exists()
+
+
+def test_refuses_existing_pack_and_foreign_dirs(index_tree, tmp_path):
+    build_images(scan_imagenet(index_tree), tmp_path / "p", settings())
+    with pytest.raises(PackExistsError, match="already holds a pack"):
+        build_images(scan_imagenet(index_tree), tmp_path / "p", settings())
+    build_images(scan_imagenet(index_tree), tmp_path / "p", settings(overwrite=True, size=32))
+    assert read_manifest(tmp_path / "p")["settings"]["image"]["size"] == 32
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "thesis.tex").write_text("precious")
+    with pytest.raises(PackExistsError, match="not a dataprep pack"):
+        build_images(scan_imagenet(index_tree), tmp_path / "mine", settings(overwrite=True))
+    assert (tmp_path / "mine" / "thesis.tex").exists()
+
+
+def test_output_is_identical_whatever_the_number_of_workers(photo_tree, tmp_path):
+    source = scan_imagenet(photo_tree)
+    build_images(source, tmp_path / "a", settings(workers=1, size=128))
+    build_images(source, tmp_path / "b", settings(workers=2, size=128))
+    ma, mb = read_manifest(tmp_path / "a"), read_manifest(tmp_path / "b")
+    assert json.dumps(ma["splits"]) == json.dumps(mb["splits"])  # every shard's sha256 equal
+
+
+def test_limit_builds_a_sample_of_every_class(photo_tree, tmp_path):
+    build_images(scan_imagenet(photo_tree), tmp_path / "p", BuildSettings(ImageSettings(size=64), limit=5))
+    ds = InMemoryImageDataset(tmp_path / "p")
+    assert len(ds) == 5 and len(set(ds.labels.tolist())) == 4
+
+
+def _die(task):
+    if task == 2:
+        os._exit(3)  # a worker killed mid-shard (OOM killer, segfault in a codec)
+    return task
+
+
+def test_a_dying_worker_is_an_error_not_a_hang():
+    with pytest.raises(WorkerError, match="died"):
+        run_tasks(_die, list(range(6)), workers=2)
+
+
+def _raise(task):
+    raise ImageDecodeError("some/file.JPEG", "truncated")
+
+
+def test_a_worker_exception_reaches_the_driver():
+    with pytest.raises(ImageDecodeError, match="some/file.JPEG"):
+        run_tasks(_raise, [0, 1, 2], workers=2)
