@@ -1,0 +1,124 @@
+"""The command line through click's CliRunner: builds, config precedence, info, exit codes, fast help."""
+import json
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from dataprep.cli import main
+from dataprep.pack.manifest import read_manifest
+
+from .conftest import corpus_dir
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_build_imagenet_then_info(index_tree, tmp_path):
+    out = tmp_path / "p"
+    r = run("build", "imagenet", index_tree, "--out", out, "--size", 32, "--mode", "raw", "-j", 1, "--no-progress")
+    assert r.exit_code == 0, r.output
+    assert "train: 18 of 18 images written" in r.output and "val: 6 of 6" in r.output and "images/s" in r.output
+    r = run("info", out)
+    assert r.exit_code == 0 and "split train: 18 samples" in r.output and "raw" in r.output
+    r = run("info", out, "--json")
+    assert json.loads(r.output)["splits"]["val"]["count"] == 6
+
+
+def test_existing_pack_is_refused_with_exit_1(index_tree, tmp_path):
+    args = ["build", "folder", index_tree / "train", "--out", tmp_path / "p", "--size", 16, "-j", 1]
+    assert run(*args).exit_code == 0
+    r = run(*args)
+    assert r.exit_code == 1 and "already holds a pack" in r.output and "--overwrite" in r.output
+    assert run(*args, "--overwrite").exit_code == 0
+
+
+@pytest.mark.parametrize(
+    "args, code, text",
+    [
+        (["build", "imagenet", "/nonexistent/src", "--out", "OUT"], 1, "does not exist"),
+        (["build", "imagenet", "SRC", "--out", "OUT", "--resize", "stretch"], 2, "stretch"),
+        (["build", "imagenet", "SRC", "--out", "OUT", "--quality", "0"], 2, "quality"),
+        (["build", "imagenet", "SRC"], 2, "--out"),
+        (["info", "/nonexistent/pack"], 1, "no such pack"),
+    ],
+)
+def test_bad_input_exit_codes(index_tree, tmp_path, args, code, text):
+    args = [str(index_tree) if a == "SRC" else str(tmp_path / "o") if a == "OUT" else a for a in args]
+    r = run(*args)
+    assert r.exit_code == code and text in r.output
+
+
+def test_config_supplies_defaults_and_the_command_line_wins(index_tree, tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("size: 24\nresize: center-crop\nmode: raw\nworkers: 1\n")
+    r = run("build", "imagenet", index_tree, "--config", cfg, "--out", tmp_path / "a")
+    assert r.exit_code == 0, r.output
+    s = read_manifest(tmp_path / "a")["settings"]["image"]
+    assert (s["size"], s["resize"], s["mode"]) == (24, "center-crop", "raw")
+    r = run("build", "imagenet", index_tree, "--size", 20, "--config", cfg, "--out", tmp_path / "b")
+    assert read_manifest(tmp_path / "b")["settings"]["image"]["size"] == 20
+    cfg.write_text("sise: 24\n")
+    r = run("build", "imagenet", index_tree, "--config", cfg, "--out", tmp_path / "c")
+    assert r.exit_code == 2 and "unknown option 'sise'" in r.output
+
+
+def test_shipped_configs_are_valid(index_tree, tmp_path):
+    from pathlib import Path
+
+    configs = sorted((Path(__file__).parents[1] / "configs").glob("*.yaml"))
+    assert configs
+    for i, cfg in enumerate(configs):
+        r = run("build", "imagenet", index_tree, "--config", cfg, "--out", tmp_path / str(i), "--limit", 3, "-j", 1)
+        assert r.exit_code == 0, (cfg, r.output)
+
+
+def test_strict_exits_1_naming_the_file(tmp_path, index_tree):
+    import shutil
+
+    shutil.copytree(index_tree / "train", tmp_path / "src")
+    (tmp_path / "src" / "n00000000" / "broken.JPEG").write_bytes(b"")
+    r = run("build", "folder", tmp_path / "src", "--out", tmp_path / "p", "--size", 16, "--strict", "-j", 1)
+    assert r.exit_code == 1 and "broken.JPEG: empty file" in r.output
+    assert not (tmp_path / "p" / "manifest.json").exists()
+
+
+def test_help_is_fast_and_imports_no_torch():
+    code = "import sys; from dataprep.cli import main\ntry: main(['--help'])\nexcept SystemExit: pass\n" \
+           "print('torch' in sys.modules, 'cv2' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().endswith("False False")
+    for args in (["-m", "dataprep", "--help"], ["-m", "dataprep", "build", "imagenet", "--help"]):
+        r = subprocess.run([sys.executable, *args], capture_output=True, text=True)
+        assert r.returncode == 0 and "Usage:" in r.stdout
+
+
+@pytest.mark.corpus
+@pytest.mark.slow
+def test_real_photos_build_and_load(tmp_path):
+    src = corpus_dir("images")
+    r = run("build", "imagenet", src, "--out", tmp_path / "p", "--size", 128, "-j", 2, "--no-progress")
+    assert r.exit_code == 0, r.output
+    from dataprep.data.images import InMemoryImageDataset
+
+    ds = InMemoryImageDataset(tmp_path / "p")
+    assert len(ds) == 356 and ds.classes == ["lomiri", "mate", "opencv", "scenetext", "sklearn"]
+    assert all(min(ds.shapes[i][:2]) <= 128 for i in range(len(ds)))
+    img, label = ds[100]
+    assert img.shape[0] == 3 and ds.sources[100].startswith(f"train/{ds.classes[label]}/")
+
+
+@pytest.mark.corpus
+def test_awkward_corpus_as_a_class_folder(tmp_path):
+    awk = corpus_dir("awkward")
+    (tmp_path / "src" / "odd").mkdir(parents=True)
+    for f in awk.iterdir():
+        (tmp_path / "src" / "odd" / f.name).symlink_to(f)
+    r = run("build", "folder", tmp_path / "src", "--out", tmp_path / "p", "--size", 64, "-j", 1)
+    assert r.exit_code == 0 and "skipped: 1 empty file, 1 not an image, 1 truncated" in r.output
+    m = read_manifest(tmp_path / "p")
+    assert {s["source"]: s["reason"] for s in m["splits"]["train"]["skipped"]} == {
+        "odd/empty.JPEG": "empty file", "odd/garbage.JPEG": "not an image", "odd/truncated.JPEG": "truncated"}
+    assert m["splits"]["train"]["count"] == 11
