@@ -122,3 +122,13 @@ def test_awkward_corpus_as_a_class_folder(tmp_path):
     assert {s["source"]: s["reason"] for s in m["splits"]["train"]["skipped"]} == {
         "odd/empty.JPEG": "empty file", "odd/garbage.JPEG": "not an image", "odd/truncated.JPEG": "truncated"}
     assert m["splits"]["train"]["count"] == 11
+
+
+def test_console_script_is_installed():
+    from pathlib import Path
+
+    script = Path(sys.executable).parent / "dataprep"
+    if not script.exists():
+        pytest.skip(f"no console script beside {sys.executable} (package not pip-installed in this environment)")
+    r = subprocess.run([str(script), "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "build" in r.stdout and "info" in r.stdout
