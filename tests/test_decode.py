@@ -178,3 +178,16 @@ def test_awkward_corpus_file(name, reason):
     diff = np.abs(img.astype(int) - decode_cv2(ref.data, 3).astype(int)).mean()
     limit = 40 if name in ("gray.JPEG", "gray16.png", "gray16.tif", "alpha.png") else 6  # gray/alpha differ from the colour original
     assert diff < limit, f"{name} looks unlike the original photo (mean abs diff {diff:.1f})"
+
+
+def test_declared_enormous_dimensions_are_refused_from_the_header():
+    import struct
+    import zlib
+
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xFFFFFFFF)
+
+    bomb = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 60000, 60000, 8, 2, 0, 0, 0)) + chunk(b"IEND", b"")
+    with pytest.raises(ImageDecodeError) as e:
+        decode_source(bomb, "bomb.png", ImageSettings(size=64))  # 3.6 G pixels, 10.8 GB if decoded
+    assert e.value.reason == "too many pixels"

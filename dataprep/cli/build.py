@@ -55,13 +55,10 @@ def run_build(source, out, size, resize, upscale, grayscale, mode, quality, keep
         overwrite=overwrite,
     )
     total = sum(len(s.limited(limit).paths) for s in source.splits)
-    show = progress if progress is not None else None
     with click.progressbar(length=total, label="building", file=click.get_text_stream("stderr"),
                            show_pos=True, show_eta=True) as bar:
-        if show is False:
-            bar.is_hidden = True
-        elif show:
-            bar.is_hidden = False
+        if progress is not None:  # default: click shows it only on a terminal
+            bar.is_hidden = not progress
         summary = build_images(source, out, settings, progress=bar.update)
     for line in summary.lines():
         click.echo(line)

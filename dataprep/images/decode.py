@@ -73,10 +73,10 @@ def decode_source(data: bytes, path: str, settings: ImageSettings) -> Decoded:
         raise ImageDecodeError(path, "not an image", "unrecognised header")
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            Image.MAX_IMAGE_PIXELS = settings.max_pixels
+            # Our own limit (settings.max_pixels, checked below) decides; Pillow's global stays untouched.
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             im = Image.open(io.BytesIO(data))
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+    except Image.DecompressionBombError as e:
         raise ImageDecodeError(path, "too many pixels", str(e)) from None
     except Exception as e:  # Pillow raises many types for bad headers
         raise ImageDecodeError(path, "corrupt header", f"{type(e).__name__}: {e}") from None
