@@ -51,7 +51,7 @@ def build_image_shard(task: ShardTask) -> dict[str, Any]:
             p = _process(os.path.join(task.root, rel), task.image)
         except ImageDecodeError as e:
             if task.strict:
-                raise ImageDecodeError(rel, e.reason, e.detail) from None
+                raise ImageDecodeError(os.path.join(task.root, rel), e.reason, e.detail) from None
             skipped.append({"source": rel, "reason": e.reason, "detail": e.detail})
             continue
         items.append(p.data)

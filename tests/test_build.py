@@ -87,7 +87,7 @@ def test_strict_fails_naming_the_file_and_writes_no_manifest(index_tree, tmp_pat
     src = tmp_path / "src"
     shutil.copytree(index_tree / "train", src)
     (src / "n00000001" / "bad.JPEG").write_bytes(b"\xff\xd8\xff\xe0 truncated")
-    with pytest.raises(ImageDecodeError, match="bad.JPEG"):
+    with pytest.raises(ImageDecodeError, match=r"src/n00000001/bad.JPEG: corrupt"):
         build_images(scan_folder(src), tmp_path / "p", settings(strict=True))
     assert not (tmp_path / "p" / "manifest.json").exists()
 
@@ -137,3 +137,25 @@ def _raise(task):
 def test_a_worker_exception_reaches_the_driver():
     with pytest.raises(ImageDecodeError, match="some/file.JPEG"):
         run_tasks(_raise, [0, 1, 2], workers=2)
+
+
+@pytest.mark.corpus
+@pytest.mark.slow
+def test_kept_real_jpegs_serve_exactly_what_pillow_decodes(tmp_path):
+    from PIL import Image
+
+    from .conftest import corpus_dir
+
+    root = corpus_dir("images")
+    summary = build_images(scan_imagenet(root), tmp_path / "p", BuildSettings(ImageSettings(size=512), workers=2))
+    assert summary.splits[0].kept_jpeg > 100  # most of the corpus is already <= 512 px on the shorter side
+    ds = InMemoryImageDataset(tmp_path / "p", decode="cv2", as_numpy=True)
+    raw = InMemoryImageDataset(tmp_path / "p", decode="none", as_numpy=True)
+    checked = 0
+    for i in range(len(ds)):
+        src = root / ds.sources[i]
+        if raw[i][0].tobytes() == src.read_bytes():
+            with Image.open(src) as im:
+                assert np.array_equal(ds[i][0], np.asarray(im.convert("RGB"))), ds.sources[i]
+            checked += 1
+    assert checked == summary.splits[0].kept_jpeg
