@@ -7,6 +7,8 @@ recorded with its reason, unless `strict`; one bad file never stops a build.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
+import json
 import os
 import shutil
 import time
@@ -21,8 +23,8 @@ from . import __version__
 from .engine import run_tasks
 from .errors import ImageDecodeError, PackExistsError
 from .pack.fields import ImageField, blob_arrays, label_dtype
-from .pack.manifest import MANIFEST, is_pack, write_manifest
-from .pack.shard import remove_temporaries, shard_name, write_shard
+from .pack.manifest import FORMAT_VERSION, MANIFEST, is_pack, write_manifest
+from .pack.shard import remove_temporaries, reusable_shard, shard_name, write_shard
 from .settings import BuildSettings, ImageSettings
 from .sources import Source
 
@@ -39,10 +41,28 @@ class ShardTask:
     label_dtype: str
     image: ImageSettings
     strict: bool
+    resume: bool = False
+
+    def fingerprint(self) -> str:
+        """A digest of everything the shard's bytes depend on (its inputs, their order, the settings)."""
+        h = hashlib.sha256()
+        h.update(json.dumps([FORMAT_VERSION, self.index, self.image.to_dict(), self.label_dtype, self.strict]).encode())
+        for rel, label in zip(self.paths, self.labels.tolist()):
+            h.update(rel.encode("utf-8", "surrogateescape") + b"\0" + str(label).encode() + b"\n")
+        return h.hexdigest()
+
+
+_META = ("count", "skipped", "kept_jpeg", "source_bytes")
 
 
 def build_image_shard(task: ShardTask) -> dict[str, Any]:
-    """Process one shard's images and write the shard; return its manifest record."""
+    """Process one shard's images and write the shard; return its record (`reused` when a resumed
+    build found it finished and intact)."""
+    fp = task.fingerprint()
+    if task.resume:
+        rec = reusable_shard(Path(task.split_dir), task.index, fp)
+        if rec is not None:
+            return {"name": shard_name(task.index), "files": rec["files"], **{k: rec[k] for k in _META}, "reused": True}
     field_ = ImageField("raw" if task.image.mode == "raw" else "jpeg", task.image.fixed_shape, task.image.channels)
     items, shapes, labels, sources, skipped = [], [], [], [], []
     kept = source_bytes = 0
@@ -65,15 +85,9 @@ def build_image_shard(task: ShardTask) -> dict[str, Any]:
         "labels": np.asarray(labels, np.int64).astype(task.label_dtype),
         **blob_arrays(sources, "sources", "source_offsets"),
     }
-    files = write_shard(Path(task.split_dir), task.index, arrays)
-    return {
-        "name": shard_name(task.index),
-        "count": len(items),
-        "files": files,
-        "skipped": skipped,
-        "kept_jpeg": kept,
-        "source_bytes": source_bytes,
-    }
+    meta = {"count": len(items), "skipped": skipped, "kept_jpeg": kept, "source_bytes": source_bytes}
+    files = write_shard(Path(task.split_dir), task.index, arrays, {"fingerprint": fp, **meta})
+    return {"name": shard_name(task.index), "files": files, **meta, "reused": False}
 
 
 def _process(path: str, settings: ImageSettings):
@@ -91,6 +105,8 @@ class SplitSummary:
     bytes: int = 0
     source_bytes: int = 0
     kept_jpeg: int = 0
+    shards: int = 0
+    reused: int = 0
 
 
 @dataclass
@@ -113,30 +129,50 @@ class BuildSummary:
                 f"(from {s.source_bytes / 1e6:.1f} MB of sources; {s.kept_jpeg} JPEGs kept as they were); "
                 f"skipped: {skip}"
             )
+            if s.reused:
+                out.append(f"  {s.name}: resumed: {s.reused} of {s.shards} shards were finished and intact, {s.shards - s.reused} built")
         out.append(f"  {self.written} images in {self.seconds:.1f} s, {rate:.0f} images/s")
         return out
 
 
-def prepare_output(out: Path, overwrite: bool) -> None:
-    """Refuse to clobber a pack or foreign files; with `overwrite`, drop the old manifest first so a crash
-    during the rebuild never leaves a directory that claims to be complete."""
+def prepare_output(out: Path, overwrite: bool, resume: bool = False) -> None:
+    """Refuse to clobber a pack or foreign files. `overwrite` empties a pack or unfinished build;
+    `resume` keeps its shards for reuse. Either way the old manifest goes first, so a crash during
+    the rebuild never leaves a directory that claims to be complete."""
     if out.exists() and not out.is_dir():
         raise PackExistsError(f"{out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()):
         ours = is_pack(out) or all(p.is_dir() and _looks_like_split(p) for p in out.iterdir())
-        if not overwrite:
-            what = "a pack" if is_pack(out) else ("an unfinished build" if ours else "other files")
-            raise PackExistsError(f"{out}: already holds {what}; pass --overwrite to replace it, or choose another --out")
         if not ours:
-            raise PackExistsError(f"{out}: holds files that are not a dataprep pack; refusing to delete them")
+            raise PackExistsError(f"{out}: holds files that are not a dataprep pack; refusing to write into it")
+        if not (overwrite or resume):
+            if is_pack(out):
+                raise PackExistsError(f"{out}: already holds a pack; pass --overwrite to replace it, or choose another --out")
+            raise PackExistsError(
+                f"{out}: holds an unfinished build; pass --resume to continue it, or --overwrite to start again"
+            )
         (out / MANIFEST).unlink(missing_ok=True)
-        for p in out.iterdir():
-            shutil.rmtree(p) if p.is_dir() else p.unlink()
+        if overwrite:
+            for p in out.iterdir():
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
     out.mkdir(parents=True, exist_ok=True)
 
 
 def _looks_like_split(p: Path) -> bool:
     return all(c.is_dir() and (c.name.isdigit() or c.name.startswith(".tmp-")) for c in p.iterdir())
+
+
+def _remove_unplanned(out: Path, planned: dict[str, int]) -> None:
+    """After a resumed build: drop shards and splits an earlier plan made that this one does not have."""
+    for split_dir in out.iterdir():
+        if not split_dir.is_dir():
+            continue
+        n = planned.get(split_dir.name)
+        for shard in split_dir.iterdir():
+            if n is None or not shard.name.isdigit() or int(shard.name) >= n:
+                shutil.rmtree(shard, ignore_errors=True)
+        if n is None:
+            shutil.rmtree(split_dir, ignore_errors=True)
 
 
 def build_images(
@@ -147,7 +183,7 @@ def build_images(
 ) -> BuildSummary:
     """Build an image pack from `source` into `out`; return the summary. `progress(n)` is told of n more images."""
     out = Path(out)
-    prepare_output(out, settings.overwrite)
+    prepare_output(out, settings.overwrite, settings.resume)
     t0 = time.perf_counter()
     ldt = label_dtype(len(source.classes)).str
     tasks: list[ShardTask] = []
@@ -159,7 +195,7 @@ def build_images(
             tasks.append(
                 ShardTask(
                     str(source.root), str(out / split.name), k, tuple(split.paths[start : start + per]),
-                    split.labels[start : start + per], ldt, settings.image, settings.strict,
+                    split.labels[start : start + per], ldt, settings.image, settings.strict, settings.resume,
                 )
             )
             plan.append((split.name, k))
@@ -175,6 +211,7 @@ def build_images(
     finally:
         for split in splits:
             remove_temporaries(out / split.name)
+    _remove_unplanned(out, {sp.name: sum(1 for name, _ in plan if name == sp.name) for sp in splits})
 
     field_ = ImageField("raw" if settings.image.mode == "raw" else "jpeg", settings.image.fixed_shape, settings.image.channels)
     summaries, split_entries = [], {}
@@ -188,6 +225,8 @@ def build_images(
         summ.bytes = sum(f["bytes"] for r in recs for f in r["files"].values())
         summ.source_bytes = sum(r.pop("source_bytes") for r in recs)
         summ.kept_jpeg = sum(r.pop("kept_jpeg") for r in recs)
+        summ.shards = len(recs)
+        summ.reused = sum(r.pop("reused") for r in recs)
         summaries.append(summ)
         split_entries[split.name] = {
             "count": summ.written,

@@ -65,12 +65,15 @@ class BuildSettings:
     shard_size: int | None = None
     strict: bool = False
     overwrite: bool = False
+    resume: bool = False
 
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise DataprepError(f"workers must be at least 1, got {self.workers}")
         if self.limit is not None and self.limit < 1:
             raise DataprepError(f"limit must be at least 1, got {self.limit}")
+        if self.overwrite and self.resume:
+            raise DataprepError("--overwrite and --resume contradict each other: choose one")
         if self.shard_size is not None and self.shard_size < 1:
             raise DataprepError(f"shard_size must be at least 1, got {self.shard_size}")
 
@@ -85,5 +88,5 @@ class BuildSettings:
         return max(16, min(1024, -(-count // 64)))
 
     def to_dict(self) -> dict[str, Any]:
-        d = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("image", "workers", "overwrite")}
+        d = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("image", "workers", "overwrite", "resume")}
         return {"image": self.image.to_dict(), **d}

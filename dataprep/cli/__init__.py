@@ -41,6 +41,7 @@ class LazyGroup(click.Group):
         "build": ("dataprep.cli.build", "build"),
         "info": ("dataprep.cli.info", "info"),
         "demo": ("dataprep.cli.demo", "demo"),
+        "verify": ("dataprep.cli.verify", "verify"),
     },
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )

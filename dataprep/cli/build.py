@@ -33,7 +33,10 @@ def image_build_options(f):
         click.option("--limit", type=click.IntRange(1), default=None, help="Build only N images per split, spread over the classes."),
         click.option("--shard-size", type=click.IntRange(1), default=None, help="Images per shard [default: from the split's size]."),
         click.option("--strict/--skip-bad", default=False, show_default=True, help="Fail on the first undecodable file instead of skipping it."),
-        click.option("--overwrite", is_flag=True, help="Replace a pack already in --out."),
+        click.option("--overwrite", is_flag=True, help="Replace a pack or unfinished build already in --out."),
+        click.option("--resume", is_flag=True,
+                     help="Continue an interrupted build: shards finished with the same inputs and settings, "
+                          "and intact by checksum, are kept; the rest are built."),
         click.option("--allow-empty-classes", is_flag=True, help="Accept class folders with no images."),
         click.option("--progress/--no-progress", default=None, help="Progress bar [default: when stderr is a terminal]."),
         config_option,
@@ -44,7 +47,7 @@ def image_build_options(f):
 
 
 def run_build(source, out, size, resize, upscale, grayscale, mode, quality, keep_jpeg, workers, limit,
-              shard_size, strict, overwrite, progress) -> None:
+              shard_size, strict, overwrite, resume, progress) -> None:
     from ..build import build_images
     from ..settings import BuildSettings, ImageSettings
 
@@ -52,14 +55,20 @@ def run_build(source, out, size, resize, upscale, grayscale, mode, quality, keep
         ImageSettings(size=size, resize=resize, upscale=upscale, grayscale=grayscale, mode=mode,
                       quality=quality, keep_jpeg=keep_jpeg),
         workers=workers or os.cpu_count() or 1, limit=limit, shard_size=shard_size, strict=strict,
-        overwrite=overwrite,
+        overwrite=overwrite, resume=resume,
     )
     total = sum(len(s.limited(limit).paths) for s in source.splits)
     with click.progressbar(length=total, label="building", file=click.get_text_stream("stderr"),
                            show_pos=True, show_eta=True) as bar:
         if progress is not None:  # default: click shows it only on a terminal
             bar.is_hidden = not progress
-        summary = build_images(source, out, settings, progress=bar.update)
+        try:
+            summary = build_images(source, out, settings, progress=bar.update)
+        except KeyboardInterrupt:
+            bar.is_hidden = True
+            click.echo(f"\ninterrupted: workers stopped, finished shards kept in {out}; "
+                       "run the same command with --resume to continue", err=True)
+            click.get_current_context().exit(130)
     for line in summary.lines():
         click.echo(line)
 

@@ -59,6 +59,13 @@ class InMemoryImageDataset(Dataset):
 
     # -- loading -------------------------------------------------------------------------------
     def _load(self) -> None:
+        try:
+            self._read()
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            # The manifest parsed as JSON but its structure is not what the format says.
+            raise PackError(f"{self.pack}/manifest.json: malformed ({type(e).__name__}: {e})") from None
+
+    def _read(self) -> None:
         m = read_manifest(self.pack)
         if m["kind"] != "images":
             raise PackError(f"{self.pack}: a {m['kind']!r} pack, not an image pack")

@@ -7,7 +7,9 @@ explicit little-endian dtypes) so numpy alone can open them.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
+import json
 import os
 import shutil
 from pathlib import Path
@@ -18,6 +20,8 @@ import numpy as np
 from ..errors import PackError
 
 TMP_PREFIX = ".tmp-"
+SHARD_RECORD = "shard.json"
+_CHUNK = 16 << 20  # read in 16 MiB pieces so hashing overlaps with the page cache's readahead
 
 
 class _HashingWriter:
@@ -38,18 +42,23 @@ def shard_name(index: int) -> str:
     return f"{index:05d}"
 
 
-def write_shard(split_dir: Path, index: int, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
-    """Write `arrays` as NAME.npy into split_dir/NNNNN atomically; return {file: {bytes, sha256, dtype, shape}}."""
-    split_dir.mkdir(parents=True, exist_ok=True)
+def write_shard(split_dir: Path, index: int, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> dict[str, Any]:
+    """Write `arrays` as NAME.npy, plus `shard.json` (the file records and `meta`), into split_dir/NNNNN
+    atomically; return the file records {file: {bytes, sha256, dtype, shape}}.
+
+    `shard.json` is what lets a resumed build trust a finished shard: it is written inside the
+    temporary directory, before the rename that makes the shard visible.
+    """
     final = split_dir / shard_name(index)
     tmp = split_dir / f"{TMP_PREFIX}{shard_name(index)}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
     files: dict[str, Any] = {}
     try:
+        split_dir.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
         for name, arr in arrays.items():
-            if arr.dtype.byteorder == ">" or (arr.dtype.byteorder == "=" and np.little_endian is False):
+            if arr.dtype.byteorder == ">" or (arr.dtype.byteorder == "=" and not np.little_endian):
                 raise ValueError(f"{name}: refusing a big-endian array")
             arr = np.ascontiguousarray(arr)
             fname = f"{name}.npy"
@@ -58,19 +67,42 @@ def write_shard(split_dir: Path, index: int, arrays: dict[str, np.ndarray]) -> d
                 np.lib.format.write_array(hw, arr, allow_pickle=False)
                 f.flush()
                 os.fsync(f.fileno())
-            files[fname] = {
-                "bytes": hw.n,
-                "sha256": hw.sha.hexdigest(),
-                "dtype": arr.dtype.str,
-                "shape": list(arr.shape),
-            }
+            files[fname] = {"bytes": hw.n, "sha256": hw.sha.hexdigest(), "dtype": arr.dtype.str, "shape": list(arr.shape)}
+        with open(tmp / SHARD_RECORD, "w", encoding="utf-8") as f:
+            json.dump({"files": files, **meta}, f)
+            f.flush()
+            os.fsync(f.fileno())
         if final.exists():
             shutil.rmtree(final)
         os.rename(tmp, final)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        hint = ""
+        if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            hint = "; the disk is full or a file-size limit was reached: free space, then rerun with --resume"
+        raise PackError(f"{final}: cannot write shard ({e.strerror or e}){hint}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return files
+
+
+def reusable_shard(split_dir: Path, index: int, fingerprint: str) -> dict[str, Any] | None:
+    """The record of a finished shard that was made from the same inputs and settings and whose files
+    all still match their checksums; None when the shard must be (re)built."""
+    d = split_dir / shard_name(index)
+    try:
+        with open(d / SHARD_RECORD, encoding="utf-8") as f:
+            rec = json.load(f)
+        if rec.get("fingerprint") != fingerprint:
+            return None
+        for fname, frec in rec["files"].items():
+            p = d / fname
+            if p.stat().st_size != frec["bytes"] or file_sha256(p) != frec["sha256"]:
+                return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return rec
 
 
 def remove_temporaries(split_dir: Path) -> int:
@@ -90,6 +122,14 @@ def open_npy(path: Path, record: dict[str, Any]) -> tuple[Any, int, tuple[int, .
     Every mismatch (missing file, wrong size, wrong dtype or shape, Fortran order) is a PackError
     naming the file, so a damaged pack fails here, never deep inside a DataLoader worker.
     """
+    if not (
+        isinstance(record, dict)
+        and isinstance(record.get("bytes"), int)
+        and isinstance(record.get("dtype"), str)
+        and isinstance(record.get("shape"), list)
+        and isinstance(record.get("sha256"), str)
+    ):
+        raise PackError(f"{path}: malformed file record in the manifest")
     try:
         f = open(path, "rb")
     except OSError as e:
@@ -124,24 +164,36 @@ def open_npy(path: Path, record: dict[str, Any]) -> tuple[Any, int, tuple[int, .
 
 
 def read_npy_into(path: Path, record: dict[str, Any], out: np.ndarray | None = None, verify: bool = False) -> np.ndarray:
-    """Read a shard file into `out` (a contiguous buffer of the right size) or a new array."""
+    """Read a shard file into `out` (a contiguous buffer of the right size) or a new array.
+
+    With `verify`, the sha256 of the whole file is computed in the same pass and compared with the
+    manifest's, so a checked load reads every byte once.
+    """
     f, offset, shape, dtype = open_npy(path, record)
     with f:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if out is None:
             out = np.empty(shape, dtype)
-        elif out.nbytes != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
+        elif out.nbytes != nbytes:
             raise PackError(f"{path}: size differs from the manifest's totals")
+        sha = None
+        if verify:
+            f.seek(0)
+            sha = hashlib.sha256(f.read(offset))
         view = memoryview(out.reshape(-1).view(np.uint8))
         got = 0
-        while got < len(view):
-            n = f.readinto(view[got:])
+        while got < nbytes:
+            n = f.readinto(view[got : got + _CHUNK])
             if not n:
                 raise PackError(f"{path}: file ended early")
+            if sha is not None:
+                sha.update(view[got : got + n])
             got += n
-    if verify:
-        f2 = open(path, "rb")
-        with f2:
-            digest = hashlib.file_digest(f2, "sha256").hexdigest()
-        if digest != record["sha256"]:
-            raise PackError(f"{path}: checksum mismatch (sha256 {digest[:12]}..., manifest {record['sha256'][:12]}...)")
+    if sha is not None and sha.hexdigest() != record["sha256"]:
+        raise PackError(f"{path}: checksum mismatch (sha256 {sha.hexdigest()[:12]}..., manifest {record['sha256'][:12]}...)")
     return out.reshape(shape) if out.shape != shape else out
+
+
+def file_sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
