@@ -134,6 +134,7 @@ def test_full_disk_fails_clearly_then_resume_completes(tree, tmp_path):
 
 
 def test_ctrl_c_stops_everything_and_says_how_to_resume(tree, tmp_path):
+    shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     victim, data = plug(tree)
     out = tmp_path / "out"
     p = start(build_args(tree, out))
@@ -147,6 +148,8 @@ def test_ctrl_c_stops_everything_and_says_how_to_resume(tree, tmp_path):
     assert group_gone(p.pid), "a worker outlived the build"
     assert not list((out / "train").glob(".tmp-*")) and not (out / "manifest.json").exists()
     assert len(finished_shards(out)) == SHARDS - 1
+    if os.path.isdir("/dev/shm"):
+        assert set(os.listdir("/dev/shm")) <= shm_before  # no semaphore or segment left behind
     unplug(victim, data)
     assert cli(*build_args(tree, out, "--resume")).exit_code == 0
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from dataprep.build import build_images
 from dataprep.data.images import InMemoryImageDataset
 from dataprep.errors import PackError
-from dataprep.pack.fields import load_blob
+from dataprep.pack.fields import LoadContext, load_blob
 from dataprep.pack.manifest import read_manifest
 from dataprep.pack.shard import write_shard
 from dataprep.settings import BuildSettings, ImageSettings
@@ -104,7 +104,7 @@ def test_offsets_validation(tmp_path, sizes, noise, replace):
     files = write_shard(split, 0, {"images": blob, "offsets": offsets}, {})
     shard = {"name": "00000", "count": len(sizes), "files": files}
     try:
-        data, offs = load_blob(split, [shard], "images", "offsets", verify=True)
+        data, offs = load_blob(split, [shard], "images", "offsets", LoadContext(verify=True))
     except PackError:
         assert replace  # intact offsets always load
         return

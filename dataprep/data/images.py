@@ -15,8 +15,8 @@ import torch
 from torch.utils.data import Dataset
 
 from ..errors import DataprepError, PackError
-from ..pack.fields import ImageField, Strings, load_blob, load_rows
-from ..pack.manifest import read_manifest
+from ..pack.fields import take_rows
+from .cache import open_split
 from .decoders import DECODERS
 
 
@@ -31,6 +31,10 @@ class InMemoryImageDataset(Dataset):
         transform: called on each image (a CHW uint8 tensor, or HWC numpy with `as_numpy`).
         as_numpy: return HWC uint8 numpy arrays instead of CHW uint8 tensors.
         verify: check every shard file's sha256 against the manifest while loading.
+        cache: where the split lives: "ram" (this process, shared by forked workers), "mmap" (the
+            pack's files mapped: the page cache is one copy for all workers and ranks) or "shm"
+            (one copy in /dev/shm per machine, shared by every process and rank); see data/cache.py.
+        progress: report loading progress on stderr [default: for splits of 1 GiB or more].
 
     `dataset[i]` gives `(image, label)`; `dataset[[i, j, ...]]` gives one collated batch
     `(images N x C x H x W uint8 in channels-last memory, labels int64)`; `__getitems__` gives a
@@ -46,6 +50,8 @@ class InMemoryImageDataset(Dataset):
         transform: Callable[[Any], Any] | None = None,
         as_numpy: bool = False,
         verify: bool = False,
+        cache: str = "ram",
+        progress: bool | None = None,
     ):
         if decode not in DECODERS:
             raise DataprepError(f"unknown decode {decode!r}; choose one of {sorted(DECODERS)}")
@@ -55,6 +61,8 @@ class InMemoryImageDataset(Dataset):
         self.transform = transform
         self.as_numpy = as_numpy
         self.verify = verify
+        self.cache = cache
+        self.progress = progress
         self._load()
 
     # -- loading -------------------------------------------------------------------------------
@@ -66,38 +74,22 @@ class InMemoryImageDataset(Dataset):
             raise PackError(f"{self.pack}/manifest.json: malformed ({type(e).__name__}: {e})") from None
 
     def _read(self) -> None:
-        m = read_manifest(self.pack)
-        if m["kind"] != "images":
-            raise PackError(f"{self.pack}: a {m['kind']!r} pack, not an image pack")
-        if self.split not in m["splits"]:
-            raise PackError(f"{self.pack}: no split {self.split!r}; the pack has {sorted(m['splits'])}")
-        entry = m["splits"][self.split]
-        shards = entry["shards"]
-        split_dir = self.pack / self.split
-        self.field = ImageField.from_manifest(m["fields"]["image"], self.pack)
-        arrays = self.field.load(split_dir, shards, self.verify)
-        label = m["fields"]["label"]
-        labels = load_rows(split_dir, shards, "labels", np.dtype(label["dtype"]), (), self.verify)
-        n = len(labels)
-        if n != entry["count"] or len(arrays["shapes"]) != n:
-            raise PackError(f"{split_dir}: manifest counts {entry['count']} samples, shards hold {n}")
-        if n and int(labels.max()) >= int(label["num_classes"]):
-            raise PackError(f"{split_dir}: a label is {int(labels.max())}, but the pack has {label['num_classes']} classes")
-        src_blob, src_off = load_blob(split_dir, shards, "sources", "source_offsets", self.verify)
-        for a in (*arrays.values(), labels, src_blob, src_off):
-            a.setflags(write=False)  # the cache is shared: nobody may scribble on it
-        self._pixels = arrays.get("pixels")
-        self._blob, self._offsets = arrays.get("blob"), arrays.get("offsets")
-        self._shapes = arrays["shapes"]
-        self._labels = labels
-        self.sources = Strings(src_blob, src_off)
-        self.classes: list[str] = list(m["classes"])
-        self.class_names: list[str] | None = m.get("class_names")
-        self.manifest = m
+        c = open_split(self.pack, self.split, self.cache, self.verify, self.progress)
+        self.field = c.field
+        self._pixels = c.arrays["images"] if c.field.fixed else None
+        self._blob = None if c.field.fixed else c.arrays["images"]
+        self._offsets = c.arrays.get("offsets")
+        self._shapes = c.arrays["shapes"]
+        self._labels = c.arrays["labels"]
+        self._cached = c  # keeps a shared-memory segment attached for as long as the dataset lives
+        self.sources = c.sources
+        self.classes: list[str] = list(c.manifest["classes"])
+        self.class_names: list[str] | None = c.manifest.get("class_names")
+        self.manifest = c.manifest
 
     def __getstate__(self) -> dict[str, Any]:
         # Spawned workers get the recipe, not the cache: a few hundred bytes through the pipe.
-        keys = ("pack", "split", "decode", "transform", "as_numpy", "verify")
+        keys = ("pack", "split", "decode", "transform", "as_numpy", "verify", "cache", "progress")
         return {k: self.__dict__[k] for k in keys}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -120,15 +112,19 @@ class InMemoryImageDataset(Dataset):
 
     @property
     def nbytes(self) -> int:
-        """RAM held by this split's buffers."""
-        arrays = (self._pixels, self._blob, self._offsets, self._shapes, self._labels)
-        return sum(a.nbytes for a in arrays if a is not None)
+        """Bytes of this split's arrays (in RAM, shared memory or mapped files, by cache mode)."""
+        return self._cached.nbytes
+
+    @property
+    def segment(self) -> str | None:
+        """The shared-memory segment's path with cache="shm"."""
+        return str(self._cached.segment.path) if self._cached.segment else None
 
     # -- serving -------------------------------------------------------------------------------
     def image(self, i: int) -> np.ndarray:
         """Sample i's pixels (HWC uint8, a private copy), or its stored bytes with decode="none"."""
         if self._pixels is not None:
-            return self._pixels[i].copy()
+            return np.array(self._pixels[i])
         buf = self._blob[self._offsets[i] : self._offsets[i + 1]]
         if self.field.encoding == "raw":
             return buf.reshape(self._shapes[i]).copy()
@@ -170,7 +166,7 @@ class InMemoryImageDataset(Dataset):
 
     def _gather(self, idx: np.ndarray) -> torch.Tensor:
         out = np.empty((len(idx), *self._pixels.shape[1:]), np.uint8)
-        np.take(self._pixels, idx, axis=0, out=out)
+        take_rows(self._pixels, idx, out)
         return torch.from_numpy(out).permute(0, 3, 1, 2)
 
     def batch(self, indices) -> tuple[Any, torch.Tensor]:

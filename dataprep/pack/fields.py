@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from ..errors import PackError
-from .shard import read_npy_into
+from .shard import map_npy, read_npy_into
 
 OFFSETS = np.dtype("<i8")
 SHAPES = np.dtype("<i4")
@@ -41,45 +41,147 @@ def blob_arrays(chunks: Sequence[np.ndarray], blob: str, offsets: str) -> dict[s
 def _shard_file(split_dir: Path, shard: dict[str, Any], name: str) -> tuple[Path, dict[str, Any]]:
     fname = f"{name}.npy"
     rec = shard.get("files", {}).get(fname)
-    if rec is None:
-        raise PackError(f"{split_dir / shard['name']}: manifest lists no {fname}")
-    return split_dir / shard["name"] / fname, rec
+    if not isinstance(rec, dict) or not isinstance(rec.get("shape"), list) or not rec["shape"]:
+        raise PackError(f"{split_dir / str(shard.get('name'))}: manifest lists no usable {fname}")
+    return split_dir / str(shard["name"]) / fname, rec
 
 
-def load_blob(split_dir: Path, shards: list[dict], blob: str, offsets: str, verify: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Read every shard's blob and offsets into one contiguous blob and one global offsets array, checking both."""
-    sizes = [_shard_file(split_dir, s, blob)[1]["shape"][0] for s in shards]
-    counts = [int(s["count"]) for s in shards]
-    data = np.empty(sum(sizes), BYTES)
-    offs = np.empty(sum(counts) + 1, OFFSETS)
+def _alloc(key: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    return np.empty(shape, dtype)
+
+
+@dataclass
+class LoadContext:
+    """How a split's arrays are brought in: where buffers come from (`alloc(key, shape, dtype)`: private
+    RAM by default, a shared-memory segment for cache="shm"), whether the big image arrays are mapped
+    from the shard files instead of read (cache="mmap"), checksum verification, and progress in bytes."""
+
+    verify: bool = False
+    alloc: Callable[[str, tuple[int, ...], np.dtype], np.ndarray] = _alloc
+    map_images: bool = False
+    progress: Callable[[int], None] | None = None
+
+    def read(self, path: Path, rec: dict[str, Any], out: np.ndarray | None = None) -> np.ndarray:
+        arr = read_npy_into(path, rec, out, self.verify)
+        if self.progress:
+            self.progress(arr.nbytes)
+        return arr
+
+    def map(self, path: Path, rec: dict[str, Any]) -> np.ndarray:
+        arr = map_npy(path, rec, self.verify)
+        if self.progress:
+            self.progress(arr.nbytes)
+        return arr
+
+
+def counts(shards: list[dict]) -> list[int]:
+    try:
+        out = [int(s["count"]) for s in shards]
+    except (KeyError, TypeError, ValueError) as e:
+        raise PackError(f"malformed shard entry in the manifest ({e})") from None
+    if any(n < 0 for n in out):
+        raise PackError("a shard entry in the manifest has a negative count")
+    return out
+
+
+def blob_shapes(split_dir: Path, shards: list[dict], blob: str, offsets: str) -> tuple[tuple[int], tuple[int]]:
+    """Shapes of the concatenated blob and the global offsets of a blob field."""
+    size = sum(int(_shard_file(split_dir, s, blob)[1]["shape"][0]) for s in shards)
+    return (size,), (sum(counts(shards)) + 1,)
+
+
+def rows_shape(shards: list[dict], row_shape: tuple) -> tuple[int, ...]:
+    return (sum(counts(shards)), *row_shape)
+
+
+def load_blob(split_dir: Path, shards: list[dict], blob: str, offsets: str, ctx: LoadContext | None = None,
+              map_data: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Read every shard's blob and offsets into one contiguous blob (or map each shard's, as Segments)
+    and one global offsets array, checking both."""
+    ctx = ctx or LoadContext()
+    (total,), (noffs,) = blob_shapes(split_dir, shards, blob, offsets)
+    data = None if map_data else ctx.alloc(blob, (total,), BYTES)
+    parts = []
+    offs = ctx.alloc(offsets, (noffs,), OFFSETS)
     pos = start = 0
-    for s, size, n in zip(shards, sizes, counts):
+    for s, n in zip(shards, counts(shards)):
         path, rec = _shard_file(split_dir, s, blob)
-        read_npy_into(path, rec, data[pos : pos + size], verify)
+        size = int(rec["shape"][0])
+        if map_data:
+            parts.append(ctx.map(path, rec))
+        else:
+            ctx.read(path, rec, data[pos : pos + size])
         opath, orec = _shard_file(split_dir, s, offsets)
         if orec["shape"] != [n + 1]:
             raise PackError(f"{opath}: holds {orec['shape']} offsets for {n} samples")
-        local = read_npy_into(opath, orec, verify=verify)
+        local = ctx.read(opath, orec)
         if local[0] != 0 or local[-1] != size or (n and np.any(np.diff(local) < 0)):
             raise PackError(f"{opath}: offsets are not monotonic within the {size}-byte blob {path.name}")
         offs[start : start + n] = local[:-1] + pos
         pos += size
         start += n
     offs[-1] = pos
-    return data, offs
+    return (Segments(parts) if map_data else data), offs
 
 
-def load_rows(split_dir: Path, shards: list[dict], name: str, dtype: np.dtype, row_shape: tuple, verify: bool) -> np.ndarray:
-    """Read a fixed-shape array (labels, shapes, pixels) of every shard into one (N, *row_shape) array."""
-    counts = [int(s["count"]) for s in shards]
-    out = np.empty((sum(counts), *row_shape), dtype)
+def load_rows(split_dir: Path, shards: list[dict], name: str, dtype: np.dtype, row_shape: tuple,
+              ctx: LoadContext | None = None, map_data: bool = False) -> np.ndarray:
+    """Read a fixed-shape array (labels, shapes, pixels) of every shard into one (N, *row_shape) array,
+    or map each shard's (as Segments)."""
+    ctx = ctx or LoadContext()
+    out = None if map_data else ctx.alloc(name, rows_shape(shards, row_shape), dtype)
+    parts = []
     start = 0
-    for s, n in zip(shards, counts):
+    for s, n in zip(shards, counts(shards)):
         path, rec = _shard_file(split_dir, s, name)
-        if rec["shape"] != [n, *row_shape] or np.dtype(rec["dtype"]) != dtype:
-            raise PackError(f"{path}: holds {rec['dtype']} {rec['shape']}, expected {dtype.str} {[n, *row_shape]}")
-        read_npy_into(path, rec, out[start : start + n], verify)
+        if rec["shape"] != [n, *row_shape] or rec.get("dtype") != dtype.str:
+            raise PackError(f"{path}: holds {rec.get('dtype')} {rec['shape']}, expected {dtype.str} {[n, *row_shape]}")
+        if map_data:
+            parts.append(ctx.map(path, rec))
+        else:
+            ctx.read(path, rec, out[start : start + n])
         start += n
+    return Segments(parts) if map_data else out
+
+
+class Segments:
+    """One logical array kept as several pieces (one per shard file, memory-mapped), addressed by
+    global row; a slice must fall within one piece, which holds for samples (none spans shards)."""
+
+    def __init__(self, parts: list[np.ndarray]):
+        self.parts = parts
+        self.starts = np.zeros(len(parts) + 1, np.int64)
+        np.cumsum([len(p) for p in parts], out=self.starts[1:])
+        self.dtype = parts[0].dtype if parts else BYTES
+        self.shape = (int(self.starts[-1]), *(parts[0].shape[1:] if parts else ()))
+        self.nbytes = sum(p.nbytes for p in parts)
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def _part(self, i: int) -> int:
+        return int(np.searchsorted(self.starts, i, "right")) - 1
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            k = self._part(key.start)
+            base = self.starts[k]
+            return self.parts[k][key.start - base : key.stop - base]
+        k = self._part(key)
+        return self.parts[k][key - self.starts[k]]
+
+    def setflags(self, write: bool) -> None:
+        pass  # maps are opened read-only
+
+
+def take_rows(arr, idx: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Gather rows `idx` of an array or Segments into the preallocated `out`."""
+    if not isinstance(arr, Segments):
+        return np.take(arr, idx, axis=0, out=out)
+    part = np.searchsorted(arr.starts, idx, "right") - 1
+    for k in np.unique(part):
+        sel = part == k
+        out[sel] = arr.parts[k][idx[sel] - arr.starts[k]]
     return out
 
 
@@ -144,14 +246,24 @@ class ImageField:
             return {"images": pix.astype(BYTES, copy=False), "shapes": shp}
         return {**blob_arrays(items, "images", "offsets"), "shapes": shp}
 
-    def load(self, split_dir: Path, shards: list[dict], verify: bool) -> dict[str, np.ndarray]:
-        shapes = load_rows(split_dir, shards, "shapes", SHAPES, (3,), verify)
+    def layout(self, split_dir: Path, shards: list[dict]) -> list[tuple[str, tuple[int, ...], np.dtype]]:
+        """Every array `load` allocates: (key, shape, dtype), in load order."""
+        out = [("shapes", rows_shape(shards, (3,)), SHAPES)]
         if self.fixed:
-            pixels = load_rows(split_dir, shards, "images", BYTES, self.shape, verify)
-            return {"pixels": pixels, "shapes": shapes}
-        blob, offsets = load_blob(split_dir, shards, "images", "offsets", verify)
+            return out + [("images", rows_shape(shards, self.shape), BYTES)]
+        blob, offs = blob_shapes(split_dir, shards, "images", "offsets")
+        return out + [("images", blob, BYTES), ("offsets", offs, OFFSETS)]
+
+    def load(self, split_dir: Path, shards: list[dict], ctx: LoadContext | None = None) -> dict[str, Any]:
+        """The arrays of `layout`, by key: "images" is (N, H, W, C) pixels when `fixed`, else the byte blob."""
+        ctx = ctx or LoadContext()
+        shapes = load_rows(split_dir, shards, "shapes", SHAPES, (3,), ctx)
+        if self.fixed:
+            pixels = load_rows(split_dir, shards, "images", BYTES, self.shape, ctx, map_data=ctx.map_images)
+            return {"images": pixels, "shapes": shapes}
+        blob, offsets = load_blob(split_dir, shards, "images", "offsets", ctx, map_data=ctx.map_images)
         if len(shapes) and (np.any(shapes <= 0) or np.any(shapes[:, 2] != self.channels)):
             raise PackError(f"{split_dir}: shapes.npy holds non-positive sizes or a channel count other than {self.channels}")
         if self.encoding == "raw" and not np.array_equal(np.diff(offsets), shapes.prod(axis=1)):
             raise PackError(f"{split_dir}: raw image sizes disagree with their shapes")
-        return {"blob": blob, "offsets": offsets, "shapes": shapes}
+        return {"images": blob, "offsets": offsets, "shapes": shapes}

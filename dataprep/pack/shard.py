@@ -194,6 +194,17 @@ def read_npy_into(path: Path, record: dict[str, Any], out: np.ndarray | None = N
     return out.reshape(shape) if out.shape != shape else out
 
 
+def map_npy(path: Path, record: dict[str, Any], verify: bool = False) -> np.ndarray:
+    """Memory-map a shard file read-only after checking its header (and, with `verify`, its checksum)."""
+    f, offset, shape, dtype = open_npy(path, record)
+    f.close()
+    if verify and file_sha256(path) != record["sha256"]:
+        raise PackError(f"{path}: checksum mismatch")
+    if int(np.prod(shape, dtype=np.int64)) == 0:
+        return np.empty(shape, dtype)  # mmap cannot map zero bytes
+    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
+
+
 def file_sha256(path: Path) -> str:
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()

@@ -10,7 +10,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import PackError
-from .fields import ImageField, Strings, load_blob, load_rows
+from .fields import ImageField, LoadContext, Strings, load_blob, load_rows
 from .manifest import MANIFEST, read_manifest
 
 
@@ -47,9 +47,10 @@ def verify_pack(pack: str | os.PathLike, decode: bool = False, progress: Callabl
         for shard in entry.get("shards", []):
             where = split_dir / str(shard.get("name"))
             try:
-                arrays = img.load(split_dir, [shard], verify=True)
-                labels = load_rows(split_dir, [shard], "labels", ldt, (), True)
-                sources = Strings(*load_blob(split_dir, [shard], "sources", "source_offsets", True))
+                ctx = LoadContext(verify=True)
+                arrays = img.load(split_dir, [shard], ctx)
+                labels = load_rows(split_dir, [shard], "labels", ldt, (), ctx)
+                sources = Strings(*load_blob(split_dir, [shard], "sources", "source_offsets", ctx))
                 if len(labels) and int(labels.max()) >= ncls:
                     rep.problems.append((str(where / "labels.npy"), f"label {int(labels.max())} >= {ncls} classes"))
                 if decode and img.encoding == "jpeg":
@@ -73,7 +74,7 @@ def verify_pack(pack: str | os.PathLike, decode: bool = False, progress: Callabl
 def _decode_all(arrays, channels: int, sources: Strings, where: Path, rep: Report) -> int:
     from ..data.decoders import decode_cv2
 
-    blob, offsets, shapes = arrays["blob"], arrays["offsets"], arrays["shapes"]
+    blob, offsets, shapes = arrays["images"], arrays["offsets"], arrays["shapes"]
     for k in range(len(offsets) - 1):
         img = decode_cv2(blob[offsets[k] : offsets[k + 1]], channels)
         if img is None:

@@ -1,0 +1,292 @@
+"""Cache stage: takes a pack's split and a cache mode, gives its arrays in memory, one copy per machine.
+
+- "ram":  read into this process's memory as a few contiguous buffers; forked DataLoader workers share
+          them (numpy buffers have no per-object reference counts to copy on read).
+- "mmap": map the pack's shard files; the OS page cache is the one copy for every worker and every rank.
+          Small arrays (offsets, labels, shapes, paths) are read into RAM.
+- "shm":  copy the split once into a file in /dev/shm named after the pack's identity, and map it in
+          every process on the node (torchrun ranks included). Every user holds a shared lock on the
+          segment's lock file while attached; a process that finds no complete segment takes the lock
+          exclusively (waiting for the others), fills a temporary file and publishes it by rename. The
+          last user to leave (its exclusive try succeeds) removes the segment. A segment a
+          crash left behind is complete (it was renamed only when full) and is reused; a half-filled
+          temporary one is replaced. Never a FileExistsError.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import mmap
+import os
+import sys
+import tempfile
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import DataprepError, PackError
+from ..pack.fields import BYTES, OFFSETS, ImageField, LoadContext, Strings, blob_shapes, load_blob, load_rows, rows_shape
+from ..pack.manifest import MANIFEST, read_manifest
+
+CACHE_MODES = ("ram", "mmap", "shm")
+SHM_DIR = Path(os.environ.get("DATAPREP_SHM_DIR", "/dev/shm"))
+_MAGIC = b"DPSHM\x00v1"
+_ALIGN = 4096
+PROGRESS_BYTES = 1 << 30  # show loading progress by default from 1 GiB up
+
+
+@dataclass
+class CachedSplit:
+    """A split's arrays, wherever they live, plus what describes them."""
+
+    manifest: dict[str, Any]
+    field: ImageField
+    arrays: dict[str, Any]  # by layout key: images (+ offsets), shapes, labels, sources, source_offsets
+    sources: Strings
+    segment: "ShmSegment | None" = None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.arrays.values())
+
+
+def layout(pack: Path, split: str, m: dict[str, Any], img: ImageField) -> list[tuple[str, tuple[int, ...], np.dtype]]:
+    """Every array a split loads: (key, shape, dtype), in load order."""
+    shards = m["splits"][split]["shards"]
+    split_dir = pack / split
+    src_blob, src_offs = blob_shapes(split_dir, shards, "sources", "source_offsets")
+    return [
+        *img.layout(split_dir, shards),
+        ("labels", rows_shape(shards, ()), np.dtype(m["fields"]["label"]["dtype"])),
+        ("sources", src_blob, BYTES),
+        ("source_offsets", src_offs, OFFSETS),
+    ]
+
+
+def _nbytes(shape, dtype) -> int:
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
+def open_split(pack: str | os.PathLike, split: str, cache: str = "ram", verify: bool = False,
+               progress: bool | None = None) -> CachedSplit:
+    """Bring a split of an image pack into memory according to `cache`; check it on the way."""
+    if cache not in CACHE_MODES:
+        raise DataprepError(f"unknown cache mode {cache!r}; choose one of {list(CACHE_MODES)}")
+    pack = Path(pack)
+    m = read_manifest(pack)
+    if m["kind"] != "images":
+        raise PackError(f"{pack}: a {m['kind']!r} pack, not an image pack")
+    if split not in m["splits"]:
+        raise PackError(f"{pack}: no split {split!r}; the pack has {sorted(m['splits'])}")
+    img = ImageField.from_manifest(m["fields"]["image"], pack / MANIFEST)
+    plan = layout(pack, split, m, img)
+    total = sum(_nbytes(s, d) for _, s, d in plan)
+    if cache == "ram":
+        _check_ram(pack, total)
+    report = _Progress(f"{pack}/{split}", cache, total) if (progress or (progress is None and total >= PROGRESS_BYTES)) else None
+    ctx = LoadContext(verify=verify, map_images=cache == "mmap", progress=report.add if report else None)
+    segment = None
+    if cache == "shm":
+        segment = ShmSegment.attach(pack, split, plan, lambda alloc: _load(pack, split, m, img, LoadContext(verify, alloc, False, ctx.progress)))
+        arrays = segment.arrays
+    else:
+        arrays = _load(pack, split, m, img, ctx)
+    if report:
+        report.done()
+    for a in arrays.values():
+        a.setflags(write=False)  # the cache is shared: nobody may scribble on it
+    n = len(arrays["labels"])
+    entry = m["splits"][split]
+    if n != entry["count"] or len(arrays["shapes"]) != n:
+        raise PackError(f"{pack / split}: manifest counts {entry['count']} samples, shards hold {n}")
+    ncls = int(m["fields"]["label"]["num_classes"])
+    if n and int(arrays["labels"].max()) >= ncls:
+        raise PackError(f"{pack / split}: a label is {int(arrays['labels'].max())}, but the pack has {ncls} classes")
+    return CachedSplit(m, img, arrays, Strings(arrays["sources"], arrays["source_offsets"]), segment)
+
+
+def _load(pack: Path, split: str, m: dict, img: ImageField, ctx: LoadContext) -> dict[str, Any]:
+    shards = m["splits"][split]["shards"]
+    split_dir = pack / split
+    arrays = img.load(split_dir, shards, ctx)
+    arrays["labels"] = load_rows(split_dir, shards, "labels", np.dtype(m["fields"]["label"]["dtype"]), (), ctx)
+    arrays["sources"], arrays["source_offsets"] = load_blob(split_dir, shards, "sources", "source_offsets", ctx)
+    return arrays
+
+
+def available_ram() -> int:
+    """MemAvailable from /proc/meminfo (bytes), or a large number where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 1 << 62
+
+
+def _check_ram(pack: Path, total: int) -> None:
+    free = available_ram()
+    if total > free:
+        raise DataprepError(
+            f"{pack}: loading it with cache='ram' needs {total / 1e9:.2f} GB, but only {free / 1e9:.2f} GB are "
+            "available; use cache='mmap' (the page cache holds what fits and shares it) or free memory"
+        )
+
+
+class _Progress:
+    def __init__(self, what: str, cache: str, total: int):
+        self.what, self.cache, self.total = what, cache, max(total, 1)
+        self.got = 0
+        self.t0 = self.last = time.perf_counter()
+
+    def add(self, n: int) -> None:
+        self.got += n
+        now = time.perf_counter()
+        if now - self.last >= 0.5:
+            self.last = now
+            self._line(now)
+
+    def _line(self, now: float, end: str = "\r") -> None:
+        rate = self.got / max(now - self.t0, 1e-9)
+        print(f"loading {self.what} ({self.cache}): {self.got / 1e6:,.0f} of {self.total / 1e6:,.0f} MB "
+              f"({100 * min(self.got, self.total) / self.total:.0f}%), {rate / 1e9:.2f} GB/s", end=end, file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        self._line(time.perf_counter(), end="\n")
+
+
+# -- shared memory ------------------------------------------------------------------------------------
+def _lock_dir() -> Path:
+    d = Path(tempfile.gettempdir()) / "dataprep-locks"
+    d.mkdir(exist_ok=True)
+    return d
+
+
+def segment_name(pack: Path, split: str) -> str:
+    """Named after the manifest's bytes (which hold every shard's checksum): the same pack content gives the
+    same segment, a rebuilt pack a new one."""
+    digest = hashlib.sha256((pack / MANIFEST).read_bytes() + b"\0" + split.encode()).hexdigest()
+    return f"dataprep-{digest[:24]}"
+
+
+@dataclass
+class ShmSegment:
+    path: Path
+    lock_fd: int
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    created: bool = False
+
+    @classmethod
+    def attach(cls, pack: Path, split: str, plan: list, fill: Callable[[Callable], dict[str, Any]]) -> "ShmSegment":
+        name = segment_name(pack, split)
+        path = SHM_DIR / name
+        offsets, total = _offsets(plan)
+        fd = os.open(_lock_dir() / f"{name}.lock", os.O_CREAT | os.O_RDWR, 0o666)
+        try:
+            created = False
+            fcntl.flock(fd, fcntl.LOCK_SH)  # a user: the segment cannot be removed under us
+            if not _complete(path, total):
+                fcntl.flock(fd, fcntl.LOCK_EX)  # one filler; the others wait here until it is published
+                if not _complete(path, total):  # somebody may have filled it while we waited
+                    _create(path, pack, split, plan, offsets, total, fill)
+                    created = True
+                fcntl.flock(fd, fcntl.LOCK_SH)
+            mm = _map(path)
+            arrays = {k: np.frombuffer(mm, d, int(np.prod(s, dtype=np.int64)), offsets[k]).reshape(s) for k, s, d in plan}
+        except BaseException:
+            os.close(fd)
+            raise
+        seg = cls(path, fd, arrays, created)
+        weakref.finalize(seg, _release, fd, path, os.getpid())
+        return seg
+
+
+def _offsets(plan) -> tuple[dict[str, int], int]:
+    pos, out = _ALIGN, {}  # the first page holds the header
+    for key, shape, dtype in plan:
+        out[key] = pos
+        pos += -(-_nbytes(shape, dtype) // _ALIGN) * _ALIGN
+    return out, pos
+
+
+def _complete(path: Path, total: int) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return os.fstat(f.fileno()).st_size == total and f.read(len(_MAGIC)) == _MAGIC
+    except OSError:
+        return False
+
+
+def _create(path: Path, pack: Path, split: str, plan, offsets: dict[str, int], total: int, fill) -> None:
+    for stale in list(path.parent.glob(path.name + ".tmp-*")) + [path]:
+        stale.unlink(missing_ok=True)  # a crash mid-fill, or a segment of the wrong size
+    st = os.statvfs(path.parent)
+    if st.f_bavail * st.f_frsize < total:
+        raise DataprepError(
+            f"{path.parent}: {total / 1e9:.2f} GB needed for {pack}/{split} with cache='shm', "
+            f"{st.f_bavail * st.f_frsize / 1e9:.2f} GB free; use cache='mmap' or enlarge {path.parent}"
+        )
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w+b") as f:
+            f.truncate(total)
+            mm = mmap.mmap(f.fileno(), total)
+            header = json.dumps({"pack": str(pack.resolve()), "split": split, "layout": [[k, list(s), np.dtype(d).str] for k, s, d in plan]}).encode()
+            if len(_MAGIC) + 8 + len(header) > _ALIGN:
+                header = b"{}"
+            views = {k: np.frombuffer(mm, d, int(np.prod(s, dtype=np.int64)), offsets[k]).reshape(s) for k, s, d in plan}
+
+            def alloc(key, shape, dtype):
+                v = views[key]
+                if v.shape != tuple(shape) or v.dtype != np.dtype(dtype):
+                    raise PackError(f"{pack}/{split}: {key} is {shape} {dtype}, the layout said {v.shape} {v.dtype}")
+                return v
+
+            fill(alloc)
+            del views
+            mm[len(_MAGIC) : len(_MAGIC) + 8] = len(header).to_bytes(8, "little")
+            mm[len(_MAGIC) + 8 : len(_MAGIC) + 8 + len(header)] = header
+            mm[: len(_MAGIC)] = _MAGIC  # last: a segment without the magic is never taken as complete
+            mm.close()
+        os.rename(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _map(path: Path) -> mmap.mmap:
+    with open(path, "rb") as f:
+        return mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+
+
+def _release(fd: int, path: Path, pid: int) -> None:
+    """Drop this process's use of the segment; the last user (exclusive lock free) removes it."""
+    if os.getpid() != pid:
+        return  # a forked child inherited the object: the parent owns the lock
+    lock_path = _lock_dir() / f"{path.name}.lock"
+    try:
+        os.close(fd)
+        fd2 = os.open(lock_path, os.O_RDWR)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd2, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd2)  # somebody still uses it
+        return
+    try:
+        path.unlink(missing_ok=True)
+    finally:
+        os.close(fd2)
+
+
+def list_segments() -> list[Path]:
+    """dataprep's segments in the shared-memory directory (complete or not)."""
+    return sorted(SHM_DIR.glob("dataprep-*")) if SHM_DIR.is_dir() else []

@@ -1,0 +1,170 @@
+"""Cache modes: ram, mmap and shm serve identical samples; shm is one segment per machine, cleaned up by
+its last user, and a segment a crash left behind is reused or replaced, never a FileExistsError."""
+import gc
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from dataprep.build import build_images
+from dataprep.data import cache as cache_mod
+from dataprep.data.images import InMemoryImageDataset
+from dataprep.errors import DataprepError, PackError
+from dataprep.pack.fields import Segments
+from dataprep.settings import BuildSettings, ImageSettings
+from dataprep.sources import scan_imagenet
+from dataprep.synthetic import decode_index
+
+MODES = ["ram", "mmap", "shm"]
+
+
+@pytest.fixture(scope="module")
+def packs(index_tree, tmp_path_factory):
+    base = tmp_path_factory.mktemp("cache")
+    out = {}
+    for name, image in {
+        "raw": dict(mode="raw", resize="center-crop"),
+        "jpeg": dict(resize="center-crop", keep_jpeg=False),
+        "varsize": dict(mode="raw", size=256),
+    }.items():
+        build_images(scan_imagenet(index_tree), base / name, BuildSettings(ImageSettings(**{"size": 32, **image}), shard_size=5))
+        out[name] = base / name
+    return out
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_segments():
+    before = set(cache_mod.list_segments())
+    yield
+    gc.collect()
+    assert set(cache_mod.list_segments()) == before, "a test left a shared-memory segment behind"
+
+
+@pytest.mark.parametrize("kind", ["raw", "jpeg", "varsize"])
+@pytest.mark.parametrize("mode", MODES)
+def test_every_mode_serves_the_same_samples(packs, kind, mode):
+    ref = InMemoryImageDataset(packs[kind], cache="ram", as_numpy=True)
+    ds = InMemoryImageDataset(packs[kind], cache=mode, as_numpy=True)
+    assert len(ds) == len(ref) == 18
+    for i in range(len(ds)):
+        a, la = ds[i]
+        b, lb = ref[i]
+        assert np.array_equal(a, b) and la == lb and ds.sources[i] == ref.sources[i]
+    if kind != "varsize":
+        idx = [17, 0, 9, 4, 5]
+        xa, ya = ds[idx]
+        xb, yb = ref[idx]
+        assert np.array_equal(xa, xb) and torch.equal(ya, yb)
+
+
+def test_mmap_maps_the_shard_files(packs):
+    ds = InMemoryImageDataset(packs["raw"], cache="mmap")
+    assert isinstance(ds._pixels, Segments) and len(ds._pixels.parts) == 4
+    assert all(isinstance(p, np.memmap) and not p.flags.writeable for p in ds._pixels.parts)
+
+
+@pytest.mark.parametrize("mode", ["mmap", "shm"])
+@pytest.mark.parametrize("ctx", ["fork", "spawn"])
+def test_dataloader_workers_over_shared_caches(packs, mode, ctx):
+    ds = InMemoryImageDataset(packs["jpeg"], cache=mode)
+    seen = []
+    loader = DataLoader(ds, batch_size=4, shuffle=True, num_workers=2, multiprocessing_context=ctx)
+    for images, _ in loader:
+        seen += [decode_index(im.permute(1, 2, 0).numpy()) for im in images]
+    assert sorted(seen) == list(range(18))
+
+
+def test_shm_is_one_segment_per_pack_and_the_last_user_removes_it(packs):
+    a = InMemoryImageDataset(packs["raw"], cache="shm")
+    b = InMemoryImageDataset(packs["raw"], cache="shm")
+    assert a.segment == b.segment and os.path.exists(a.segment)
+    assert a._cached.segment.created and not b._cached.segment.created
+    path = a.segment
+    del a
+    gc.collect()
+    assert os.path.exists(path)  # b still uses it
+    del b
+    gc.collect()
+    assert not os.path.exists(path)
+
+
+CRASH = """
+import os, sys
+from dataprep.data.images import InMemoryImageDataset
+ds = InMemoryImageDataset(sys.argv[1], cache="shm")
+print(ds.segment, flush=True)
+os.kill(os.getpid(), 9)
+"""
+
+
+def test_a_segment_left_by_a_crash_is_reused(packs):
+    p = subprocess.run([sys.executable, "-c", CRASH, str(packs["jpeg"])], capture_output=True, text=True)
+    assert p.returncode == -signal.SIGKILL
+    path = p.stdout.strip()
+    assert os.path.exists(path)  # the crash left it
+    ds = InMemoryImageDataset(packs["jpeg"], cache="shm")
+    assert ds.segment == path and not ds._cached.segment.created  # reused, no FileExistsError
+    ref = InMemoryImageDataset(packs["jpeg"])
+    assert all(np.array_equal(ds.image(i), ref.image(i)) for i in range(len(ds)))
+    del ds
+    gc.collect()
+    assert not os.path.exists(path)
+
+
+def test_a_half_filled_or_damaged_segment_is_replaced(packs):
+    name = cache_mod.segment_name(packs["raw"], "train")
+    half = cache_mod.SHM_DIR / f"{name}.tmp-99999"
+    half.write_bytes(b"\0" * 100)  # a filler that died mid-copy
+    wrong = cache_mod.SHM_DIR / name
+    wrong.write_bytes(b"not a segment")  # a segment of the wrong size
+    ds = InMemoryImageDataset(packs["raw"], cache="shm", as_numpy=True)
+    assert ds._cached.segment.created and not half.exists()
+    assert decode_index(ds[11][0]) == 11
+    del ds
+    gc.collect()
+
+
+def test_shm_after_the_pack_changes_is_a_new_segment(packs, tmp_path):
+    import shutil
+
+    p = tmp_path / "p"
+    shutil.copytree(packs["raw"], p)
+    a = InMemoryImageDataset(p, cache="shm")
+    m = (p / "manifest.json").read_text()
+    (p / "manifest.json").write_text(m.replace('"created"', '"created" ', 1))
+    b = InMemoryImageDataset(p, cache="shm")
+    assert a.segment != b.segment
+    del a, b
+    gc.collect()
+
+
+def test_bad_cache_and_too_little_ram(packs, monkeypatch):
+    with pytest.raises(DataprepError, match="unknown cache mode 'disk'"):
+        InMemoryImageDataset(packs["raw"], cache="disk")
+    monkeypatch.setattr(cache_mod, "available_ram", lambda: 1000)
+    with pytest.raises(DataprepError, match=r"cache='ram' needs .* use cache='mmap'"):
+        InMemoryImageDataset(packs["raw"], cache="ram")
+    InMemoryImageDataset(packs["raw"], cache="mmap")  # mapping needs no free RAM up front
+
+
+def test_damaged_pack_is_a_packerror_in_every_mode(packs, tmp_path):
+    import shutil
+
+    p = tmp_path / "p"
+    shutil.copytree(packs["jpeg"], p)
+    f = p / "train" / "00002" / "images.npy"
+    f.write_bytes(f.read_bytes()[:-3])
+    for mode in MODES:
+        with pytest.raises(PackError, match="00002/images.npy"):
+            InMemoryImageDataset(p, cache=mode)
+
+
+def test_progress_is_reported_when_asked(packs, capsys):
+    InMemoryImageDataset(packs["raw"], cache="ram", progress=True)
+    err = capsys.readouterr().err
+    assert "loading" in err and "(ram)" in err and "100%" in err
