@@ -42,6 +42,7 @@ class LazyGroup(click.Group):
         "info": ("dataprep.cli.info", "info"),
         "demo": ("dataprep.cli.demo", "demo"),
         "verify": ("dataprep.cli.verify", "verify"),
+        "plan": ("dataprep.cli.plan", "plan"),
     },
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
