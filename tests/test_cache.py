@@ -168,3 +168,27 @@ def test_progress_is_reported_when_asked(packs, capsys):
     InMemoryImageDataset(packs["raw"], cache="ram", progress=True)
     err = capsys.readouterr().err
     assert "loading" in err and "(ram)" in err and "100%" in err
+
+
+RACE = """
+import sys, time
+from dataprep.data.images import InMemoryImageDataset
+start = float(sys.argv[2])
+time.sleep(max(0.0, start - time.time()))  # all racers attach at the same moment
+ds = InMemoryImageDataset(sys.argv[1], cache="shm")
+print(ds.segment, ds._cached.segment.created, flush=True)
+time.sleep(0.5)  # stay attached while the others arrive
+"""
+
+
+def test_racing_processes_fill_once_and_never_deadlock(packs):
+    import time
+
+    start = time.time() + 2.0
+    procs = [subprocess.Popen([sys.executable, "-c", RACE, str(packs["varsize"]), str(start)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    outs = [p.communicate(timeout=60) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
+    lines = [o.split() for o, _ in outs]
+    assert len({seg for seg, _ in lines}) == 1
+    assert sorted(created for _, created in lines) == ["False", "False", "False", "True"]

@@ -5,10 +5,10 @@
 - "mmap": map the pack's shard files; the OS page cache is the one copy for every worker and every rank.
           Small arrays (offsets, labels, shapes, paths) are read into RAM.
 - "shm":  copy the split once into a file in /dev/shm named after the pack's identity, and map it in
-          every process on the node (torchrun ranks included). Every user holds a shared lock on the
-          segment's lock file while attached; a process that finds no complete segment takes the lock
-          exclusively (waiting for the others), fills a temporary file and publishes it by rename. The
-          last user to leave (its exclusive try succeeds) removes the segment. A segment a
+          every process on the node (torchrun ranks included). Two lock files per segment: "fill" is
+          held exclusively, briefly, to check for the segment and fill it if missing (a temporary
+          file, published by rename); "users" is held shared by every process attached. The last user
+          to leave (its exclusive try on "users", under "fill") removes the segment. A segment a
           crash left behind is complete (it was renamed only when full) and is reused; a half-filled
           temporary one is replaced. Never a FileExistsError.
 """
@@ -179,7 +179,7 @@ def segment_name(pack: Path, split: str) -> str:
 @dataclass
 class ShmSegment:
     path: Path
-    lock_fd: int
+    users_fd: int
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     created: bool = False
 
@@ -188,23 +188,26 @@ class ShmSegment:
         name = segment_name(pack, split)
         path = SHM_DIR / name
         offsets, total = _offsets(plan)
-        fd = os.open(_lock_dir() / f"{name}.lock", os.O_CREAT | os.O_RDWR, 0o666)
+        fill_fd = os.open(_lock_dir() / f"{name}.fill", os.O_CREAT | os.O_RDWR, 0o666)
+        users_fd = os.open(_lock_dir() / f"{name}.users", os.O_CREAT | os.O_RDWR, 0o666)
         try:
             created = False
-            fcntl.flock(fd, fcntl.LOCK_SH)  # a user: the segment cannot be removed under us
-            if not _complete(path, total):
-                fcntl.flock(fd, fcntl.LOCK_EX)  # one filler; the others wait here until it is published
-                if not _complete(path, total):  # somebody may have filled it while we waited
+            fcntl.flock(fill_fd, fcntl.LOCK_EX)  # one process checks or fills at a time; held briefly
+            try:
+                if not _complete(path, total):
                     _create(path, pack, split, plan, offsets, total, fill)
                     created = True
-                fcntl.flock(fd, fcntl.LOCK_SH)
+                fcntl.flock(users_fd, fcntl.LOCK_SH)  # a user until released: the segment stays
+            finally:
+                fcntl.flock(fill_fd, fcntl.LOCK_UN)
+                os.close(fill_fd)
             mm = _map(path)
             arrays = {k: np.frombuffer(mm, d, int(np.prod(s, dtype=np.int64)), offsets[k]).reshape(s) for k, s, d in plan}
         except BaseException:
-            os.close(fd)
+            os.close(users_fd)
             raise
-        seg = cls(path, fd, arrays, created)
-        weakref.finalize(seg, _release, fd, path, os.getpid())
+        seg = cls(path, users_fd, arrays, created)
+        weakref.finalize(seg, _release, users_fd, path, os.getpid())
         return seg
 
 
@@ -266,25 +269,31 @@ def _map(path: Path) -> mmap.mmap:
         return mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
 
 
-def _release(fd: int, path: Path, pid: int) -> None:
-    """Drop this process's use of the segment; the last user (exclusive lock free) removes it."""
+def _release(users_fd: int, path: Path, pid: int) -> None:
+    """Drop this process's use of the segment; the last user removes it.
+
+    Lock order is the same as in `attach` (fill, then users), so a process attaching at this moment
+    either sees the segment before it goes or fills a new one after.
+    """
     if os.getpid() != pid:
         return  # a forked child inherited the object: the parent owns the lock
-    lock_path = _lock_dir() / f"{path.name}.lock"
     try:
-        os.close(fd)
-        fd2 = os.open(lock_path, os.O_RDWR)
+        os.close(users_fd)
+        fill_fd = os.open(_lock_dir() / f"{path.name}.fill", os.O_RDWR)
     except OSError:
         return
     try:
-        fcntl.flock(fd2, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd2)  # somebody still uses it
-        return
-    try:
-        path.unlink(missing_ok=True)
+        fcntl.flock(fill_fd, fcntl.LOCK_EX)
+        users = os.open(_lock_dir() / f"{path.name}.users", os.O_RDWR)
+        try:
+            fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            path.unlink(missing_ok=True)  # nobody else holds it: we were the last user
+        except OSError:
+            pass  # somebody still uses it
+        finally:
+            os.close(users)
     finally:
-        os.close(fd2)
+        os.close(fill_fd)
 
 
 def list_segments() -> list[Path]:
