@@ -10,6 +10,7 @@ from .errors import DataprepError, PackError  # noqa: E402  (light: no heavy imp
 
 _LAZY = {
     "InMemoryImageDataset": ("dataprep.data.images", "InMemoryImageDataset"),
+    "Loader": ("dataprep.loader", "Loader"),
     "build_images": ("dataprep.build", "build_images"),
     "read_manifest": ("dataprep.pack.manifest", "read_manifest"),
 }

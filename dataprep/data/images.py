@@ -15,6 +15,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ..errors import DataprepError, PackError
+from ..images.resize import center_crop_into
 from ..pack.fields import take_rows
 from .cache import open_split
 from .decoders import DECODERS
@@ -168,6 +169,35 @@ class InMemoryImageDataset(Dataset):
         out = np.empty((len(idx), *self._pixels.shape[1:]), np.uint8)
         take_rows(self._pixels, idx, out)
         return torch.from_numpy(out).permute(0, 3, 1, 2)
+
+    # -- the batch-fetch protocol the fast Loader uses -------------------------------------------
+    def batch_layout(self, crop: tuple[int, int] | None = None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """What one sample occupies in a batch buffer: {"images": ((H, W, C), uint8), "labels": ((), int64)}.
+        Variable-size packs need `crop` (H, W): each image's central window, padded where smaller."""
+        c = self.field.channels
+        if crop is not None:
+            shape = (int(crop[0]), int(crop[1]), c)
+        elif self._pixels is not None:
+            shape = tuple(int(v) for v in self._pixels.shape[1:])
+        else:
+            shapes = {tuple(s) for s in self._shapes.tolist()}
+            if len(shapes) != 1:
+                raise DataprepError(f"{self.pack}/{self.split}: images have {len(shapes)} sizes; pass crop=(H, W)")
+            shape = shapes.pop()
+        return {"images": (shape, np.dtype(np.uint8)), "labels": ((), np.dtype(np.int64))}
+
+    def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray]) -> None:
+        """Write samples `idx` into the preallocated rows of `out` (shaped as `batch_layout` says):
+        decoded packs by one gather, JPEG packs decoded one by one straight into their row."""
+        if self.transform is not None:
+            raise DataprepError("the batch path serves uint8 pixels; apply transforms to the batch (on the GPU)")
+        images, n = out["images"], len(idx)
+        out["labels"][:n] = self._labels[idx]
+        if self._pixels is not None and images.shape[1:] == self._pixels.shape[1:]:
+            take_rows(self._pixels, idx, images[:n])
+            return
+        for k, i in enumerate(idx):
+            center_crop_into(self.image(int(i)), images[k])
 
     def batch(self, indices) -> tuple[Any, torch.Tensor]:
         """A whole batch: images (N, C, H, W) uint8 in channels-last memory, or (N, H, W, C) numpy with

@@ -84,3 +84,18 @@ def apply(pixels: np.ndarray, geom: Geometry) -> np.ndarray:
     y, x = (oh - ph) // 2, (ow - pw) // 2
     out[y : y + ph, x : x + pw] = pixels
     return out
+
+
+def center_crop_into(pixels: np.ndarray, out: np.ndarray) -> None:
+    """Write the central out.shape[:2] window of `pixels` into `out` (black borders where it is smaller)."""
+    oh, ow = out.shape[:2]
+    h, w = pixels.shape[:2]
+    top, left = max(0, (h - oh) // 2), max(0, (w - ow) // 2)
+    src = pixels[top : top + oh, left : left + ow]
+    sh, sw = src.shape[:2]
+    if (sh, sw) == (oh, ow):
+        out[...] = src
+        return
+    out[...] = 0
+    y, x = (oh - sh) // 2, (ow - sw) // 2
+    out[y : y + sh, x : x + sw] = src
