@@ -63,37 +63,50 @@ def build_image_shard(task: ShardTask) -> dict[str, Any]:
         rec = reusable_shard(Path(task.split_dir), task.index, fp)
         if rec is not None:
             return {"name": shard_name(task.index), "files": rec["files"], **{k: rec[k] for k in _META}, "reused": True}
-    field_ = ImageField("raw" if task.image.mode == "raw" else "jpeg", task.image.fixed_shape, task.image.channels)
-    items, shapes, labels, sources, skipped = [], [], [], [], []
+    fields = image_fields(task.image)
+    levels: list[list] = [[] for _ in fields]
+    shapes: list[list] = [[] for _ in fields]
+    labels, sources, skipped = [], [], []
     kept = source_bytes = 0
     for rel, label in zip(task.paths, task.labels):
         try:
-            p = _process(os.path.join(task.root, rel), task.image)
+            done = _process(os.path.join(task.root, rel), task.image)
         except ImageDecodeError as e:
             if task.strict:
                 raise ImageDecodeError(os.path.join(task.root, rel), e.reason, e.detail) from None
             skipped.append({"source": rel, "reason": e.reason, "detail": e.detail})
-            continue
-        items.append(p.data)
-        shapes.append(p.shape)
+            continue  # skipped at one size is skipped at all: the sizes come from one decode
+        for k, p in enumerate(done):
+            levels[k].append(p.data)
+            shapes[k].append(p.shape)
         labels.append(label)
         sources.append(np.frombuffer(rel.encode("utf-8", "surrogateescape"), np.uint8))
-        kept += p.kept
-        source_bytes += p.source_bytes
-    arrays = {
-        **field_.shard_arrays(items, shapes),
+        kept += done[0].kept
+        source_bytes += done[0].source_bytes
+    arrays = {}
+    for k, f in enumerate(fields.values()):
+        arrays.update(f.shard_arrays(levels[k], shapes[k]))
+    arrays.update({
         "labels": np.asarray(labels, np.int64).astype(task.label_dtype),
         **blob_arrays(sources, "sources", "source_offsets"),
-    }
-    meta = {"count": len(items), "skipped": skipped, "kept_jpeg": kept, "source_bytes": source_bytes}
+    })
+    meta = {"count": len(labels), "skipped": skipped, "kept_jpeg": kept, "source_bytes": source_bytes}
     files = write_shard(Path(task.split_dir), task.index, arrays, {"fingerprint": fp, **meta})
     return {"name": shard_name(task.index), "files": files, **meta, "reused": False}
 
 
 def _process(path: str, settings: ImageSettings):
-    from .images.process import process_image
+    from .images.process import process_levels
 
-    return process_image(path, settings)
+    return process_levels(path, settings)
+
+
+def image_fields(image: ImageSettings) -> dict[str, ImageField]:
+    """The manifest's image fields: "image", or "image@R" for every resolution of a multi-resolution build."""
+    enc = "raw" if image.mode == "raw" else "jpeg"
+    if not image.multires:
+        return {"image": ImageField(enc, image.fixed_shape(), image.channels)}
+    return {f"image@{s}": ImageField(enc, image.fixed_shape(s), image.channels, f"_r{s}") for s in image.all_sizes}
 
 
 @dataclass
@@ -213,7 +226,6 @@ def build_images(
             remove_temporaries(out / split.name)
     _remove_unplanned(out, {sp.name: sum(1 for name, _ in plan if name == sp.name) for sp in splits})
 
-    field_ = ImageField("raw" if settings.image.mode == "raw" else "jpeg", settings.image.fixed_shape, settings.image.channels)
     summaries, split_entries = [], {}
     for split in splits:
         recs = [r for (name, _), r in zip(plan, records) if name == split.name]
@@ -247,8 +259,9 @@ def build_images(
             "settings": settings.to_dict(),
             "classes": source.classes,
             "class_names": source.class_names,
+            **({"resolutions": sorted(settings.image.all_sizes)} if settings.image.multires else {}),
             "fields": {
-                "image": field_.to_manifest(),
+                **{k: f.to_manifest() for k, f in image_fields(settings.image).items()},
                 "label": {"dtype": ldt, "num_classes": len(source.classes), "arrays": ["labels"]},
                 "source": {"encoding": "utf-8", "relative_to": "source.root", "arrays": ["sources", "source_offsets"]},
             },

@@ -18,6 +18,7 @@ class ImageSettings:
     """
 
     size: int = 512
+    sizes: tuple[int, ...] = ()  # several resolutions in one pass (then `size` is their largest)
     resize: str = "shorter"
     upscale: bool = False
     grayscale: bool = False
@@ -29,8 +30,13 @@ class ImageSettings:
     def __post_init__(self) -> None:
         from .images.resize import RESIZE_MODES  # registry: the only list of valid modes
 
-        if not 8 <= self.size <= 16384:
-            raise DataprepError(f"size must be between 8 and 16384 pixels, got {self.size}")
+        if self.sizes:
+            sizes = tuple(sorted({int(x) for x in self.sizes}, reverse=True))
+            object.__setattr__(self, "sizes", sizes if len(sizes) > 1 else ())
+            object.__setattr__(self, "size", sizes[0])
+        for size in self.all_sizes:
+            if not 8 <= size <= 16384:
+                raise DataprepError(f"size must be between 8 and 16384 pixels, got {size}")
         if self.resize not in RESIZE_MODES:
             raise DataprepError(f"unknown resize mode {self.resize!r}; choose one of {sorted(RESIZE_MODES)}")
         if self.mode not in IMAGE_MODES:
@@ -41,15 +47,25 @@ class ImageSettings:
             raise DataprepError("max_pixels must be positive")
 
     @property
+    def all_sizes(self) -> tuple[int, ...]:
+        """Every resolution built, largest first."""
+        return self.sizes or (self.size,)
+
+    @property
+    def multires(self) -> bool:
+        return len(self.sizes) > 1
+
+    @property
     def channels(self) -> int:
         return 1 if self.grayscale else 3
 
-    @property
-    def fixed_shape(self) -> tuple[int, int, int] | None:
-        """The (H, W, C) every sample has, when the resize mode makes all samples one shape."""
+    def fixed_shape(self, size: int | None = None) -> tuple[int, int, int] | None:
+        """The (H, W, C) every sample has at `size` (default: the largest), when the resize mode makes all
+        samples one shape."""
         from .images.resize import RESIZE_MODES
 
-        return (self.size, self.size, self.channels) if RESIZE_MODES[self.resize].square else None
+        size = size or self.size
+        return (size, size, self.channels) if RESIZE_MODES[self.resize].square else None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -117,7 +117,7 @@ def test_a_segment_left_by_a_crash_is_reused(packs):
 
 
 def test_a_half_filled_or_damaged_segment_is_replaced(packs):
-    name = cache_mod.segment_name(packs["raw"], "train")
+    name = cache_mod.segment_name(packs["raw"], "train/image")
     half = cache_mod.SHM_DIR / f"{name}.tmp-99999"
     half.write_bytes(b"\0" * 100)  # a filler that died mid-copy
     wrong = cache_mod.SHM_DIR / name

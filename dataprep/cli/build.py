@@ -10,11 +10,25 @@ from ..settings import IMAGE_MODES
 from .config import config_option
 
 
+def _sizes(ctx, param, value):
+    if value in (None, ""):
+        return ()
+    try:
+        sizes = tuple(int(v) for v in str(value).split(",") if v.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a list of sizes like 128,192,256", ctx, param) from None
+    if not sizes or any(not 8 <= s <= 16384 for s in sizes):
+        raise click.BadParameter("sizes must be between 8 and 16384", ctx, param)
+    return sizes
+
+
 def image_build_options(f):
     """Options shared by every image build command (one definition, so they never drift apart)."""
     opts = [
         click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="Pack directory to create."),
         click.option("--size", type=click.IntRange(8, 16384), default=512, show_default=True, help="Target size in pixels."),
+        click.option("--sizes", default=None, callback=_sizes,
+                     help="Several sizes in one pass, e.g. 128,192,256,512 (each image decoded once); replaces --size."),
         click.option(
             "--resize",
             type=click.Choice(sorted(RESIZE_MODES)),
@@ -46,13 +60,13 @@ def image_build_options(f):
     return f
 
 
-def run_build(source, out, size, resize, upscale, grayscale, mode, quality, keep_jpeg, workers, limit,
+def run_build(source, out, size, sizes, resize, upscale, grayscale, mode, quality, keep_jpeg, workers, limit,
               shard_size, strict, overwrite, resume, progress) -> None:
     from ..build import build_images
     from ..settings import BuildSettings, ImageSettings
 
     settings = BuildSettings(
-        ImageSettings(size=size, resize=resize, upscale=upscale, grayscale=grayscale, mode=mode,
+        ImageSettings(size=size, sizes=sizes, resize=resize, upscale=upscale, grayscale=grayscale, mode=mode,
                       quality=quality, keep_jpeg=keep_jpeg),
         workers=workers or os.cpu_count() or 1, limit=limit, shard_size=shard_size, strict=strict,
         overwrite=overwrite, resume=resume,

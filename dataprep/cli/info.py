@@ -18,7 +18,8 @@ def info(pack, as_json, skipped):
     if as_json:
         click.echo(json.dumps(m, indent=1))
         return
-    f = m["fields"]["image"] if "image" in m["fields"] else None
+    key = "image" if "image" in m["fields"] else f"image@{max(m.get('resolutions', [0]))}"
+    f = m["fields"].get(key)
     click.echo(f"pack:      {pack}")
     click.echo(f"format:    {m['format']} v{m['format_version']} ({m['kind']}), dataprep {m.get('dataprep_version', '?')}")
     click.echo(f"created:   {m.get('created', '?')} from {m['source']['layout']} {m['source']['root']}")
@@ -26,7 +27,8 @@ def info(pack, as_json, skipped):
     if "image" in s:
         i = s["image"]
         click.echo(
-            f"images:    {i['mode']} ({f['encoding']}, {f['layout']}), size {i['size']} ({i['resize']}"
+            f"images:    {i['mode']} ({f['encoding']}, {f['layout']}), "
+            f"size {', '.join(map(str, m.get('resolutions') or [i['size']]))} ({i['resize']}"
             f"{', upscale' if i['upscale'] else ''}), {'grayscale' if i['grayscale'] else 'color'}"
             + (f", JPEG q{i['quality']}" if i["mode"] == "encoded" else "")
         )

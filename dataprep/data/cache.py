@@ -72,9 +72,23 @@ def _nbytes(shape, dtype) -> int:
     return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
 
 
+def image_field_key(m: dict[str, Any], resolution: int | None, where: Path) -> str:
+    """The manifest field of the asked resolution ("image", or "image@R" in a multi-resolution pack)."""
+    have = m.get("resolutions")
+    if not have:
+        size = m.get("settings", {}).get("image", {}).get("size")
+        if resolution is not None and resolution != size:
+            raise PackError(f"{where}: no resolution {resolution}; the pack has [{size}]")
+        return "image"
+    resolution = max(have) if resolution is None else resolution
+    if resolution not in have:
+        raise PackError(f"{where}: no resolution {resolution}; the pack has {sorted(have)}")
+    return f"image@{resolution}"
+
+
 def open_split(pack: str | os.PathLike, split: str, cache: str = "ram", verify: bool = False,
-               progress: bool | None = None) -> CachedSplit:
-    """Bring a split of an image pack into memory according to `cache`; check it on the way."""
+               progress: bool | None = None, resolution: int | None = None) -> CachedSplit:
+    """Bring a split of an image pack (at one resolution) into memory according to `cache`; check it on the way."""
     if cache not in CACHE_MODES:
         raise DataprepError(f"unknown cache mode {cache!r}; choose one of {list(CACHE_MODES)}")
     pack = Path(pack)
@@ -83,7 +97,8 @@ def open_split(pack: str | os.PathLike, split: str, cache: str = "ram", verify: 
         raise PackError(f"{pack}: a {m['kind']!r} pack, not an image pack")
     if split not in m["splits"]:
         raise PackError(f"{pack}: no split {split!r}; the pack has {sorted(m['splits'])}")
-    img = ImageField.from_manifest(m["fields"]["image"], pack / MANIFEST)
+    key = image_field_key(m, resolution, pack)
+    img = ImageField.from_manifest(m["fields"][key], pack / MANIFEST)
     plan = layout(pack, split, m, img)
     total = sum(_nbytes(s, d) for _, s, d in plan)
     if cache == "ram":
@@ -92,8 +107,9 @@ def open_split(pack: str | os.PathLike, split: str, cache: str = "ram", verify: 
     ctx = LoadContext(verify=verify, map_images=cache == "mmap", progress=report.add if report else None)
     segment = None
     if cache == "shm":
-        segment = ShmSegment.attach(pack, split, plan, lambda alloc: _load(pack, split, m, img, LoadContext(verify, alloc, False, ctx.progress)))
-        arrays = segment.arrays
+        segment = ShmSegment.attach(pack, f"{split}/{key}", plan, lambda alloc: _load(pack, split, m, img, LoadContext(verify, alloc, False, ctx.progress)))
+        generic = {img.name(g): g for g in ("images", "offsets", "shapes")}
+        arrays = {generic.get(k, k): v for k, v in segment.arrays.items()}
     else:
         arrays = _load(pack, split, m, img, ctx)
     if report:

@@ -36,6 +36,9 @@ class InMemoryImageDataset(Dataset):
             pack's files mapped: the page cache is one copy for all workers and ranks) or "shm"
             (one copy in /dev/shm per machine, shared by every process and rank); see data/cache.py.
         progress: report loading progress on stderr [default: for splits of 1 GiB or more].
+        resolution: which size of a multi-resolution pack to serve [default: the largest]; `use(R)`
+            switches, and so does indexing with `(R, i)` (see data/progressive.py).
+        keep_resolutions: how many resolutions stay loaded at once (the least recent is let go).
 
     `dataset[i]` gives `(image, label)`; `dataset[[i, j, ...]]` gives one collated batch
     `(images N x C x H x W uint8 in channels-last memory, labels int64)`; `__getitems__` gives a
@@ -53,6 +56,8 @@ class InMemoryImageDataset(Dataset):
         verify: bool = False,
         cache: str = "ram",
         progress: bool | None = None,
+        resolution: int | None = None,
+        keep_resolutions: int = 1,
     ):
         if decode not in DECODERS:
             raise DataprepError(f"unknown decode {decode!r}; choose one of {sorted(DECODERS)}")
@@ -64,6 +69,8 @@ class InMemoryImageDataset(Dataset):
         self.verify = verify
         self.cache = cache
         self.progress = progress
+        self.resolution = resolution
+        self.keep_resolutions = max(1, keep_resolutions)
         self._load()
 
     # -- loading -------------------------------------------------------------------------------
@@ -75,7 +82,29 @@ class InMemoryImageDataset(Dataset):
             raise PackError(f"{self.pack}/manifest.json: malformed ({type(e).__name__}: {e})") from None
 
     def _read(self) -> None:
-        c = open_split(self.pack, self.split, self.cache, self.verify, self.progress)
+        self._stores: dict[int | None, Any] = {}
+        self._switch(self.resolution)
+
+    def use(self, resolution: int | None) -> None:
+        """Serve `resolution` of a multi-resolution pack from now on, loading it if needed; beyond
+        `keep_resolutions` loaded ones, the least recently used is let go (its memory freed or unmapped)."""
+        if resolution != self.resolution or resolution not in self._stores:
+            try:
+                self._switch(resolution)
+            except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+                raise PackError(f"{self.pack}/manifest.json: malformed ({type(e).__name__}: {e})") from None
+
+    def _switch(self, resolution: int | None) -> None:
+        c = self._stores.pop(resolution, None) if resolution is not None else None
+        if c is None:
+            c = open_split(self.pack, self.split, self.cache, self.verify, self.progress, resolution)
+        if resolution is None:  # the largest
+            resolution = max(c.manifest.get("resolutions") or [c.manifest["settings"]["image"]["size"]])
+            self._stores.pop(resolution, None)
+        self._stores[resolution] = c  # most recently used last
+        while len(self._stores) > self.keep_resolutions:
+            self._stores.pop(next(iter(self._stores)))
+        self.resolution = resolution
         self.field = c.field
         self._pixels = c.arrays["images"] if c.field.fixed else None
         self._blob = None if c.field.fixed else c.arrays["images"]
@@ -87,10 +116,11 @@ class InMemoryImageDataset(Dataset):
         self.classes: list[str] = list(c.manifest["classes"])
         self.class_names: list[str] | None = c.manifest.get("class_names")
         self.manifest = c.manifest
+        self.resolutions: list[int] = sorted(c.manifest.get("resolutions") or [c.manifest["settings"]["image"]["size"]])
 
     def __getstate__(self) -> dict[str, Any]:
         # Spawned workers get the recipe, not the cache: a few hundred bytes through the pipe.
-        keys = ("pack", "split", "decode", "transform", "as_numpy", "verify", "cache", "progress")
+        keys = ("pack", "split", "decode", "transform", "as_numpy", "verify", "cache", "progress", "resolution", "keep_resolutions")
         return {k: self.__dict__[k] for k in keys}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -150,6 +180,11 @@ class InMemoryImageDataset(Dataset):
         return self.transform(img) if self.transform is not None else img
 
     def __getitem__(self, index):
+        if isinstance(index, tuple) and len(index) == 2:
+            # (resolution, index): what a ResolutionBatchSampler yields, so the resolution of every batch
+            # travels with its indices and reaches persistent workers too
+            self.use(int(index[0]))
+            index = index[1]
         if isinstance(index, (Sequence, np.ndarray, torch.Tensor)) and not isinstance(index, (str, bytes)):
             if isinstance(index, (np.ndarray, torch.Tensor)) and index.ndim == 0:
                 index = int(index)
@@ -159,6 +194,9 @@ class InMemoryImageDataset(Dataset):
         return self._finish(self.image(i)), int(self._labels[i])
 
     def __getitems__(self, indices: Sequence[int]) -> list[tuple[Any, int]]:
+        if len(indices) and isinstance(indices[0], tuple):
+            self.use(int(indices[0][0]))
+            indices = [i for _, i in indices]
         idx = [self._check(i) for i in indices]
         if self._pixels is not None and self.transform is None and not self.as_numpy:
             imgs = self._gather(np.asarray(idx, np.int64))

@@ -61,7 +61,12 @@ class Decoded:
     source_format: str  # what the content is, whatever the name says
     source_shape: tuple[int, int]  # upright (h, w) at full scale
     geometry: resize.Geometry  # planned from the full-scale upright shape
-    keepable: bool  # the source bytes decode to exactly `pixels` and need no resize: may be stored as they are
+    keepable_source: bool  # the source bytes decode to exactly `pixels` (a plain upright JPEG, full scale)
+
+    @property
+    def keepable(self) -> bool:
+        """The source bytes may be stored as they are: they decode to `pixels` and need no resize."""
+        return self.keepable_source and self.geometry.identity
 
 
 def decode_source(data: bytes, path: str, settings: ImageSettings) -> Decoded:
@@ -106,13 +111,7 @@ def decode_source(data: bytes, path: str, settings: ImageSettings) -> Decoded:
     for op in _ORIENT.get(orientation, ()):
         im = im.transpose(op)
     pixels = _to_uint8(im, path, settings.grayscale)
-    keepable = (
-        fmt == "JPEG"
-        and orientation == 1
-        and not drafted
-        and geom.identity
-        and source_mode == ("L" if settings.grayscale else "RGB")
-    )
+    keepable = fmt == "JPEG" and orientation == 1 and not drafted and source_mode == ("L" if settings.grayscale else "RGB")
     return Decoded(pixels, fmt, (upright[1], upright[0]), geom, keepable)
 
 

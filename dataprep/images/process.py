@@ -35,12 +35,25 @@ def read_source(path: str) -> bytes:
 
 def process_image(path: str, settings: ImageSettings) -> Processed:
     """Read, decode, resize and encode one image; raises ImageDecodeError for a file that cannot be used."""
+    return process_levels(path, settings)[0]
+
+
+def process_levels(path: str, settings: ImageSettings) -> list[Processed]:
+    """One image at every size of `settings.all_sizes` (largest first), decoded once: each smaller size is
+    made from the next larger one's scaled pixels with an area filter, then cropped or padded itself."""
     data = read_source(path)
     dec = decode_source(data, path, settings)
-    pixels = resize.apply(dec.pixels, dec.geometry)
-    shape = (pixels.shape[0], pixels.shape[1], pixels.shape[2])
-    if settings.mode == "raw":
-        return Processed(pixels, shape, False, len(data))
-    if settings.keep_jpeg and dec.keepable:
-        return Processed(np.frombuffer(data, np.uint8), shape, True, len(data))
-    return Processed(encode_jpeg(pixels, settings.quality), shape, False, len(data))
+    h, w = dec.source_shape
+    out, scaled = [], dec.pixels
+    for k, size in enumerate(settings.all_sizes):
+        geom = dec.geometry if k == 0 else resize.plan(h, w, size, settings.resize, settings.upscale)
+        scaled = resize.scale(scaled, geom)
+        pixels = resize.crop_pad(scaled, geom)
+        shape = (pixels.shape[0], pixels.shape[1], pixels.shape[2])
+        if settings.mode == "raw":
+            out.append(Processed(pixels, shape, False, len(data)))
+        elif settings.keep_jpeg and dec.keepable_source and geom.identity:
+            out.append(Processed(np.frombuffer(data, np.uint8), shape, True, len(data)))
+        else:
+            out.append(Processed(encode_jpeg(pixels, settings.quality), shape, False, len(data)))
+    return out

@@ -63,15 +63,25 @@ def plan(h: int, w: int, size: int, mode: str, upscale: bool = False) -> Geometr
 
 def apply(pixels: np.ndarray, geom: Geometry) -> np.ndarray:
     """Resize (area filter when shrinking, cubic when enlarging), then center-crop and pad to `geom.out`."""
+    return crop_pad(scale(pixels, geom), geom)
+
+
+def scale(pixels: np.ndarray, geom: Geometry) -> np.ndarray:
+    """Bring pixels of any size to `geom.scaled` (area filter when shrinking, cubic when enlarging)."""
     import cv2
 
     h, w = geom.scaled
-    if pixels.shape[:2] != (h, w):
-        shrinking = h * w < pixels.shape[0] * pixels.shape[1]
-        channels = pixels.shape[2]
-        pixels = cv2.resize(pixels, (w, h), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC)
-        if pixels.ndim == 2:
-            pixels = pixels.reshape(h, w, channels)
+    if pixels.shape[:2] == (h, w):
+        return pixels
+    shrinking = h * w < pixels.shape[0] * pixels.shape[1]
+    channels = pixels.shape[2]
+    out = cv2.resize(pixels, (w, h), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC)
+    return out.reshape(h, w, channels) if out.ndim == 2 else out
+
+
+def crop_pad(pixels: np.ndarray, geom: Geometry) -> np.ndarray:
+    """Center-crop and pad scaled pixels to `geom.out`."""
+    h, w = pixels.shape[:2]
     oh, ow = geom.out
     if (oh, ow) == (h, w):
         return np.ascontiguousarray(pixels)

@@ -7,6 +7,7 @@ which is what lets forked DataLoader workers share the cache without copy-on-rea
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -213,6 +214,10 @@ class ImageField:
     encoding: str  # "jpeg" | "raw"
     shape: tuple[int, int, int] | None  # fixed (H, W, C) of raw pixels, else None
     channels: int
+    suffix: str = ""  # array-name suffix of one resolution of a multi-resolution pack ("_r128")
+
+    def name(self, base: str) -> str:
+        return base + self.suffix
 
     @property
     def fixed(self) -> bool:
@@ -225,7 +230,8 @@ class ImageField:
             "dtype": BYTES.str,
             "shape": list(self.shape) if self.fixed else [None, None, self.channels],
             "channels": self.channels,
-            "arrays": ["images", "shapes"] if self.fixed else ["images", "offsets", "shapes"],
+            "suffix": self.suffix,
+            "arrays": [self.name(a) for a in (["images", "shapes"] if self.fixed else ["images", "offsets", "shapes"])],
         }
 
     @classmethod
@@ -233,35 +239,37 @@ class ImageField:
         try:
             enc, channels = spec["encoding"], int(spec["channels"])
             shape = tuple(int(x) for x in spec["shape"]) if spec["layout"] == "fixed" else None
+            suffix = str(spec.get("suffix", ""))
         except (KeyError, TypeError, ValueError) as e:
             raise PackError(f"{where}: malformed image field description ({e})") from None
-        if enc not in ("jpeg", "raw") or channels not in (1, 3):
-            raise PackError(f"{where}: unknown image encoding {enc!r} or channel count {channels}")
-        return cls(enc, shape, channels)
+        if enc not in ("jpeg", "raw") or channels not in (1, 3) or (suffix and not re.fullmatch(r"_r\d+", suffix)):
+            raise PackError(f"{where}: unknown image encoding {enc!r}, channel count {channels} or suffix {suffix!r}")
+        return cls(enc, shape, channels, suffix)
 
     def shard_arrays(self, items: Sequence[np.ndarray], shapes: Sequence[tuple[int, int, int]]) -> dict[str, np.ndarray]:
         shp = np.asarray(shapes, SHAPES).reshape(len(shapes), 3)
         if self.fixed:
             pix = np.stack(items) if items else np.zeros((0, *self.shape), BYTES)
-            return {"images": pix.astype(BYTES, copy=False), "shapes": shp}
-        return {**blob_arrays(items, "images", "offsets"), "shapes": shp}
+            return {self.name("images"): pix.astype(BYTES, copy=False), self.name("shapes"): shp}
+        return {**blob_arrays(items, self.name("images"), self.name("offsets")), self.name("shapes"): shp}
 
     def layout(self, split_dir: Path, shards: list[dict]) -> list[tuple[str, tuple[int, ...], np.dtype]]:
         """Every array `load` allocates: (key, shape, dtype), in load order."""
-        out = [("shapes", rows_shape(shards, (3,)), SHAPES)]
+        out = [(self.name("shapes"), rows_shape(shards, (3,)), SHAPES)]
         if self.fixed:
-            return out + [("images", rows_shape(shards, self.shape), BYTES)]
-        blob, offs = blob_shapes(split_dir, shards, "images", "offsets")
-        return out + [("images", blob, BYTES), ("offsets", offs, OFFSETS)]
+            return out + [(self.name("images"), rows_shape(shards, self.shape), BYTES)]
+        blob, offs = blob_shapes(split_dir, shards, self.name("images"), self.name("offsets"))
+        return out + [(self.name("images"), blob, BYTES), (self.name("offsets"), offs, OFFSETS)]
 
     def load(self, split_dir: Path, shards: list[dict], ctx: LoadContext | None = None) -> dict[str, Any]:
-        """The arrays of `layout`, by key: "images" is (N, H, W, C) pixels when `fixed`, else the byte blob."""
+        """The arrays of `layout`, by generic key (images, offsets, shapes): "images" is (N, H, W, C) pixels
+        when `fixed`, else the byte blob."""
         ctx = ctx or LoadContext()
-        shapes = load_rows(split_dir, shards, "shapes", SHAPES, (3,), ctx)
+        shapes = load_rows(split_dir, shards, self.name("shapes"), SHAPES, (3,), ctx)
         if self.fixed:
-            pixels = load_rows(split_dir, shards, "images", BYTES, self.shape, ctx, map_data=ctx.map_images)
+            pixels = load_rows(split_dir, shards, self.name("images"), BYTES, self.shape, ctx, map_data=ctx.map_images)
             return {"images": pixels, "shapes": shapes}
-        blob, offsets = load_blob(split_dir, shards, "images", "offsets", ctx, map_data=ctx.map_images)
+        blob, offsets = load_blob(split_dir, shards, self.name("images"), self.name("offsets"), ctx, map_data=ctx.map_images)
         if len(shapes) and (np.any(shapes <= 0) or np.any(shapes[:, 2] != self.channels)):
             raise PackError(f"{split_dir}: shapes.npy holds non-positive sizes or a channel count other than {self.channels}")
         if self.encoding == "raw" and not np.array_equal(np.diff(offsets), shapes.prod(axis=1)):

@@ -36,7 +36,9 @@ def verify_pack(pack: str | os.PathLike, decode: bool = False, progress: Callabl
         m = read_manifest(pack)
         if m["kind"] != "images":
             raise PackError(f"{pack / MANIFEST}: verify knows image packs; this is a {m['kind']!r} pack")
-        img = ImageField.from_manifest(m["fields"]["image"], pack / MANIFEST)
+        images = [ImageField.from_manifest(spec, pack / MANIFEST) for key, spec in m["fields"].items() if key.split("@")[0] == "image"]
+        if not images:
+            raise PackError(f"{pack / MANIFEST}: no image field")
         ldt, ncls = np.dtype(m["fields"]["label"]["dtype"]), int(m["fields"]["label"]["num_classes"])
     except (PackError, KeyError, TypeError, ValueError) as e:
         rep.problems.append((str(pack / MANIFEST), str(e)))
@@ -48,13 +50,16 @@ def verify_pack(pack: str | os.PathLike, decode: bool = False, progress: Callabl
             where = split_dir / str(shard.get("name"))
             try:
                 ctx = LoadContext(verify=True)
-                arrays = img.load(split_dir, [shard], ctx)
                 labels = load_rows(split_dir, [shard], "labels", ldt, (), ctx)
                 sources = Strings(*load_blob(split_dir, [shard], "sources", "source_offsets", ctx))
                 if len(labels) and int(labels.max()) >= ncls:
                     rep.problems.append((str(where / "labels.npy"), f"label {int(labels.max())} >= {ncls} classes"))
-                if decode and img.encoding == "jpeg":
-                    rep.decoded += _decode_all(arrays, img.channels, sources, where, rep)
+                for img in images:
+                    arrays = img.load(split_dir, [shard], ctx)
+                    if len(arrays["shapes"]) != len(labels):
+                        rep.problems.append((str(where / f"{img.name('shapes')}.npy"), "sample count differs from labels.npy"))
+                    if decode and img.encoding == "jpeg":
+                        rep.decoded += _decode_all(arrays, img.channels, sources, where / img.name("images"), rep)
             except (PackError, KeyError, TypeError, ValueError) as e:
                 rep.problems.append((str(where), str(e)))
             else:
@@ -78,7 +83,7 @@ def _decode_all(arrays, channels: int, sources: Strings, where: Path, rep: Repor
     for k in range(len(offsets) - 1):
         img = decode_cv2(blob[offsets[k] : offsets[k + 1]], channels)
         if img is None:
-            rep.problems.append((str(where / "images.npy"), f"sample {k} ({sources[k]}) does not decode"))
+            rep.problems.append((f"{where}.npy", f"sample {k} ({sources[k]}) does not decode"))
         elif tuple(img.shape) != tuple(shapes[k]):
-            rep.problems.append((str(where / "images.npy"), f"sample {k} ({sources[k]}) decodes to {img.shape}, shapes.npy says {tuple(shapes[k])}"))
+            rep.problems.append((f"{where}.npy", f"sample {k} ({sources[k]}) decodes to {img.shape}, its shape says {tuple(shapes[k])}"))
     return len(offsets) - 1

@@ -1,0 +1,124 @@
+"""Several resolutions in one pass, and progressive resizing that reaches persistent workers."""
+import shutil
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from torch.utils.data import DataLoader
+
+from dataprep.build import build_images
+from dataprep.cli import main
+from dataprep.data.images import InMemoryImageDataset
+from dataprep.data.progressive import ResolutionBatchSampler, Schedule
+from dataprep.errors import DataprepError, PackError
+from dataprep.pack.manifest import read_manifest
+from dataprep.settings import BuildSettings, ImageSettings
+from dataprep.sources import scan_folder, scan_imagenet
+from dataprep.synthetic import decode_index
+
+from .conftest import corpus_dir
+
+
+@pytest.fixture(scope="module")
+def multires(index_tree, tmp_path_factory):
+    out = tmp_path_factory.mktemp("mr") / "p"
+    build_images(scan_imagenet(index_tree), out, BuildSettings(ImageSettings(sizes=(32, 16, 24), resize="center-crop", mode="raw"), shard_size=5))
+    return out
+
+
+def test_every_resolution_has_the_same_samples_in_the_same_order(multires):
+    m = read_manifest(multires)
+    assert m["resolutions"] == [16, 24, 32] and set(m["fields"]) >= {"image@16", "image@24", "image@32"}
+    ref = None
+    for r in (16, 24, 32):
+        ds = InMemoryImageDataset(multires, resolution=r, as_numpy=True)
+        assert ds[0][0].shape == (r, r, 3)
+        got = ([decode_index(ds[i][0]) for i in range(len(ds))], ds.labels.tolist(), list(ds.sources))
+        assert got[0] == list(range(18))
+        ref = ref or got
+        assert got == ref
+    assert InMemoryImageDataset(multires).resolution == 32  # default: the largest
+
+
+def test_missing_resolution_names_the_ones_there(multires):
+    with pytest.raises(PackError, match=r"no resolution 64; the pack has \[16, 24, 32\]"):
+        InMemoryImageDataset(multires, resolution=64)
+    with pytest.raises(DataprepError, match=r"\[48\].*\[16, 24, 32\]"):
+        Schedule.table([16, 24, 32], {0: 48})
+
+
+def test_a_skipped_file_is_skipped_at_every_size(index_tree, tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(index_tree / "train", src)
+    (src / "n00000001" / "img_00003.png").write_bytes(b"\x89PNG\r\n\x1a\n broken")
+    build_images(scan_folder(src), tmp_path / "p", BuildSettings(ImageSettings(sizes=(16, 32), mode="raw", resize="pad")))
+    m = read_manifest(tmp_path / "p")
+    assert [s["source"] for s in m["splits"]["train"]["skipped"]] == ["n00000001/img_00003.png"]
+    for r in (16, 32):
+        ds = InMemoryImageDataset(tmp_path / "p", resolution=r, as_numpy=True)
+        assert [decode_index(ds[i][0]) for i in range(len(ds))] == [i for i in range(18) if i != 9]
+
+
+def test_schedules():
+    ramp = Schedule.ramp([128, 160, 192, 224, 256], start=128, end=256, first_epoch=2, last_epoch=6)
+    assert [ramp(e) for e in range(9)] == [128, 128, 128, 160, 192, 224, 256, 256, 256]
+    table = Schedule.table([128, 192, 256], {0: 128, 3: 192, 5: 256})
+    assert [table(e) for e in range(7)] == [128, 128, 128, 192, 192, 256, 256]
+
+
+def test_keep_resolutions_lets_the_previous_one_go(multires):
+    ds = InMemoryImageDataset(multires, resolution=16, cache="mmap")
+    ds.use(24)
+    assert list(ds._stores) == [24]
+    ds2 = InMemoryImageDataset(multires, resolution=16, keep_resolutions=2)
+    ds2.use(32)
+    assert list(ds2._stores) == [16, 32]
+
+
+@pytest.mark.parametrize("cache", ["mmap", "shm"])
+def test_progressive_run_reaches_persistent_workers(multires, cache):
+    ds = InMemoryImageDataset(multires, resolution=16, cache=cache)
+    sampler = ResolutionBatchSampler(len(ds), 4, Schedule.table(ds.resolutions, {0: 16, 1: 24, 2: 32}), seed=1)
+    loader = DataLoader(ds, batch_sampler=sampler, num_workers=2, persistent_workers=True)
+    for epoch, size in enumerate((16, 24, 32)):
+        sampler.set_epoch(epoch)
+        seen = []
+        for images, labels in loader:
+            assert images.shape[1:] == (3, size, size)  # the workers switched, though they persist
+            seen += [decode_index(im.permute(1, 2, 0).numpy()) for im in images]
+            assert labels.tolist() == [i // 6 for i in seen[-len(labels):]]
+        assert sorted(seen) == list(range(18))
+    del loader
+
+
+def test_cli_sizes_and_verify(index_tree, tmp_path):
+    r = CliRunner().invoke(main, ["build", "imagenet", str(index_tree), "--sizes", "24,12", "--out", str(tmp_path / "p"), "-j", "1"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["verify", str(tmp_path / "p"), "--decode"])
+    assert r.exit_code == 0 and "48 images decoded" in r.output  # 24 samples x 2 resolutions
+    r = CliRunner().invoke(main, ["build", "imagenet", str(index_tree), "--sizes", "24,x", "--out", str(tmp_path / "q")])
+    assert r.exit_code == 2
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
+    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
+
+
+@pytest.mark.corpus
+@pytest.mark.slow
+def test_real_photos_look_the_same_at_every_size(tmp_path):
+    src = corpus_dir("images")
+    build_images(scan_imagenet(src), tmp_path / "p", BuildSettings(ImageSettings(sizes=(128, 512)), workers=2))
+    big = InMemoryImageDataset(tmp_path / "p", resolution=512, as_numpy=True)
+    small = InMemoryImageDataset(tmp_path / "p", resolution=128, as_numpy=True)
+    values = []
+    for i in range(len(big)):
+        s = small.image(i)
+        down = cv2.resize(big.image(i), (s.shape[1], s.shape[0]), interpolation=cv2.INTER_AREA)
+        values.append(psnr(down.reshape(s.shape), s))
+    finite = [v for v in values if np.isfinite(v)]
+    assert np.mean(finite) >= 30, f"mean PSNR {np.mean(finite):.1f} dB"
+    assert np.min(values) >= 25, f"worst PSNR {np.min(values):.1f} dB"
