@@ -11,6 +11,7 @@ from .errors import DataprepError, PackError  # noqa: E402  (light: no heavy imp
 _LAZY = {
     "InMemoryImageDataset": ("dataprep.data.images", "InMemoryImageDataset"),
     "Loader": ("dataprep.loader", "Loader"),
+    "TabularDataset": ("dataprep.data.tables", "TabularDataset"),
     "Schedule": ("dataprep.data.progressive", "Schedule"),
     "ResolutionBatchSampler": ("dataprep.data.progressive", "ResolutionBatchSampler"),
     "build_images": ("dataprep.build", "build_images"),

@@ -106,19 +106,19 @@ class Loader:
         n = len(order) - len(order) % self.batch_size if self.drop_last else len(order)
         return [order[i : i + self.batch_size] for i in range(0, n, self.batch_size)]
 
-    def _view(self, slot: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        ring = self._buffers()
-        images = torch.from_numpy(ring["images"][slot, :n])
-        if self.layout == "nchw":
-            images = images.permute(0, 3, 1, 2)
-        labels = torch.from_numpy(ring["labels"][slot, :n])
-        if self.pin_memory and torch.cuda.is_available():
-            return images.pin_memory(), labels.pin_memory()
-        if self.pin_memory:
-            return images.clone(), labels.clone()
-        return images, labels
+    def _view(self, slot: int, n: int) -> tuple[torch.Tensor, ...]:
+        """The batch in `slot`, one tensor per key of the dataset's batch layout (images in `layout`)."""
+        out = []
+        for k, buf in self._buffers().items():
+            t = torch.from_numpy(buf[slot, :n])
+            if k == "images" and self.layout == "nchw":
+                t = t.permute(0, 3, 1, 2)
+            if self.pin_memory:
+                t = t.pin_memory() if torch.cuda.is_available() else t.clone()
+            out.append(t)
+        return tuple(out)
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         batches = self._batches()
         ring = self._buffers()
         if not self.num_workers:

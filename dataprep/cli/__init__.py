@@ -43,6 +43,7 @@ class LazyGroup(click.Group):
         "demo": ("dataprep.cli.demo", "demo"),
         "verify": ("dataprep.cli.verify", "verify"),
         "plan": ("dataprep.cli.plan", "plan"),
+        "table": ("dataprep.cli.table", "table"),
     },
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )

@@ -1,0 +1,143 @@
+"""TabularDataset: takes a table pack, gives (features, target) rows and whole batches by slicing arrays.
+
+The split is a few contiguous arrays (features float32, categorical codes, target, optional mask),
+so a batch is one fancy-index per array instead of a `df.iloc[i]` and a tensor per row.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from ..errors import DataprepError, PackError
+from ..pack.fields import LoadContext, counts, load_rows
+from ..pack.manifest import read_manifest
+
+ARRAYS = ("features", "categorical", "mask", "datetimes", "target")
+
+
+class TabularDataset(Dataset):
+    """A table pack's split.
+
+    Args:
+        categorical: "separate" returns (features, categorical codes, target) for embedding layers;
+            "features" appends the codes to the features as floats; "none" leaves them out.
+        cache: "ram" (read into memory) or "mmap" (map the files; one copy in the page cache).
+
+    `dataset[i]` is one row; `dataset[[i, j, ...]]` (or `batch`) a whole batch; `feature_stats`
+    gives the train split's mean and std per feature for normalising on the GPU (never applied here).
+    """
+
+    def __init__(self, pack: str | os.PathLike, split: str = "train", categorical: str = "separate", cache: str = "ram"):
+        if categorical not in ("separate", "features", "none"):
+            raise DataprepError(f"categorical must be 'separate', 'features' or 'none', not {categorical!r}")
+        if cache not in ("ram", "mmap"):
+            raise DataprepError(f"a table pack is served with cache 'ram' or 'mmap', not {cache!r}")
+        self.pack, self.split, self.categorical, self.cache = Path(pack), split, categorical, cache
+        self._load()
+
+    def _load(self) -> None:
+        m = read_manifest(self.pack)
+        if m["kind"] != "table":
+            raise PackError(f"{self.pack}: a {m['kind']!r} pack, not a table pack")
+        if self.split not in m["splits"]:
+            raise PackError(f"{self.pack}: no split {self.split!r}; the pack has {sorted(m['splits'])}")
+        shards = m["splits"][self.split]["shards"]
+        ctx = LoadContext()
+        self.arrays: dict[str, np.ndarray] = {}
+        try:
+            for name in ARRAYS:
+                spec = m["fields"].get(name)
+                if spec is None:
+                    continue
+                width = () if name == "target" else (len(spec["columns"]),)
+                arr = load_rows(self.pack / self.split, shards, name, np.dtype(spec["dtype"]), width, ctx,
+                                map_data=self.cache == "mmap")
+                if hasattr(arr, "parts"):  # mapped: one file per split as written; several are joined
+                    arr = arr.parts[0] if len(arr.parts) == 1 else np.concatenate(arr.parts)
+                self.arrays[name] = arr
+        except (KeyError, TypeError, ValueError) as e:
+            raise PackError(f"{self.pack}/manifest.json: malformed ({type(e).__name__}: {e})") from None
+        n = sum(counts(shards))
+        if any(len(a) != n for a in self.arrays.values()):
+            raise PackError(f"{self.pack / self.split}: arrays disagree on the number of rows")
+        self.manifest = m
+        self.feature_columns: list[str] = list(m["fields"]["features"]["columns"])
+        cat = m["fields"].get("categorical")
+        self.categorical_columns: list[str] = list(cat["columns"]) if cat else []
+        self.vocab: dict[str, list[str]] = dict(cat["vocab"]) if cat else {}
+        self.target_info: dict[str, Any] = m["fields"]["target"]
+
+    def __getstate__(self):
+        return {k: self.__dict__[k] for k in ("pack", "split", "categorical", "cache")}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._load()
+
+    def __len__(self) -> int:
+        return len(self.arrays["target"])
+
+    @property
+    def feature_stats(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean, std) per feature column of the train split, as float32 tensors (std 0 becomes 1)."""
+        st = self.manifest["stats"]["features"]
+        mean = torch.tensor([st[c]["mean"] for c in self.feature_columns], dtype=torch.float32)
+        std = torch.tensor([st[c]["std"] or 1.0 for c in self.feature_columns], dtype=torch.float32)
+        return mean, std
+
+    def _rows(self, idx) -> tuple[torch.Tensor, ...]:
+        a = self.arrays
+        feats = torch.from_numpy(np.array(a["features"][idx]))
+        y = np.asarray(a["target"][idx])
+        target = torch.from_numpy(y.astype(np.int64) if self.target_info["task"] == "classification" else np.array(y))
+        if "categorical" in a and self.categorical != "none":
+            codes = torch.from_numpy(np.asarray(a["categorical"][idx]).astype(np.int64))
+            if self.categorical == "separate":
+                return feats, codes, target
+            feats = torch.cat([feats, codes.to(feats.dtype)], dim=-1)
+        return feats, target
+
+    def __getitem__(self, index):
+        if isinstance(index, (Sequence, np.ndarray, torch.Tensor)) and not isinstance(index, (str, bytes)):
+            return self.batch(index)
+        n = len(self)
+        i = int(index)
+        if not -n <= i < n:
+            raise IndexError(f"index {i} out of range for {n} rows in {self.pack}/{self.split}")
+        return self._rows(i % n)
+
+    def batch(self, indices) -> tuple[torch.Tensor, ...]:
+        """A whole batch by slicing each array once."""
+        idx = np.asarray(indices, np.int64).reshape(-1)
+        if len(idx) and (idx.min() < -len(self) or idx.max() >= len(self)):
+            raise IndexError(f"an index is out of range for {len(self)} rows")
+        return self._rows(idx % len(self))
+
+    # -- the batch-fetch protocol the fast Loader uses -------------------------------------------
+    def _served(self) -> list[str]:
+        keys = ["features"]
+        if "categorical" in self.arrays and self.categorical == "separate":
+            keys.append("categorical")
+        return keys + ["target"]
+
+    def batch_layout(self, crop=None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        width = len(self.feature_columns) + (len(self.categorical_columns) if self.categorical == "features" else 0)
+        ydt = np.dtype(np.int64) if self.target_info["task"] == "classification" else self.arrays["target"].dtype
+        spec = {"features": ((width,), self.arrays["features"].dtype)}
+        if "categorical" in self._served():
+            spec["categorical"] = ((len(self.categorical_columns),), np.dtype(np.int64))
+        spec["target"] = ((), ydt)
+        return spec
+
+    def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray]) -> None:
+        for key, t in zip(self._served(), self._rows(np.asarray(idx, np.int64))):
+            out[key][: len(idx)] = t.numpy()
+
+    def __getitems__(self, indices: Sequence[int]) -> list[tuple[torch.Tensor, ...]]:
+        cols = self.batch(indices)
+        return list(zip(*cols))

@@ -1,0 +1,1 @@
+"""Table stages: read (files -> one DataFrame), columns (DataFrame -> typed arrays, vocabularies, statistics)."""

@@ -1,0 +1,261 @@
+"""Columns stage: takes a DataFrame and the table settings, gives typed arrays per split, the vocabulary
+of every categorical column, feature statistics, and a description of every conversion for the manifest.
+
+Numeric and boolean columns become float features (float32 by default); string and category columns
+become integer codes (the smallest dtype) with their vocabulary; datetimes become parts (year, month,
+day, weekday, hour) or int64 seconds. Missing values follow a named policy and are never filled
+silently: "error" (default), "mean", "value" or "mask" (filled with 0, plus a uint8 mask array).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import DataprepError
+
+MISSING = ("error", "mean", "value", "mask")
+DATETIME_PARTS = ("year", "month", "day", "day_of_week", "hour")
+
+
+@dataclass(frozen=True)
+class TableSettings:
+    target: str
+    task: str = "auto"  # auto: text, integer and boolean targets are classes, floats are regression
+    float_dtype: str = "float32"
+    missing: str = "error"
+    fill_value: float = 0.0
+    datetime: str = "parts"  # parts | int64
+    categorical: tuple[str, ...] = ()  # treat these as categories even if numeric
+    numeric: tuple[str, ...] = ()  # these must convert to numbers (an error names the first bad value)
+    dates: tuple[str, ...] = ()  # these are parsed as datetimes (text files carry no date type)
+    drop: tuple[str, ...] = ()
+    val_fraction: float = 0.0
+    split_column: str | None = None
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.task not in ("auto", "classification", "regression"):
+            raise DataprepError(f"task must be auto, classification or regression, not {self.task!r}")
+        if self.missing not in MISSING:
+            raise DataprepError(f"unknown missing-value policy {self.missing!r}; choose one of {list(MISSING)}")
+        if self.datetime not in ("parts", "int64"):
+            raise DataprepError("datetime must be 'parts' or 'int64'")
+        if np.dtype(self.float_dtype).kind != "f":
+            raise DataprepError(f"float_dtype must be a float type, not {self.float_dtype}")
+        if not 0 <= self.val_fraction < 1:
+            raise DataprepError("val_fraction must be in [0, 1)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def smallest_int(lo: int, hi: int) -> np.dtype:
+    for dt in ("|u1", "<u2", "<u4", "<u8") if lo >= 0 else ("|i1", "<i2", "<i4", "<i8"):
+        info = np.iinfo(np.dtype(dt))
+        if info.min <= lo and hi <= info.max:
+            return np.dtype(dt)
+    raise DataprepError(f"integers from {lo} to {hi} do not fit in 64 bits")
+
+
+def resolve(df, name: str) -> str:
+    """A column by name, or by position ("-1" is the last) where the table has no header."""
+    if name in df.columns:
+        return name
+    try:
+        return df.columns[int(name)]
+    except (ValueError, IndexError):
+        cols = list(df.columns)
+        raise DataprepError(f"no column {name!r}; the table has {cols[:12]}{' ...' if len(cols) > 12 else ''}") from None
+
+
+@dataclass
+class Converted:
+    splits: dict[str, dict[str, np.ndarray]]
+    fields: dict[str, Any]
+    stats: dict[str, Any]
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def convert(df, s: TableSettings) -> Converted:
+    import pandas as pd
+
+    target = resolve(df, s.target)
+    split_col = resolve(df, s.split_column) if s.split_column else None
+    drop = {resolve(df, c) for c in s.drop}
+    force_cat = {resolve(df, c) for c in s.categorical}
+    force_num = {resolve(df, c) for c in s.numeric}
+    force_date = {resolve(df, c) for c in s.dates}
+    n = len(df)
+
+    # which rows go where
+    if split_col is not None:
+        if df[split_col].isna().any():
+            raise DataprepError(f"column {split_col!r} (the split column) has missing values")
+        split_of = df[split_col].astype(str).to_numpy()
+    else:
+        split_of = np.full(n, "train", dtype=object)
+        if s.val_fraction:
+            rng = np.random.default_rng(s.seed)
+            val = rng.permutation(n)[: int(round(n * s.val_fraction))]
+            split_of[val] = "val"
+    train_rows = split_of == "train" if (split_of == "train").any() else np.ones(n, bool)
+
+    # target
+    tcol = df[target]
+    if tcol.isna().any():
+        raise DataprepError(f"column {target!r} (the target) has {int(tcol.isna().sum())} missing values")
+    tfield: dict[str, Any] = {"column": target}
+    integral = pd.api.types.is_bool_dtype(tcol) or pd.api.types.is_integer_dtype(tcol)
+    if s.task == "regression":
+        if not pd.api.types.is_numeric_dtype(tcol):
+            raise DataprepError(f"column {target!r} (the target) is not numeric, so it cannot be a regression target")
+        y = tcol.to_numpy(np.float64).astype(s.float_dtype)
+        tfield["task"] = "regression"
+    elif _is_text(tcol) or target in force_cat or (s.task == "classification" and not integral):
+        codes, vocab = _codes(tcol, target, "error")
+        y = codes.astype(smallest_int(0, max(len(vocab) - 1, 0)))
+        tfield.update(task="classification", classes=vocab)
+    elif integral:
+        v = tcol.to_numpy(np.int64)
+        y = v.astype(smallest_int(int(v.min()), int(v.max())))
+        tfield.update(task="classification", classes=sorted(int(x) for x in np.unique(v)))
+    elif pd.api.types.is_numeric_dtype(tcol):
+        y = tcol.to_numpy(np.float64).astype(s.float_dtype)
+        tfield["task"] = "regression"
+    else:
+        raise DataprepError(f"column {target!r} (the target) has dtype {tcol.dtype}, neither numbers nor categories")
+    tfield["dtype"] = y.dtype.str
+
+    # features
+    num_cols, num_arrays, masks, cat_cols, cat_arrays, vocabs, dt_cols, dt_arrays = [], [], [], [], [], {}, [], []
+    conversions: dict[str, str] = {}
+    for c in df.columns:
+        if c in (target, split_col) or c in drop:
+            continue
+        col = df[c]
+        if c in force_num:
+            try:
+                col = pd.to_numeric(col, errors="raise")
+            except (ValueError, TypeError) as e:
+                raise DataprepError(f"column {c!r} cannot be converted to numbers: {e}") from None
+        if c in force_date:
+            try:
+                col = pd.to_datetime(col, errors="raise")
+            except (ValueError, TypeError) as e:
+                raise DataprepError(f"column {c!r} cannot be read as dates: {e}") from None
+        if c in force_cat or _is_text(col):
+            codes, vocab = _codes(col, c, s.missing)
+            cat_cols.append(c)
+            cat_arrays.append(codes)
+            vocabs[c] = vocab
+            conversions[c] = f"categorical: {len(vocab)} codes"
+        elif pd.api.types.is_datetime64_any_dtype(col):
+            if col.isna().any() and s.missing == "error":
+                raise DataprepError(f"column {c!r} has {int(col.isna().sum())} missing datetimes (choose a --missing policy)")
+            if s.datetime == "int64":
+                dt_cols.append(c)
+                dt_arrays.append(col.astype("int64").to_numpy() // 10**9)
+                conversions[c] = "datetime: int64 seconds since 1970"
+            else:
+                for part in DATETIME_PARTS:
+                    v = getattr(col.dt, part).to_numpy(np.float64)
+                    arr, mask = _fill(v, f"{c}.{part}", s, train_rows)
+                    num_cols.append(f"{c}.{part}")
+                    num_arrays.append(arr)
+                    masks.append(mask)
+                conversions[c] = f"datetime: parts {', '.join(DATETIME_PARTS)}"
+        elif pd.api.types.is_bool_dtype(col) or pd.api.types.is_numeric_dtype(col):
+            v = col.to_numpy(np.float64, na_value=np.nan)
+            arr, mask = _fill(v, c, s, train_rows)
+            num_cols.append(c)
+            num_arrays.append(arr)
+            masks.append(mask)
+            conversions[c] = f"{'boolean' if pd.api.types.is_bool_dtype(col) else 'numeric'}: {s.float_dtype}"
+        else:
+            raise DataprepError(f"column {c!r} has dtype {col.dtype}, which dataprep does not convert (drop it with --drop)")
+
+    limit = float(np.finfo(np.dtype(s.float_dtype)).max)
+    for c, arr in zip(num_cols, num_arrays):
+        if np.any(np.abs(arr[np.isfinite(arr)]) > limit):
+            raise DataprepError(f"column {c!r} does not fit in {s.float_dtype} (values overflow; try --float-dtype float64)")
+    feats = np.stack(num_arrays, axis=1).astype(s.float_dtype) if num_arrays else np.zeros((n, 0), s.float_dtype)
+    cats = np.stack(cat_arrays, axis=1) if cat_arrays else None
+    if cats is not None:
+        cats = cats.astype(smallest_int(0, max(len(v) for v in vocabs.values())))
+    mask = np.stack(masks, axis=1).astype(np.uint8) if (s.missing == "mask" and masks) else None
+    dts = np.stack(dt_arrays, axis=1).astype("<i8") if dt_arrays else None
+
+    stats = {"features": {}, "categorical": {}}
+    tr = feats[train_rows]
+    for j, c in enumerate(num_cols):
+        v = tr[:, j] if mask is None else tr[:, j][mask[train_rows][:, j] == 0]
+        v = v.astype(np.float64)
+        stats["features"][c] = {"mean": float(v.mean()) if len(v) else 0.0, "std": float(v.std()) if len(v) else 0.0,
+                                "min": float(v.min()) if len(v) else 0.0, "max": float(v.max()) if len(v) else 0.0}
+    for j, c in enumerate(cat_cols):
+        counts = np.bincount(cats[train_rows][:, j].astype(np.int64), minlength=len(vocabs[c]))
+        stats["categorical"][c] = dict(zip(vocabs[c], (int(x) for x in counts)))
+
+    fields: dict[str, Any] = {
+        "features": {"dtype": feats.dtype.str, "columns": num_cols, "shape": [None, len(num_cols)]},
+        "target": tfield,
+        "conversions": conversions,
+    }
+    if cats is not None:
+        fields["categorical"] = {"dtype": cats.dtype.str, "columns": cat_cols, "vocab": vocabs, "shape": [None, len(cat_cols)]}
+    if mask is not None:
+        fields["mask"] = {"dtype": "|u1", "columns": num_cols, "meaning": "1 where the value was missing (stored as 0)"}
+    if dts is not None:
+        fields["datetimes"] = {"dtype": "<i8", "columns": dt_cols, "unit": "seconds since 1970-01-01 UTC"}
+
+    splits = {}
+    for name in sorted(set(split_of.tolist())):
+        rows = split_of == name
+        arr = {"features": np.ascontiguousarray(feats[rows]), "target": np.ascontiguousarray(y[rows])}
+        if cats is not None:
+            arr["categorical"] = np.ascontiguousarray(cats[rows])
+        if mask is not None:
+            arr["mask"] = np.ascontiguousarray(mask[rows])
+        if dts is not None:
+            arr["datetimes"] = np.ascontiguousarray(dts[rows])
+        splits[name] = arr
+    return Converted(splits, fields, stats, {k: len(v["target"]) for k, v in splits.items()})
+
+
+def _is_text(col) -> bool:
+    import pandas as pd
+
+    return (pd.api.types.is_object_dtype(col) or pd.api.types.is_string_dtype(col)
+            or isinstance(col.dtype, pd.CategoricalDtype))
+
+
+def _codes(col, name: str, missing: str) -> tuple[np.ndarray, list[str]]:
+    """Integer codes of a categorical column, its vocabulary sorted (missing values: their own code,
+    "<missing>", under any policy but "error")."""
+    isna = col.isna().to_numpy()
+    if isna.any() and missing == "error":
+        raise DataprepError(f"column {name!r} has {int(isna.sum())} missing values (choose a --missing policy)")
+    vals = col.astype(str).to_numpy(dtype=object)
+    vals[isna] = "<missing>"
+    vocab, codes = np.unique(vals.astype(str), return_inverse=True)
+    return codes.astype(np.int64), [str(v) for v in vocab]
+
+
+def _fill(v: np.ndarray, name: str, s: TableSettings, train_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    miss = np.isnan(v)
+    if not miss.any():
+        return v, miss
+    if s.missing == "error":
+        raise DataprepError(f"column {name!r} has {int(miss.sum())} missing values (choose a --missing policy)")
+    if s.missing == "mean":
+        known = v[train_rows & ~miss]
+        fill = float(known.mean()) if len(known) else 0.0
+    elif s.missing == "value":
+        fill = s.fill_value
+    else:
+        fill = 0.0
+    out = v.copy()
+    out[miss] = fill
+    return out, miss
