@@ -44,6 +44,7 @@ class LazyGroup(click.Group):
         "verify": ("dataprep.cli.verify", "verify"),
         "plan": ("dataprep.cli.plan", "plan"),
         "table": ("dataprep.cli.table", "table"),
+        "bench": ("dataprep.cli.bench", "bench"),
     },
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )

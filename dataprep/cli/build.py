@@ -8,6 +8,7 @@ import click
 from ..images.resize import RESIZE_MODES
 from ..settings import IMAGE_MODES
 from .config import config_option
+from .profile import profile_option
 
 
 def _sizes(ctx, param, value):
@@ -54,6 +55,7 @@ def image_build_options(f):
         click.option("--allow-empty-classes", is_flag=True, help="Accept class folders with no images."),
         click.option("--progress/--no-progress", default=None, help="Progress bar [default: when stderr is a terminal]."),
         config_option,
+        profile_option,
     ]
     for o in reversed(opts):
         f = o(f)

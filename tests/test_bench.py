@@ -1,0 +1,77 @@
+"""dataprep bench: every path measured with a positive rate and a named bound, a valid PNG, and a slowed
+decoder reported as decode-bound. The --profile switch writes a readable profile."""
+import json
+import pstats
+import time
+
+import cv2
+import pytest
+from click.testing import CliRunner
+
+from dataprep.bench.sweep import run_bench
+from dataprep.build import build_images
+from dataprep.cli import main
+from dataprep.data import decoders
+from dataprep.settings import BuildSettings, ImageSettings
+from dataprep.sources import scan_imagenet
+
+from .conftest import corpus_dir
+
+BOUNDS = {"decode-bound", "copy-bound", "I/O-bound", "worker-starved", "loader overhead"}
+
+
+def cli(*args):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def check_outputs(out, paths):
+    rep = json.loads((out / "bench.json").read_text())
+    assert set(rep["verdicts"]) == set(paths)
+    for p in paths:
+        runs = [r for r in rep["runs"] if r["path"] == p]
+        assert runs and all(r["samples_s"] > 0 and r["pss_bytes"] > 0 for r in runs)
+        assert rep["verdicts"][p]["bound"] in BOUNDS and rep["verdicts"][p]["limit_samples_s"] > 0
+    img = cv2.imread(str(out / "bench.png"))
+    assert img is not None and img.shape == (560, 900, 3)
+    return rep
+
+
+@pytest.mark.corpus
+@pytest.mark.slow
+def test_quick_bench_on_the_corpus_pack(tmp_path):
+    r = cli("build", "imagenet", corpus_dir("images"), "--size", "256", "--out", tmp_path / "p", "-j", "2")
+    assert r.exit_code == 0
+    t0 = time.time()
+    r = cli("bench", tmp_path / "p", "--quick", "--out", tmp_path / "b")
+    assert r.exit_code == 0, r.output
+    assert time.time() - t0 < 90
+    check_outputs(tmp_path / "b", ["cv2", "pil"])
+    assert "decode-bound" in r.output or "worker-starved" in r.output
+
+
+def test_bench_of_a_decoded_pack(index_tree, tmp_path):
+    build_images(scan_imagenet(index_tree), tmp_path / "p", BuildSettings(ImageSettings(size=32, resize="center-crop", mode="raw")))
+    r = cli("bench", tmp_path / "p", "--workers", "0,1", "--batch-sizes", "8", "--seconds", "0.3", "--out", tmp_path / "b")
+    assert r.exit_code == 0, r.output
+    check_outputs(tmp_path / "b", ["pixels"])
+
+
+def test_a_slowed_decoder_is_reported_decode_bound(index_tree, tmp_path, monkeypatch):
+    def slow(buf, channels):
+        time.sleep(0.004)  # ~250 images/s per core, far below anything else on the path
+        return decoders.decode_cv2(buf, channels)
+
+    monkeypatch.setitem(decoders.DECODERS, "slow", slow)
+    build_images(scan_imagenet(index_tree), tmp_path / "p", BuildSettings(ImageSettings(size=32, resize="center-crop")))
+    rep = run_bench(tmp_path / "p", workers=[0, 1, 2], batches=[8], paths=["slow"], seconds=0.6, warmup=0.2)
+    v = rep.verdicts["slow"]
+    assert v["bound"] == "decode-bound", v
+    assert 0.6 <= v["fraction_of_limit"] <= 1.3
+
+
+def test_profile_switch_writes_a_readable_profile(index_tree, tmp_path):
+    prof = tmp_path / "build.prof"
+    r = cli("build", "imagenet", index_tree, "--size", "16", "--out", tmp_path / "p", "-j", "1", "--profile", prof)
+    assert r.exit_code == 0, r.output
+    stats = pstats.Stats(str(prof))
+    assert any("build_images" in fn for (_, _, fn) in stats.stats)
