@@ -12,6 +12,8 @@ _LAZY = {
     "InMemoryImageDataset": ("dataprep.data.images", "InMemoryImageDataset"),
     "Loader": ("dataprep.loader", "Loader"),
     "TabularDataset": ("dataprep.data.tables", "TabularDataset"),
+    "TokenDataset": ("dataprep.data.tokens", "TokenDataset"),
+    "DocumentDataset": ("dataprep.data.tokens", "DocumentDataset"),
     "Schedule": ("dataprep.data.progressive", "Schedule"),
     "ResolutionBatchSampler": ("dataprep.data.progressive", "ResolutionBatchSampler"),
     "build_images": ("dataprep.build", "build_images"),

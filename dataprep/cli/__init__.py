@@ -45,6 +45,7 @@ class LazyGroup(click.Group):
         "plan": ("dataprep.cli.plan", "plan"),
         "table": ("dataprep.cli.table", "table"),
         "bench": ("dataprep.cli.bench", "bench"),
+        "tokenize": ("dataprep.cli.tokenize", "tokenize"),
     },
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )

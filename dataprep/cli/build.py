@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import click
 
@@ -74,7 +75,7 @@ def run_build(source, out, size, sizes, resize, upscale, grayscale, mode, qualit
         overwrite=overwrite, resume=resume,
     )
     total = sum(len(s.limited(limit).paths) for s in source.splits)
-    with click.progressbar(length=total, label="building", file=click.get_text_stream("stderr"),
+    with click.progressbar(length=total, label="building", file=sys.stderr,
                            show_pos=True, show_eta=True) as bar:
         if progress is not None:  # default: click shows it only on a terminal
             bar.is_hidden = not progress

@@ -1,0 +1,40 @@
+"""`dataprep tokenize SRC... --tokenizer tokenizer.json --out DIR`: text becomes token packs once."""
+from __future__ import annotations
+
+import click
+
+from ..text.read import SPLITS
+from .profile import profile_option
+
+
+@click.command()
+@click.argument("src", nargs=-1, required=True)
+@click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
+@click.option("--tokenizer", type=click.Path(dir_okay=False), default=None, help="A Hugging Face tokenizers JSON file.")
+@click.option("--train-bpe", "train_bpe", type=click.IntRange(256), default=None, help="Train a byte-level BPE of this vocabulary size first.")
+@click.option("--split-docs", type=click.Choice(SPLITS), default="file", show_default=True,
+              help="Plain text: a document per file, per line, or per blank-line-separated paragraph.")
+@click.option("--text-field", default="text", show_default=True, help="The text field of .jsonl, or column of CSV/Parquet.")
+@click.option("--eot", default=None, help="End-of-text token [default: <|endoftext|>, </s> or [SEP], whichever exists].")
+@click.option("--eot-id", type=click.IntRange(0), default=None, help="End-of-text id (instead of --eot).")
+@click.option("--val-fraction", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--chunk-mb", type=click.IntRange(1), default=8, show_default=True, help="Text encoded per batch (bounds memory).")
+@click.option("--strict", is_flag=True, help="Fail on bytes that are not UTF-8 instead of replacing and counting them.")
+@click.option("--overwrite", is_flag=True)
+@profile_option
+def tokenize(src, out, tokenizer, train_bpe, split_docs, text_field, eot, eot_id, val_fraction, seed, chunk_mb, strict, overwrite):
+    """Tokenize text into uint16/uint32 token arrays with a document index."""
+    from ..text.read import expand
+    from ..text.tokenize import TokenizeSettings, tokenize as run
+
+    settings = TokenizeSettings(split=split_docs, text_field=text_field, eot=eot, eot_id=eot_id, val_fraction=val_fraction,
+                                seed=seed, chunk_bytes=chunk_mb << 20, strict=strict)
+    files = expand(list(src))
+    r = run(files, out, settings, tokenizer, train_bpe, overwrite)
+    click.echo(f"pack: {out}")
+    for name, (docs, toks) in r["splits"].items():
+        click.echo(f"  {name}: {docs:,} documents, {toks:,} tokens ({r['dtype']})")
+    if r["replaced"]:
+        click.echo(f"  bytes that were not UTF-8, replaced: " + ", ".join(f"{k}: {v}" for k, v in r["replaced"].items()))
+    click.echo(f"  {r['tokens']:,} tokens from {len(files)} files in {r['seconds']:.1f} s ({r['tokens'] / max(r['seconds'], 1e-9):,.0f} tokens/s)")

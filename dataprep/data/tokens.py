@@ -1,0 +1,162 @@
+"""Token datasets: take a token pack, give context windows (x, y shifted by one) or whole documents.
+
+A split is one contiguous token array (read into RAM, or the shard files mapped) plus int64
+document offsets: the memory does not grow with the number of workers.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from ..errors import DataprepError, PackError
+from ..pack.fields import _shard_file
+from ..pack.manifest import read_manifest
+from ..pack.shard import map_npy, read_npy_into
+
+
+class _TokenSplit:
+    def __init__(self, pack: str | os.PathLike, split: str, cache: str):
+        if cache not in ("ram", "mmap"):
+            raise DataprepError(f"a token pack is served with cache 'ram' or 'mmap', not {cache!r}")
+        self.pack, self.split = Path(pack), split
+        m = read_manifest(self.pack)
+        if m["kind"] != "tokens":
+            raise PackError(f"{self.pack}: a {m['kind']!r} pack, not a token pack")
+        if split not in m["splits"]:
+            raise PackError(f"{self.pack}: no split {split!r}; the pack has {sorted(m['splits'])}")
+        shards = m["splits"][split]["shards"]
+        sdir = self.pack / split
+        dtype = np.dtype(m["fields"]["tokens"]["dtype"])
+        sizes = [int(_shard_file(sdir, s, "tokens")[1]["shape"][0]) for s in shards]
+        if cache == "mmap" and len(shards) == 1:
+            path, rec = _shard_file(sdir, shards[0], "tokens")
+            tokens = map_npy(path, rec)
+        else:
+            tokens = np.empty(sum(sizes), dtype)
+            pos = 0
+            for s, n in zip(shards, sizes):
+                path, rec = _shard_file(sdir, s, "tokens")
+                read_npy_into(path, rec, tokens[pos : pos + n])
+                pos += n
+        offs, base = [np.zeros(1, np.int64)], 0
+        for s, n in zip(shards, sizes):
+            path, rec = _shard_file(sdir, s, "doc_offsets")
+            local = read_npy_into(path, rec)
+            if local[0] != 0 or local[-1] != n or np.any(np.diff(local) <= 0):
+                raise PackError(f"{path}: document offsets are not increasing within the shard's {n} tokens")
+            offs.append(local[1:] + base)
+            base += n
+        self.tokens, self.doc_offsets = tokens, np.concatenate(offs)
+        if int(self.tokens.max(initial=0)) >= int(m["tokenizer"]["vocab_size"]):
+            raise PackError(f"{sdir}: a token id is beyond the vocabulary of {m['tokenizer']['vocab_size']}")
+        self.manifest = m
+        self.eot_id = int(m["tokenizer"]["eot_id"])
+
+
+class TokenDataset(Dataset):
+    """(x, y) windows of `context` tokens, y shifted by one, over the split's concatenated documents.
+
+    Args:
+        mode: "sequential" (non-overlapping windows in order) or "random" (window starts drawn from
+            (seed, epoch); `set_epoch` draws new ones, `samples` sets how many per epoch).
+        dtype: "int64" for embedding lookups, or "stored" (uint16/uint32) to convert on the GPU.
+    `dataset[[i, j, ...]]` and `__getitems__` gather a whole batch with one vectorised index.
+    """
+
+    def __init__(self, pack, context: int = 1024, split: str = "train", mode: str = "random", seed: int = 0,
+                 samples: int | None = None, dtype: str = "int64", cache: str = "ram"):
+        if mode not in ("random", "sequential") or dtype not in ("int64", "stored") or context < 1:
+            raise DataprepError("mode is 'random' or 'sequential', dtype 'int64' or 'stored', context >= 1")
+        self.pack, self.split, self.context, self.mode, self.seed, self.samples = pack, split, context, mode, seed, samples
+        self.dtype, self.cache = dtype, cache
+        self._load()
+
+    def _load(self):
+        self.data = _TokenSplit(self.pack, self.split, self.cache)
+        n = len(self.data.tokens)
+        if n < self.context + 1:
+            raise DataprepError(f"{self.pack}/{self.split}: {n} tokens, fewer than one window of {self.context} + 1")
+        self.set_epoch(0)
+
+    def __getstate__(self):
+        return {k: self.__dict__[k] for k in ("pack", "split", "context", "mode", "seed", "samples", "dtype", "cache", "epoch")}
+
+    def __setstate__(self, state):
+        epoch = state.pop("epoch")
+        self.__dict__.update(state)
+        self._load()
+        self.set_epoch(epoch)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        n = len(self.data.tokens)
+        if self.mode == "sequential":
+            self.starts = np.arange(0, (n - 1) // self.context * self.context, self.context, dtype=np.int64)
+        else:
+            count = self.samples or (n - 1) // self.context
+            self.starts = np.random.default_rng([self.seed, epoch]).integers(0, n - self.context, count, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def _windows(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        w = self.data.tokens[self.starts[idx][..., None] + np.arange(self.context + 1)]
+        if self.dtype == "int64":
+            w = w.astype(np.int64)
+        elif w.dtype == np.uint32:
+            w = w.astype(np.int64)  # torch has no uint32 arithmetic worth the name; uint16 stays as is
+        t = torch.from_numpy(np.ascontiguousarray(w))
+        return t[..., :-1], t[..., 1:]
+
+    def __getitem__(self, index):
+        if isinstance(index, (Sequence, np.ndarray, torch.Tensor)) and not isinstance(index, (str, bytes)):
+            return self._windows(np.asarray(index, np.int64) % len(self))
+        i = int(index)
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"index {i} out of range for {len(self)} windows")
+        return self._windows(np.int64(i % len(self)))
+
+    def __getitems__(self, indices: Sequence[int]):
+        x, y = self._windows(np.asarray(indices, np.int64) % len(self))
+        return list(zip(x, y))
+
+    # -- the batch-fetch protocol the fast Loader uses -------------------------------------------
+    def batch_layout(self, crop=None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        dt = np.dtype(np.int64) if self.dtype == "int64" or self.data.tokens.dtype == np.uint32 else self.data.tokens.dtype
+        return {"x": ((self.context,), dt), "y": ((self.context,), dt)}
+
+    def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray]) -> None:
+        w = self.data.tokens[self.starts[np.asarray(idx, np.int64) % len(self)][:, None] + np.arange(self.context + 1)]
+        out["x"][: len(idx)] = w[:, :-1]
+        out["y"][: len(idx)] = w[:, 1:]
+
+
+class DocumentDataset(Dataset):
+    """One document's token ids per item (int64, without the end-of-text id that follows it in the pack)."""
+
+    def __init__(self, pack, split: str = "train", cache: str = "ram"):
+        self.pack, self.split, self.cache = pack, split, cache
+        self.data = _TokenSplit(pack, split, cache)
+
+    def __getstate__(self):
+        return {k: self.__dict__[k] for k in ("pack", "split", "cache")}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.data = _TokenSplit(self.pack, self.split, self.cache)
+
+    def __len__(self) -> int:
+        return len(self.data.doc_offsets) - 1
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"index {i} out of range for {n} documents")
+        i %= n
+        a, b = self.data.doc_offsets[i], self.data.doc_offsets[i + 1] - 1
+        return torch.from_numpy(np.asarray(self.data.tokens[a:b]).astype(np.int64))

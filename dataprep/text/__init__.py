@@ -1,0 +1,1 @@
+"""Text stages: read (files -> a stream of documents), tokenize (documents -> token shards)."""

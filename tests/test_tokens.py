@@ -1,0 +1,134 @@
+"""Token packs: exact round trips with a trained byte-level BPE, the corpus WordPiece tokenizer, windows,
+documents, input formats and bad input."""
+import gzip
+import json
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from dataprep.cli import main
+from dataprep.data.tokens import DocumentDataset, TokenDataset
+from dataprep.errors import DataprepError, SourceError
+from dataprep.pack.manifest import read_manifest
+from dataprep.text.read import expand
+from dataprep.text.tokenize import TokenizeSettings, load_tokenizer, token_dtype, tokenize
+
+from .conftest import corpus_dir
+
+DOCS = [
+    "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife.",
+    "Call me Ishmael.\nSome years ago - never mind how long precisely - having little or no money in my purse...",
+    "  Leading spaces, tabs\tand ünïcödé survive: 日本語 and emoji 🙂 too.  ",
+    "x = [i ** 2 for i in range(10)]  # code is text as well",
+] * 5
+
+
+def cli(*args):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def bpe_pack(tmp_path_factory):
+    base = tmp_path_factory.mktemp("bpe")
+    src = base / "docs.jsonl.gz"
+    with gzip.open(src, "wt", encoding="utf-8") as f:
+        for d in DOCS:
+            f.write(json.dumps({"text": d}) + "\n")
+    tokenize([str(src)], base / "p", TokenizeSettings(), train_bpe_vocab=400)
+    return base / "p"
+
+
+def test_byte_level_bpe_round_trips_exactly(bpe_pack):
+    m = read_manifest(bpe_pack)
+    tok = load_tokenizer(str(bpe_pack / "tokenizer.json"))
+    docs = DocumentDataset(bpe_pack)
+    assert len(docs) == len(DOCS) and m["fields"]["tokens"]["dtype"] == "<u2"
+    for i, text in enumerate(DOCS):
+        assert tok.decode(docs[i].tolist(), skip_special_tokens=False) == text
+    assert m["tokenizer"]["eot_id"] == tok.token_to_id("<|endoftext|>") and m["tokenizer"]["trained_here"]
+    assert m["splits"]["train"]["tokens"] == sum(len(docs[i]) + 1 for i in range(len(docs)))
+
+
+def test_windows(bpe_pack):
+    seq = TokenDataset(bpe_pack, context=16, mode="sequential")
+    x, y = seq[0]
+    assert x.dtype == torch.int64 and x.shape == (16,) and torch.equal(x[1:], y[:-1])
+    flat = seq.data.tokens
+    assert len(seq) == (len(flat) - 1) // 16 and x.tolist() == flat[:16].tolist()
+    xb, yb = seq[[0, 1, 2]]
+    assert xb.shape == (3, 16) and torch.equal(xb[1], torch.from_numpy(flat[16:32].astype(np.int64)))
+    r1, r2 = TokenDataset(bpe_pack, 16, seed=1), TokenDataset(bpe_pack, 16, seed=1)
+    assert torch.equal(r1[[0, 1, 2, 3]][0], r2[[0, 1, 2, 3]][0])
+    r2.set_epoch(1)
+    assert not torch.equal(r1[[0, 1, 2, 3]][0], r2[[0, 1, 2, 3]][0])
+    stored = TokenDataset(bpe_pack, 16, dtype="stored", cache="mmap")
+    assert stored[0][0].dtype == torch.uint16
+    items = seq.__getitems__([0, 1])
+    assert len(items) == 2 and torch.equal(items[1][0], xb[1])
+
+
+def test_the_fast_loader_serves_windows(bpe_pack):
+    from dataprep.loader import Loader
+
+    seq = TokenDataset(bpe_pack, context=8, mode="sequential")
+    got = [(x.clone(), y.clone()) for x, y in Loader(seq, 4, num_workers=2)]
+    assert sum(len(x) for x, _ in got) == len(seq)
+    x0, y0 = seq[[0, 1, 2, 3]]
+    assert torch.equal(got[0][0], x0) and torch.equal(got[0][1], y0)
+
+
+def test_dtype_choice():
+    assert token_dtype(30522) == np.dtype("<u2") and token_dtype(65536) == np.dtype("<u2")
+    assert token_dtype(65537) == np.dtype("<u4")
+
+
+@pytest.mark.corpus
+def test_wordpiece_on_the_corpus(tmp_path):
+    text = sorted(corpus_dir("text").glob("*.txt"))[:3]
+    tok = corpus_dir("tokenizer") / "tokenizer.json"
+    r = cli("tokenize", *text, "--tokenizer", tok, "--split-docs", "paragraph", "--val-fraction", "0.1", "--out", tmp_path / "p")
+    assert r.exit_code == 0, r.output
+    m = read_manifest(tmp_path / "p")
+    assert m["tokenizer"]["vocab_size"] == 30522 and m["fields"]["tokens"]["dtype"] == "<u2"
+    assert m["tokenizer"]["eot_id"] == 102  # [SEP]
+    docs = DocumentDataset(tmp_path / "p")
+    assert max(len(docs[i]) for i in range(len(docs))) > 128  # the file's truncation to 128 was switched off
+    assert 0 not in docs[0].tolist()  # nor its padding ([PAD] = 0)
+    paragraphs = [p for f in text for p in f.read_text(encoding="utf-8").replace("\r\n", "\n").split("\n\n") if p.strip()]
+    assert m["splits"]["train"]["count"] + m["splits"]["val"]["count"] == len(paragraphs)
+    wp = load_tokenizer(str(tok))
+    first = wp.decode(docs[0].tolist())
+    assert first.split()[:3] == wp.decode(wp.encode(paragraphs[0], add_special_tokens=False).ids).split()[:3]
+
+
+def test_inputs_lines_csv_globs_and_bad_bytes(tmp_path, bpe_pack):
+    (tmp_path / "a.txt").write_bytes("first line\nsecond line\n\xff\xfe broken\n".encode("latin-1").replace(b"\xc3", b""))
+    (tmp_path / "b.csv").write_text("id,body\n1,hello there\n2,general kenobi\n")
+    tok = bpe_pack / "tokenizer.json"
+    r = cli("tokenize", tmp_path / "*.txt", "--tokenizer", tok, "--split-docs", "line", "--out", tmp_path / "p")
+    assert r.exit_code == 0, r.output
+    assert read_manifest(tmp_path / "p")["splits"]["train"]["count"] == 3
+    assert "not UTF-8, replaced" in r.output and "a.txt: 2" in r.output
+    r = cli("tokenize", tmp_path / "a.txt", "--tokenizer", tok, "--strict", "--out", tmp_path / "q")
+    assert r.exit_code == 1 and "a.txt: not UTF-8 at byte" in r.output
+    r = cli("tokenize", tmp_path / "b.csv", "--tokenizer", tok, "--text-field", "body", "--out", tmp_path / "c")
+    assert r.exit_code == 0 and read_manifest(tmp_path / "c")["splits"]["train"]["count"] == 2
+    r = cli("tokenize", tmp_path / "b.csv", "--tokenizer", tok, "--text-field", "text", "--out", tmp_path / "d")
+    assert r.exit_code == 1 and "no column 'text'" in r.output
+
+
+def test_bad_input(tmp_path, bpe_pack):
+    (tmp_path / "empty.txt").write_text("   \n\n")
+    r = cli("tokenize", tmp_path / "empty.txt", "--tokenizer", bpe_pack / "tokenizer.json", "--out", tmp_path / "p")
+    assert r.exit_code == 1 and "no documents" in r.output
+    r = cli("tokenize", tmp_path / "empty.txt", "--tokenizer", tmp_path / "nope.json", "--out", tmp_path / "q")
+    assert r.exit_code == 1 and "nope.json: tokenizer file does not exist" in r.output
+    (tmp_path / "fake.json").write_text('{"not": "a tokenizer"}')
+    r = cli("tokenize", tmp_path / "empty.txt", "--tokenizer", tmp_path / "fake.json", "--out", tmp_path / "r")
+    assert r.exit_code == 1 and "fake.json: not a tokenizers JSON file" in r.output
+    with pytest.raises(SourceError, match="no such file"):
+        expand([str(tmp_path / "missing" / "*.txt")])
+    with pytest.raises(DataprepError, match="fewer than one window"):
+        TokenDataset(bpe_pack, context=10**7)
