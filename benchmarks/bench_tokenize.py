@@ -23,7 +23,10 @@ import numpy as np  # noqa: E402
 from dataprep.text.read import documents, expand  # noqa: E402
 from dataprep.text.tokenize import TokenizeSettings, _chunks, load_tokenizer, tokenize  # noqa: E402
 
-RSS = "import resource, sys; from dataprep.cli import main\ntry: main(sys.argv[1:])\nexcept SystemExit: pass\nprint('maxrss_kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss over fork and exec, so a child would report its
+# parent's peak (this script's own, which holds a 55 M-token list at that point).
+RSS = ("import sys; from dataprep.cli import main\ntry: main(sys.argv[1:])\nexcept SystemExit: pass\n"
+       "print('maxrss_kb', [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0])")
 
 
 def make_corpus(src: Path, dst: Path, mb: int) -> int:
