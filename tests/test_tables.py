@@ -131,3 +131,11 @@ def test_bad_input(tmp_path, mixed):
     big.write_text("a,y\n1e300,1\n2,0\n")
     r = cli("table", big, "--target", "y", "--out", tmp_path / "e")
     assert r.exit_code == 1 and "column 'a' does not fit in float32" in r.output
+
+
+def test_parquet_input(tmp_path):
+    df = pd.DataFrame({"a": [1.5, 2.5, 3.5], "kind": ["x", "y", "x"], "y": [0, 1, 0]})
+    df.to_parquet(tmp_path / "t.parquet")
+    build_table([str(tmp_path / "t.parquet")], tmp_path / "p", TableSettings(target="y"), {})
+    X, codes, y = TabularDataset(tmp_path / "p")[[0, 1, 2]]
+    assert X[:, 0].tolist() == [1.5, 2.5, 3.5] and codes[:, 0].tolist() == [0, 1, 0] and y.tolist() == [0, 1, 0]

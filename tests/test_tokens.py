@@ -132,3 +132,14 @@ def test_bad_input(tmp_path, bpe_pack):
         expand([str(tmp_path / "missing" / "*.txt")])
     with pytest.raises(DataprepError, match="fewer than one window"):
         TokenDataset(bpe_pack, context=10**7)
+
+
+def test_parquet_text_column(tmp_path, bpe_pack):
+    import pandas as pd
+
+    pd.DataFrame({"body": DOCS[:4], "n": range(4)}).to_parquet(tmp_path / "d.parquet")
+    r = cli("tokenize", tmp_path / "d.parquet", "--tokenizer", bpe_pack / "tokenizer.json", "--text-field", "body", "--out", tmp_path / "p")
+    assert r.exit_code == 0, r.output
+    tok = load_tokenizer(str(bpe_pack / "tokenizer.json"))
+    docs = DocumentDataset(tmp_path / "p")
+    assert [tok.decode(docs[i].tolist()) for i in range(4)] == DOCS[:4]
