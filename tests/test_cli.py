@@ -132,3 +132,13 @@ def test_console_script_is_installed():
         pytest.skip(f"no console script beside {sys.executable} (package not pip-installed in this environment)")
     r = subprocess.run([str(script), "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "build" in r.stdout and "info" in r.stdout
+
+
+def test_demo_runs_on_its_own_sample(tmp_path):
+    r = run("demo", "--images", 32, "--size", 32, "-j", 1, "--out", tmp_path / "d")
+    assert r.exit_code == 0, r.output
+    assert "32 of 32 images written" in r.output
+    for name in ("JPEG files", "encoded pack in RAM", "decoded pack in RAM", "encoded pack, dataprep.Loader", "decoded pack, dataprep.Loader"):
+        line = next(ln for ln in r.output.splitlines() if name in ln)
+        assert float(line.split()[-4].replace(",", "")) > 0  # a measured rate
+    assert (tmp_path / "d" / "pack-raw" / "manifest.json").exists()
