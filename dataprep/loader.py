@@ -20,10 +20,9 @@ from __future__ import annotations
 import math
 import mmap
 import multiprocessing as mp
-import os
 import signal
 from multiprocessing.connection import wait
-from typing import Any, Iterable, Iterator
+from typing import Iterable, Iterator
 
 import numpy as np
 import torch
@@ -185,7 +184,7 @@ class Loader:
                     parts_left[sent] = len(parts)
                     sent += 1
                 while want not in ready:
-                    for g, b, w, slot in self._collect(batches):
+                    for g, b, _w, slot in self._collect(batches):
                         if g != gen:  # a part of an abandoned epoch: its slot was kept out of this one
                             if slot not in self._busy_slots() and slot not in free:
                                 free.append(slot)

@@ -67,7 +67,7 @@ def epoch_rate(dataset: Dataset, batch_size: int = 64, num_workers: int = 0, bat
         loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=g, **common)
     n = 0
     t0 = time.perf_counter()
-    for b, (images, labels) in enumerate(loader):
+    for b, (_, labels) in enumerate(loader):
         n += len(labels)
         if max_batches is not None and b + 1 >= max_batches:
             break

@@ -52,7 +52,7 @@ def table(src, target, out, task, fmt, sep, header, skip_rows, names, target_fil
     r = build_table(list(src), out, settings, read, target_file, overwrite)
     t = r["target"]
     click.echo(f"pack: {out}")
-    click.echo(f"  rows: " + ", ".join(f"{k} {v}" for k, v in r["splits"].items()))
+    click.echo("  rows: " + ", ".join(f"{k} {v}" for k, v in r["splits"].items()))
     click.echo(f"  {r['features']} feature columns, {r['categorical']} categorical; target {t['column']!r}: {t['task']} "
                f"({t['dtype']}" + (f", {len(t['classes'])} classes)" if t["task"] == "classification" else ")"))
     click.echo(f"  {sum(r['splits'].values())} rows in {r['seconds']:.2f} s")

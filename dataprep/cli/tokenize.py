@@ -36,5 +36,5 @@ def tokenize(src, out, tokenizer, train_bpe, split_docs, text_field, eot, eot_id
     for name, (docs, toks) in r["splits"].items():
         click.echo(f"  {name}: {docs:,} documents, {toks:,} tokens ({r['dtype']})")
     if r["replaced"]:
-        click.echo(f"  bytes that were not UTF-8, replaced: " + ", ".join(f"{k}: {v}" for k, v in r["replaced"].items()))
+        click.echo("  bytes that were not UTF-8, replaced: " + ", ".join(f"{k}: {v}" for k, v in r["replaced"].items()))
     click.echo(f"  {r['tokens']:,} tokens from {len(files)} files in {r['seconds']:.1f} s ({r['tokens'] / max(r['seconds'], 1e-9):,.0f} tokens/s)")

@@ -111,7 +111,6 @@ class InMemoryImageDataset(Dataset):
         self._offsets = c.arrays.get("offsets")
         self._shapes = c.arrays["shapes"]
         self._labels = c.arrays["labels"]
-        self._cached = c  # keeps a shared-memory segment attached for as long as the dataset lives
         self.sources = c.sources
         self.classes: list[str] = list(c.manifest["classes"])
         self.class_names: list[str] | None = c.manifest.get("class_names")
@@ -140,6 +139,11 @@ class InMemoryImageDataset(Dataset):
     def shapes(self) -> np.ndarray:
         """(N, 3) array of every sample's (H, W, C) once decoded."""
         return self._shapes
+
+    @property
+    def _cached(self):
+        """The split as currently served (its store also keeps a shared-memory segment attached)."""
+        return self._stores[self.resolution]
 
     @property
     def nbytes(self) -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import itertools
-import json
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -197,13 +196,12 @@ def tokenize(inputs: list[str], out: str | os.PathLike, settings: TokenizeSettin
         "settings": asdict(settings),
         "tokenizer": {"path": str(tok_path.resolve()), "sha256": hashlib.sha256(tok_bytes).hexdigest(),
                       "vocab_size": vocab, "eot_id": int(eot_id), "trained_here": bool(train_bpe_vocab),
-                      "special": {t.content: i for i, t in tok.get_added_tokens_decoder().items()} if hasattr(tok, "get_added_tokens_decoder") else {}},
+                      "special": {t.content: int(i) for i, t in tok.get_added_tokens_decoder().items()}},
         "fields": {"tokens": {"dtype": dtype.str, "arrays": ["tokens", "doc_offsets"],
                               "meaning": "every document's ids followed by eot_id; doc_offsets index the tokens array of its shard"}},
         "splits": {n: {"count": w.docs, "tokens": w.tokens, "shards": w.shards} for n, w in writers.items()},
         "build": {"seconds": round(seconds, 3)},
     }
-    manifest["tokenizer"]["special"] = {str(k): int(v) for k, v in manifest["tokenizer"]["special"].items()}
-    write_manifest(out, json.loads(json.dumps(manifest)))
+    write_manifest(out, manifest)
     return {"documents": doc_no, "tokens": sum(w.tokens for w in writers.values()), "dtype": dtype.str,
             "splits": {n: (w.docs, w.tokens) for n, w in writers.items()}, "seconds": seconds, "replaced": stats.replaced}
