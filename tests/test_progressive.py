@@ -4,7 +4,6 @@ import shutil
 import cv2
 import numpy as np
 import pytest
-import torch
 from click.testing import CliRunner
 from torch.utils.data import DataLoader
 
@@ -79,6 +78,9 @@ def test_keep_resolutions_lets_the_previous_one_go(multires):
 
 @pytest.mark.parametrize("cache", ["mmap", "shm"])
 def test_progressive_run_reaches_persistent_workers(multires, cache):
+    from dataprep.data.cache import list_segments
+
+    before = set(list_segments())
     ds = InMemoryImageDataset(multires, resolution=16, cache=cache)
     sampler = ResolutionBatchSampler(len(ds), 4, Schedule.table(ds.resolutions, {0: 16, 1: 24, 2: 32}), seed=1)
     loader = DataLoader(ds, batch_sampler=sampler, num_workers=2, persistent_workers=True)
@@ -90,7 +92,15 @@ def test_progressive_run_reaches_persistent_workers(multires, cache):
             seen += [decode_index(im.permute(1, 2, 0).numpy()) for im in images]
             assert labels.tolist() == [i // 6 for i in seen[-len(labels):]]
         assert sorted(seen) == list(range(18))
-    del loader
+    del loader, ds
+    import gc
+    import time
+
+    gc.collect()
+    deadline = time.time() + 5
+    while set(list_segments()) != before and time.time() < deadline:
+        time.sleep(0.05)
+    assert set(list_segments()) == before  # segments the workers attached went with them
 
 
 def test_cli_sizes_and_verify(index_tree, tmp_path):

@@ -22,7 +22,7 @@ import os
 import sys
 import tempfile
 import time
-import weakref
+from multiprocessing import util as mp_util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -217,13 +217,15 @@ class ShmSegment:
             finally:
                 fcntl.flock(fill_fd, fcntl.LOCK_UN)
                 os.close(fill_fd)
-            mm = _map(path)
-            arrays = {k: np.frombuffer(mm, d, int(np.prod(s, dtype=np.int64)), offsets[k]).reshape(s) for k, s, d in plan}
+            arrays = _views(_map(path), plan, offsets)
         except BaseException:
             os.close(users_fd)
             raise
         seg = cls(path, users_fd, arrays, created)
-        weakref.finalize(seg, _release, users_fd, path, os.getpid())
+        # multiprocessing's Finalize, not weakref.finalize: it also runs when a DataLoader or Loader
+        # worker (a multiprocessing child, which never runs atexit) exits, so a segment attached in a
+        # worker (a resolution switched to there) is released too.
+        mp_util.Finalize(seg, _release, (users_fd, path, os.getpid()), exitpriority=10)
         return seg
 
 
@@ -260,16 +262,7 @@ def _create(path: Path, pack: Path, split: str, plan, offsets: dict[str, int], t
             header = json.dumps({"pack": str(pack.resolve()), "split": split, "layout": [[k, list(s), np.dtype(d).str] for k, s, d in plan]}).encode()
             if len(_MAGIC) + 8 + len(header) > _ALIGN:
                 header = b"{}"
-            views = {k: np.frombuffer(mm, d, int(np.prod(s, dtype=np.int64)), offsets[k]).reshape(s) for k, s, d in plan}
-
-            def alloc(key, shape, dtype):
-                v = views[key]
-                if v.shape != tuple(shape) or v.dtype != np.dtype(dtype):
-                    raise PackError(f"{pack}/{split}: {key} is {shape} {dtype}, the layout said {v.shape} {v.dtype}")
-                return v
-
-            fill(alloc)
-            del views
+            _fill_into(mm, plan, offsets, fill, f"{pack}/{split}")
             mm[len(_MAGIC) : len(_MAGIC) + 8] = len(header).to_bytes(8, "little")
             mm[len(_MAGIC) + 8 : len(_MAGIC) + 8 + len(header)] = header
             mm[: len(_MAGIC)] = _MAGIC  # last: a segment without the magic is never taken as complete
@@ -278,6 +271,25 @@ def _create(path: Path, pack: Path, split: str, plan, offsets: dict[str, int], t
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _views(buf, plan, offsets: dict[str, int]) -> dict[str, np.ndarray]:
+    """The arrays of `plan` as views of a mapped segment, at their offsets."""
+    return {k: np.frombuffer(buf, d, int(np.prod(s, dtype=np.int64)), offsets[k]).reshape(s) for k, s, d in plan}
+
+
+def _fill_into(mm: mmap.mmap, plan, offsets: dict[str, int], fill, where: str) -> None:
+    """Run the loader with an allocator that hands out views of the segment (they die on return, so the
+    mapping can be closed)."""
+    views = _views(mm, plan, offsets)
+
+    def alloc(key, shape, dtype):
+        v = views[key]
+        if v.shape != tuple(shape) or v.dtype != np.dtype(dtype):
+            raise PackError(f"{where}: {key} is {shape} {dtype}, the layout said {v.shape} {v.dtype}")
+        return v
+
+    fill(alloc)
 
 
 def _map(path: Path) -> mmap.mmap:
