@@ -105,8 +105,8 @@ def image_fields(image: ImageSettings) -> dict[str, ImageField]:
     """The manifest's image fields: "image", or "image@R" for every resolution of a multi-resolution build."""
     enc = "raw" if image.mode == "raw" else "jpeg"
     if not image.multires:
-        return {"image": ImageField(enc, image.fixed_shape(), image.channels)}
-    return {f"image@{s}": ImageField(enc, image.fixed_shape(s), image.channels, f"_r{s}") for s in image.all_sizes}
+        return {"image": ImageField(enc, image.fixed_shape(), image.channels, dtype=image.dtype)}
+    return {f"image@{s}": ImageField(enc, image.fixed_shape(s), image.channels, f"_r{s}", image.dtype) for s in image.all_sizes}
 
 
 @dataclass
@@ -188,39 +188,34 @@ def _remove_unplanned(out: Path, planned: dict[str, int]) -> None:
             shutil.rmtree(split_dir, ignore_errors=True)
 
 
-def build_images(
-    source: Source,
-    out: str | os.PathLike,
+def build_shards(
+    out: Path,
     settings: BuildSettings,
+    splits: list,
+    make_task: Callable[[Any, int, int, int], Any],
+    shard_fn: Callable[[Any], dict[str, Any]],
     progress: Callable[[int], None] | None = None,
-) -> BuildSummary:
-    """Build an image pack from `source` into `out`; return the summary. `progress(n)` is told of n more images."""
-    out = Path(out)
+) -> tuple[list[SplitSummary], dict[str, dict], float]:
+    """The driver every sharded build shares: prepare `out`, cut each split (anything with `name`, `paths`
+    and `skipped_before()`) into shards of `settings.shard_size_for(n)` samples, run `shard_fn` on the
+    task `make_task(split, k, start, stop)` of each in the process pool, clean up, and summarise. The
+    caller writes the manifest (last) from the split entries returned."""
     prepare_output(out, settings.overwrite, settings.resume)
     t0 = time.perf_counter()
-    ldt = label_dtype(len(source.classes)).str
-    tasks: list[ShardTask] = []
+    tasks: list[Any] = []
     plan: list[tuple[str, int]] = []
-    splits = [s.limited(settings.limit) for s in source.splits]
     for split in splits:
         per = settings.shard_size_for(len(split.paths))
         for k, start in enumerate(range(0, len(split.paths), per)):
-            tasks.append(
-                ShardTask(
-                    str(source.root), str(out / split.name), k, tuple(split.paths[start : start + per]),
-                    split.labels[start : start + per], ldt, settings.image, settings.strict, settings.resume,
-                )
-            )
+            tasks.append(make_task(split, k, start, start + per))
             plan.append((split.name, k))
 
     def done(i: int, rec: dict) -> None:
         if progress:
-            progress(len(tasks[i].paths))
+            progress(rec["count"] + len(rec["skipped"]))
 
     try:
-        records = run_tasks(
-            build_image_shard, tasks, settings.workers, done, names=[f"{s}/{shard_name(k)}" for s, k in plan]
-        )
+        records = run_tasks(shard_fn, tasks, settings.workers, done, names=[f"{s}/{shard_name(k)}" for s, k in plan])
     finally:
         for split in splits:
             remove_temporaries(out / split.name)
@@ -229,9 +224,8 @@ def build_images(
     summaries, split_entries = [], {}
     for split in splits:
         recs = [r for (name, _), r in zip(plan, records) if name == split.name]
-        skipped = [s for r in recs for s in r.pop("skipped")]
-        skipped += [{"source": p, "reason": "no label", "detail": "not in the labels file"} for p in split.unlabeled]
-        summ = SplitSummary(split.name, len(split.paths) + len(split.unlabeled))
+        skipped = [s for r in recs for s in r.pop("skipped")] + split.skipped_before()
+        summ = SplitSummary(split.name, len(split.paths) + len(split.skipped_before()))
         summ.written = sum(r["count"] for r in recs)
         summ.skipped = Counter(s["reason"] for s in skipped)
         summ.bytes = sum(f["bytes"] for r in recs for f in r["files"].values())
@@ -248,15 +242,41 @@ def build_images(
             "kept_jpeg": summ.kept_jpeg,
             "bytes": summ.bytes,
         }
-    seconds = time.perf_counter() - t0
+    return summaries, split_entries, time.perf_counter() - t0
+
+
+def pack_header(kind: str, settings: BuildSettings, source: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """The manifest entries every built pack has."""
+    return {
+        "kind": kind,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "dataprep_version": __version__,
+        "source": source,
+        "settings": settings.to_dict(),
+        "build": {"seconds": round(seconds, 3), "workers": settings.workers},
+    }
+
+
+def build_images(
+    source: Source,
+    out: str | os.PathLike,
+    settings: BuildSettings,
+    progress: Callable[[int], None] | None = None,
+) -> BuildSummary:
+    """Build an image pack from `source` into `out`; return the summary. `progress(n)` is told of n more images."""
+    out = Path(out)
+    ldt = label_dtype(len(source.classes)).str
+
+    def make_task(split, k: int, start: int, stop: int) -> ShardTask:
+        return ShardTask(str(source.root), str(out / split.name), k, tuple(split.paths[start:stop]),
+                         split.labels[start:stop], ldt, settings.image, settings.strict, settings.resume)
+
+    splits = [s.limited(settings.limit) for s in source.splits]
+    summaries, split_entries, seconds = build_shards(out, settings, splits, make_task, build_image_shard, progress)
     write_manifest(
         out,
         {
-            "kind": "images",
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "dataprep_version": __version__,
-            "source": {"layout": source.layout, "root": str(source.root.resolve())},
-            "settings": settings.to_dict(),
+            **pack_header("images", settings, {"layout": source.layout, "root": str(source.root.resolve())}, seconds),
             "classes": source.classes,
             "class_names": source.class_names,
             **({"resolutions": sorted(settings.image.all_sizes)} if settings.image.multires else {}),
@@ -266,7 +286,6 @@ def build_images(
                 "source": {"encoding": "utf-8", "relative_to": "source.root", "arrays": ["sources", "source_offsets"]},
             },
             "splits": split_entries,
-            "build": {"seconds": round(seconds, 3), "workers": settings.workers},
         },
     )
     return BuildSummary(out, summaries, seconds)

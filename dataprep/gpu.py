@@ -14,10 +14,11 @@ IMAGENET_STD = (58.395, 57.12, 57.375)  # 255 x (0.229, 0.224, 0.225)
 
 
 class Normalize(torch.nn.Module):
-    """(x - mean) / std on the device, from a uint8 (N, C, H, W) or (C, H, W) batch.
+    """(x - mean) / std on the device, from a uint8 (or, for 16-bit packs, uint16) (N, C, H, W) or (C, H, W) batch.
 
     Args:
-        mean, std: per channel, in 0-255 units (one value each for grayscale packs).
+        mean, std: per channel, in the input's units (0-255 for uint8, 0-65535 for uint16; one value
+            each for grayscale packs).
         device: where to compute [default: where the module's buffers are; move it with `.to(device)`].
         dtype: output dtype (torch.float32, torch.float16, torch.bfloat16).
         channels_last: return channels-last memory (what convolutions on recent GPUs prefer).
@@ -39,8 +40,8 @@ class Normalize(torch.nn.Module):
             self.to(device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype != torch.uint8:
-            raise TypeError(f"Normalize takes uint8 batches, got {x.dtype}")
+        if x.dtype not in (torch.uint8, torch.uint16):
+            raise TypeError(f"Normalize takes uint8 or uint16 batches, got {x.dtype}")
         batched = x.ndim == 4
         if not batched:
             x = x.unsqueeze(0)

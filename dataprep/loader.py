@@ -158,6 +158,12 @@ class Loader:
             c.close()
         self._procs, self._pipes, self._outstanding = [], [], {}
 
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def __del__(self):
         if getattr(self, "_procs", None):
             self.close()

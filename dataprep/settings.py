@@ -25,6 +25,7 @@ class ImageSettings:
     mode: str = "encoded"
     quality: int = 90
     keep_jpeg: bool = True
+    depth: int = 8  # bits per channel stored: 8 (uint8) or 16 (uint16, decoded pixels only)
     max_pixels: int = 178_956_970  # Pillow's hard decompression-bomb limit (2 x its warning limit)
 
     def __post_init__(self) -> None:
@@ -43,6 +44,10 @@ class ImageSettings:
             raise DataprepError(f"unknown mode {self.mode!r}; choose one of {list(IMAGE_MODES)}")
         if not 1 <= self.quality <= 100:
             raise DataprepError(f"quality must be between 1 and 100, got {self.quality}")
+        if self.depth not in (8, 16):
+            raise DataprepError(f"depth must be 8 or 16 bits, got {self.depth}")
+        if self.depth == 16 and self.mode != "raw":
+            raise DataprepError("16-bit pixels are stored decoded (JPEG holds 8 bits): add --mode raw to --depth 16")
         if self.max_pixels < 1:
             raise DataprepError("max_pixels must be positive")
 
@@ -58,6 +63,11 @@ class ImageSettings:
     @property
     def channels(self) -> int:
         return 1 if self.grayscale else 3
+
+    @property
+    def dtype(self) -> str:
+        """The stored pixels' dtype, little-endian."""
+        return "<u2" if self.depth == 16 else "|u1"
 
     def fixed_shape(self, size: int | None = None) -> tuple[int, int, int] | None:
         """The (H, W, C) every sample has at `size` (default: the largest), when the resize mode makes all

@@ -38,6 +38,10 @@ class SplitSource:
         idx = np.unique(np.linspace(0, len(self.paths) - 1, limit).round().astype(np.int64))
         return SplitSource(self.name, [self.paths[i] for i in idx], self.labels[idx], [])
 
+    def skipped_before(self) -> list[dict]:
+        """Files listed but not built, as skipped-sample records."""
+        return [{"source": p, "reason": "no label", "detail": "not in the labels file"} for p in self.unlabeled]
+
 
 @dataclass
 class Source:
@@ -47,12 +51,16 @@ class Source:
     class_names: list[str] | None
     splits: list[SplitSource]
 
+    def planned(self, limit: int | None = None) -> int:
+        """Samples a build will try, over all splits."""
+        return sum(len(s.limited(limit).paths) for s in self.splits)
+
 
 def _is_image_name(name: str) -> bool:
     return not name.startswith(".") and os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
 
 
-def _walk_images(folder: Path) -> list[Path]:
+def walk_images(folder: Path) -> list[Path]:
     """Image files under `folder`, sorted, following symlinked folders once (a symlink loop is not followed twice)."""
     out: list[Path] = []
     seen: set[str] = set()
@@ -92,7 +100,7 @@ def scan_class_folders(
     labels: list[int] = []
     empty = []
     for c in found:
-        files = _walk_images(root / c)
+        files = walk_images(root / c)
         if not files:
             empty.append(c)
         paths.extend(os.path.relpath(p, rel_to) for p in files)
@@ -213,7 +221,7 @@ def _scan_flat_val(root: Path, val_dir: Path, classes: list[str], val_labels) ->
         raise SourceError(f"{labels_path}: labels file does not exist")
     table = read_val_labels(labels_path, classes)
     paths, labels, unlabeled = [], [], []
-    for p in _walk_images(val_dir):
+    for p in walk_images(val_dir):
         rel = os.path.relpath(p, root)
         lab = table.get(p.stem)
         if lab is None:

@@ -82,3 +82,50 @@ def write_tree(
                     raise OSError(f"could not write {d / f'img_{j:05d}{ext}'}")
                 k += 1
     return root
+
+
+SEG_PALETTE = np.array([[0, 0, 0], [220, 40, 40], [40, 200, 60], [50, 80, 230], [240, 220, 30], [200, 60, 220],
+                        [30, 210, 220], [255, 140, 0], [128, 128, 128], [255, 255, 255]], np.uint8)
+
+
+def scene(seed: int, h: int, w: int, classes: int = 5) -> tuple[np.ndarray, np.ndarray]:
+    """A segmentation pair drawn from one layout: an RGB image whose every pixel has the colour
+    SEG_PALETTE[class] of its mask value, with shapes of several classes (class 0 the background)."""
+    import cv2
+
+    rng = np.random.default_rng(seed)
+    mask = np.zeros((h, w), np.uint8)
+    for k in range(int(rng.integers(4, 9))):
+        c = int(rng.integers(1, classes))
+        cx, cy = int(rng.integers(0, w)), int(rng.integers(0, h))
+        if k % 2:
+            axes = (int(rng.integers(w // 12 + 2, w // 3 + 3)), int(rng.integers(h // 12 + 2, h // 3 + 3)))
+            cv2.ellipse(mask, (cx, cy), axes, float(rng.uniform(0, 180)), 0, 360, c, -1)
+        else:
+            cv2.rectangle(mask, (cx, cy), (cx + int(rng.integers(w // 10 + 4, w // 2 + 5)), cy + int(rng.integers(h // 10 + 4, h // 2 + 5))), c, -1)
+    return SEG_PALETTE[mask % len(SEG_PALETTE)], mask
+
+
+def write_segmentation_tree(root: str | Path, splits: dict[str, int] | None = None,
+                            sizes: tuple[tuple[int, int], ...] = ((240, 320), (300, 200), (256, 256)),
+                            classes: int = 5, palette_masks: bool = True) -> tuple[Path, Path]:
+    """Write root/images/<split>/scene_NNNN.png and root/masks/<split>/scene_NNNN.png (masks as palette PNGs,
+    or plain 8-bit grey); return (images, masks)."""
+    from PIL import Image
+
+    root = Path(root)
+    k = 0
+    for split, n in (splits or {"train": 12, "val": 4}).items():
+        (root / "images" / split).mkdir(parents=True, exist_ok=True)
+        (root / "masks" / split).mkdir(parents=True, exist_ok=True)
+        for j in range(n):
+            h, w = sizes[k % len(sizes)]
+            img, mask = scene(k, h, w, classes)
+            Image.fromarray(img).save(root / "images" / split / f"scene_{j:04d}.png")
+            m = Image.fromarray(mask)
+            if palette_masks:
+                m = m.convert("P")
+                m.putpalette(SEG_PALETTE.reshape(-1).tolist())
+            m.save(root / "masks" / split / f"scene_{j:04d}.png")
+            k += 1
+    return root / "images", root / "masks"

@@ -111,17 +111,25 @@ class MemoryPlan:
 
 
 def parts_from_pack(pack: str | Path, split: str = "train") -> tuple[list[Part], int, list[str]]:
-    """The served sample of a pack (its largest decoded image, label as int64), and the pack's size in bytes."""
+    """The served sample of a pack (its largest image or volume; its mask; its label as int64), and the
+    split's size in bytes."""
     from ..data.cache import open_split
 
-    c = open_split(pack, split, cache="mmap", progress=False)
-    shapes = np.asarray(c.arrays["shapes"])
+    c = open_split(pack, split, cache="mmap", progress=False, kinds=("images", "segmentation", "volumes"))
+    f = c.field
+    shapes = np.asarray(c.arrays[f.keys[2]])
     notes = []
-    if c.field.fixed:
-        shape = tuple(c.field.shape)
+    if f.fixed:
+        shape = tuple(f.shape)
     else:
-        k = int(np.argmax(shapes[:, 0].astype(np.int64) * shapes[:, 1])) if len(shapes) else 0
-        shape = tuple(int(v) for v in shapes[k]) if len(shapes) else (0, 0, c.field.channels)
-        notes.append(f"images vary in size: planned with the largest, {'x'.join(map(str, shape))}")
+        k = int(np.argmax(shapes.astype(np.int64).prod(axis=1))) if len(shapes) else 0
+        shape = tuple(int(v) for v in shapes[k]) if len(shapes) else (0, 0, f.channels or 0)
+        notes.append(f"{f.role}s vary in size: planned with the largest, {'x'.join(map(str, shape))}")
+    dtype = f.np_dtype.newbyteorder("=").name
+    parts = [Part(f.role, shape, dtype, "float32")]
+    if c.mask_field is not None:
+        parts.append(Part("mask", shape[:2], c.mask_field.np_dtype.newbyteorder("=").name, "int64"))
+    if "labels" in c.arrays:
+        parts.append(Part("label", (), "int64"))
     size = sum(f["bytes"] for s in c.manifest["splits"][split]["shards"] for f in s["files"].values())
-    return [Part("image", shape, "uint8", "float32"), Part("label", (), "int64")], size, notes
+    return parts, size, notes

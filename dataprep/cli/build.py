@@ -42,6 +42,9 @@ def image_build_options(f):
         click.option("--grayscale/--color", default=False, show_default=True, help="Store 1-channel images."),
         click.option("--mode", type=click.Choice(IMAGE_MODES), default="encoded", show_default=True,
                      help="encoded: JPEG bytes, decoded when served; raw: decoded uint8 pixels."),
+        click.option("--depth", type=click.Choice(["8", "16"]), default="8", show_default=True,
+                     help="Bits per channel stored. 16 keeps 16-bit PNG/TIFF values exactly (with --mode raw); "
+                          "8 scales 16-bit sources by round(x / 257), never truncates."),
         click.option("--quality", type=click.IntRange(1, 100), default=90, show_default=True, help="JPEG quality."),
         click.option("--keep-jpeg/--reencode", default=True, show_default=True,
                      help="Store a source JPEG's bytes unchanged when it needs no resize and no conversion."),
@@ -53,7 +56,6 @@ def image_build_options(f):
         click.option("--resume", is_flag=True,
                      help="Continue an interrupted build: shards finished with the same inputs and settings, "
                           "and intact by checksum, are kept; the rest are built."),
-        click.option("--allow-empty-classes", is_flag=True, help="Accept class folders with no images."),
         click.option("--progress/--no-progress", default=None, help="Progress bar [default: when stderr is a terminal]."),
         config_option,
         profile_option,
@@ -63,24 +65,31 @@ def image_build_options(f):
     return f
 
 
-def run_build(source, out, size, sizes, resize, upscale, grayscale, mode, quality, keep_jpeg, workers, limit,
-              shard_size, strict, overwrite, resume, progress) -> None:
-    from ..build import build_images
+def build_settings(size, sizes, resize, upscale, grayscale, mode, depth, quality, keep_jpeg, workers, limit,
+                   shard_size, strict, overwrite, resume):
     from ..settings import BuildSettings, ImageSettings
 
-    settings = BuildSettings(
+    return BuildSettings(
         ImageSettings(size=size, sizes=sizes, resize=resize, upscale=upscale, grayscale=grayscale, mode=mode,
-                      quality=quality, keep_jpeg=keep_jpeg),
+                      depth=int(depth), quality=quality, keep_jpeg=keep_jpeg),
         workers=workers or os.cpu_count() or 1, limit=limit, shard_size=shard_size, strict=strict,
         overwrite=overwrite, resume=resume,
     )
-    total = sum(len(s.limited(limit).paths) for s in source.splits)
+
+
+def run_build(source, out, progress, build_fn=None, **kw) -> None:
+    """Run an image build (`build_fn(source, out, settings, progress=...)`, default build_images) under a
+    progress bar; print the summary; exit 130 on Ctrl-C after saying how to resume."""
+    from ..build import build_images
+
+    settings = build_settings(**kw)
+    total = source.planned(settings.limit)
     with click.progressbar(length=total, label="building", file=sys.stderr,
                            show_pos=True, show_eta=True) as bar:
         if progress is not None:  # default: click shows it only on a terminal
             bar.is_hidden = not progress
         try:
-            summary = build_images(source, out, settings, progress=bar.update)
+            summary = (build_fn or build_images)(source, out, settings, progress=bar.update)
         except KeyboardInterrupt:
             bar.is_hidden = True
             click.echo(f"\ninterrupted: workers stopped, finished shards kept in {out}; "
@@ -95,8 +104,12 @@ def build() -> None:
     """Build a pack from a source tree."""
 
 
+allow_empty = click.option("--allow-empty-classes", is_flag=True, help="Accept class folders with no images.")
+
+
 @build.command()
 @click.argument("src", type=click.Path(file_okay=False))
+@allow_empty
 @click.option("--splits", default=None, help="Comma-separated splits [default: train, and val where SRC/val exists].")
 @click.option("--val-labels", type=click.Path(dir_okay=False), default=None,
               help="Labels of a flat val folder: LOC_val_solution.csv or 'name label' lines [default: found beside SRC].")
@@ -115,9 +128,45 @@ def imagenet(src, splits, val_labels, allow_empty_classes, **kw):
 @build.command()
 @click.argument("src", type=click.Path(file_okay=False))
 @click.option("--split", default="train", show_default=True, help="Name of the split to write.")
+@allow_empty
 @image_build_options
 def folder(src, split, allow_empty_classes, **kw):
     """Pack any class-folder tree: SRC/<class>/**/<image files>."""
     from ..sources import scan_folder
 
     run_build(scan_folder(src, split, allow_empty_classes), **kw)
+
+
+@build.command()
+@click.option("--images", "images", required=True, type=click.Path(file_okay=False), help="Image directory.")
+@click.option("--masks", "masks", required=True, type=click.Path(file_okay=False), help="Mask directory (PNG/TIFF label ids).")
+@click.option("--pairs", type=click.Path(dir_okay=False), default=None,
+              help="CSV with columns image,mask[,split] (paths relative to --images / --masks) instead of pairing by stem.")
+@click.option("--image-suffix", default="", help="Dropped from image stems before pairing (Cityscapes: _leftImg8bit).")
+@click.option("--mask-suffix", default="", help="Dropped from mask stems; masks without it are ignored (Cityscapes: _gtFine_labelIds).")
+@click.option("--split", default="train", show_default=True, help="Split name when --images has no train/val/test folders.")
+@click.option("--labels", "labels", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Label map YAML: ids -> stored ids, ignore value, class names, colours (see configs/labels/cityscapes.yaml).")
+@click.option("--mask-dtype", type=click.Choice(["auto", "uint8", "uint16"]), default="auto", show_default=True,
+              help="auto: uint8 unless a mask holds values above 255 (found from the label map, the files' bit depth, "
+                   "or their values), then uint16.")
+@click.option("--num-classes", type=click.IntRange(1, 65536), default=None,
+              help="Mask values at or above this (except the ignore value) are out of range [default: from the label map].")
+@image_build_options
+def segmentation(images, masks, pairs, image_suffix, mask_suffix, split, labels, mask_dtype, num_classes, **kw):
+    """Pack image/mask pairs for semantic segmentation: the same resize, crop and pad for both, masks
+    nearest-neighbour and never interpolated, stored uint8 (uint16 when needed).
+
+    Pairs are found by relative path without extension (and --image-suffix / --mask-suffix), split by
+    top-level train/val/test folders, or listed in a --pairs CSV."""
+    import functools
+
+    from ..segmentation.build import build_segmentation
+    from ..segmentation.masks import LabelMap
+    from ..segmentation.pairs import pair_by_stem, pair_from_file
+
+    source = (pair_from_file(images, masks, pairs, split) if pairs
+              else pair_by_stem(images, masks, image_suffix, mask_suffix, split))
+    fn = functools.partial(build_segmentation, labels=LabelMap.load(labels) if labels else None,
+                           mask_dtype=None if mask_dtype == "auto" else mask_dtype, num_classes=num_classes)
+    run_build(source, build_fn=fn, **kw)

@@ -33,8 +33,15 @@ def info(pack, as_json, skipped):
             + (f", JPEG q{i['quality']}" if i["mode"] == "encoded" else "")
         )
         shape = "x".join("?" if d is None else str(d) for d in f["shape"])
-        click.echo(f"sample:    {shape} {f['dtype']}; labels {m['fields']['label']['dtype']}")
-    classes = m.get("classes", [])
+        label = m["fields"].get("label")
+        click.echo(f"sample:    {shape} {f['dtype']}" + (f"; labels {label['dtype']}" if label else ""))
+    mask = m["fields"].get("mask")
+    if mask:
+        how = m.get("mask", {})
+        click.echo(f"masks:     {mask['dtype']} ({how.get('chosen_by', '?')}), pad value {mask.get('pad_value')}, "
+                   f"ignore {mask.get('ignore')}, classes {mask.get('num_classes') or 'not declared'}"
+                   + (f", label map {how['labels']['name']}" if how.get("labels") else ""))
+    classes = m.get("classes") or []
     click.echo(f"classes:   {len(classes)}: {', '.join(classes[:8])}{' ...' if len(classes) > 8 else ''}")
     for name, sp in m["splits"].items():
         reasons = ", ".join(f"{n} {r}" for r, n in sp.get("skipped_by_reason", {}).items()) or "none"

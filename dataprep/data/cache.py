@@ -45,61 +45,83 @@ class CachedSplit:
     """A split's arrays, wherever they live, plus what describes them."""
 
     manifest: dict[str, Any]
-    field: ImageField
-    arrays: dict[str, Any]  # by layout key: images (+ offsets), shapes, labels, sources, source_offsets
+    field: ImageField  # the images (or volumes) served
+    arrays: dict[str, Any]  # by generic key: images (+ offsets), shapes, [masks ...], [labels], sources, source_offsets
     sources: Strings
     segment: "ShmSegment | None" = None
+    mask_field: ImageField | None = None
 
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.arrays.values())
 
+    @property
+    def fields(self) -> list[ImageField]:
+        return [self.field] + ([self.mask_field] if self.mask_field else [])
 
-def layout(pack: Path, split: str, m: dict[str, Any], img: ImageField) -> list[tuple[str, tuple[int, ...], np.dtype]]:
-    """Every array a split loads: (key, shape, dtype), in load order."""
+
+def layout(pack: Path, split: str, m: dict[str, Any], fields: list[ImageField]) -> list[tuple[str, tuple[int, ...], np.dtype]]:
+    """Every array a split loads: (stored name, shape, dtype), in load order."""
     shards = m["splits"][split]["shards"]
     split_dir = pack / split
-    src_blob, src_offs = blob_shapes(split_dir, shards, "sources", "source_offsets")
-    return [
-        *img.layout(split_dir, shards),
-        ("labels", rows_shape(shards, ()), np.dtype(m["fields"]["label"]["dtype"])),
-        ("sources", src_blob, BYTES),
-        ("source_offsets", src_offs, OFFSETS),
-    ]
+    out = [a for f in fields for a in f.layout(split_dir, shards)]
+    if "label" in m["fields"]:
+        out.append(("labels", rows_shape(shards, ()), np.dtype(m["fields"]["label"]["dtype"])))
+    for name in _string_fields(m):
+        blob, offs = blob_shapes(split_dir, shards, name, _OFFSETS_OF[name])
+        out += [(name, blob, BYTES), (_OFFSETS_OF[name], offs, OFFSETS)]
+    return out
+
+
+_OFFSETS_OF = {"sources": "source_offsets", "mask_sources": "mask_source_offsets"}
+
+
+def _string_fields(m: dict[str, Any]) -> list[str]:
+    return ["sources"] + (["mask_sources"] if "mask_source" in m["fields"] else [])
 
 
 def _nbytes(shape, dtype) -> int:
     return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
 
 
+# Which field a dataset serves, by pack kind (images may have one field per resolution: "image@R").
+SERVED = {"images": "image", "segmentation": "image", "volumes": "volume"}
+
+
 def image_field_key(m: dict[str, Any], resolution: int | None, where: Path) -> str:
     """The manifest field of the asked resolution ("image", or "image@R" in a multi-resolution pack)."""
     have = m.get("resolutions")
+    base = SERVED.get(m.get("kind"), "image")
     if not have:
         size = m.get("settings", {}).get("image", {}).get("size")
         if resolution is not None and resolution != size:
             raise PackError(f"{where}: no resolution {resolution}; the pack has [{size}]")
-        return "image"
+        return base
     resolution = max(have) if resolution is None else resolution
     if resolution not in have:
         raise PackError(f"{where}: no resolution {resolution}; the pack has {sorted(have)}")
-    return f"image@{resolution}"
+    return f"{base}@{resolution}"
 
 
 def open_split(pack: str | os.PathLike, split: str, cache: str = "ram", verify: bool = False,
-               progress: bool | None = None, resolution: int | None = None) -> CachedSplit:
-    """Bring a split of an image pack (at one resolution) into memory according to `cache`; check it on the way."""
+               progress: bool | None = None, resolution: int | None = None, kinds: tuple[str, ...] = ("images",)) -> CachedSplit:
+    """Bring a split of a pack whose kind is one of `kinds` (at one resolution) into memory according to
+    `cache`; check it on the way. Every field is loaded: the served one, masks, labels, source paths."""
     if cache not in CACHE_MODES:
         raise DataprepError(f"unknown cache mode {cache!r}; choose one of {list(CACHE_MODES)}")
     pack = Path(pack)
     m = read_manifest(pack)
-    if m["kind"] != "images":
-        raise PackError(f"{pack}: a {m['kind']!r} pack, not an image pack")
+    if m["kind"] not in kinds:
+        raise PackError(f"{pack}: a {m['kind']!r} pack, not {' or '.join(repr(k) for k in kinds)}")
     if split not in m["splits"]:
         raise PackError(f"{pack}: no split {split!r}; the pack has {sorted(m['splits'])}")
     key = image_field_key(m, resolution, pack)
     img = ImageField.from_manifest(m["fields"][key], pack / MANIFEST)
-    plan = layout(pack, split, m, img)
+    mask = ImageField.from_manifest(m["fields"]["mask"], pack / MANIFEST) if "mask" in m["fields"] else None
+    if mask is not None and mask.role != "mask":
+        raise PackError(f"{pack / MANIFEST}: the mask field describes a {mask.role!r}")
+    fields = [img] + ([mask] if mask else [])
+    plan = layout(pack, split, m, fields)
     total = sum(_nbytes(s, d) for _, s, d in plan)
     if cache == "ram":
         _check_ram(pack, total)
@@ -107,31 +129,38 @@ def open_split(pack: str | os.PathLike, split: str, cache: str = "ram", verify: 
     ctx = LoadContext(verify=verify, map_images=cache == "mmap", progress=report.add if report else None)
     segment = None
     if cache == "shm":
-        segment = ShmSegment.attach(pack, f"{split}/{key}", plan, lambda alloc: _load(pack, split, m, img, LoadContext(verify, alloc, False, ctx.progress)))
-        generic = {img.name(g): g for g in ("images", "offsets", "shapes")}
+        segment = ShmSegment.attach(pack, f"{split}/{key}", plan, lambda alloc: _load(pack, split, m, fields, LoadContext(verify, alloc, False, ctx.progress)))
+        generic = {f.name(g): g for f in fields for g in f.keys}
         arrays = {generic.get(k, k): v for k, v in segment.arrays.items()}
     else:
-        arrays = _load(pack, split, m, img, ctx)
+        arrays = _load(pack, split, m, fields, ctx)
     if report:
         report.done()
     for a in arrays.values():
         a.setflags(write=False)  # the cache is shared: nobody may scribble on it
-    n = len(arrays["labels"])
+    n = len(arrays[img.keys[2]])
     entry = m["splits"][split]
-    if n != entry["count"] or len(arrays["shapes"]) != n:
+    if n != entry["count"] or (mask and len(arrays["mask_shapes"]) != n) or ("labels" in arrays and len(arrays["labels"]) != n):
         raise PackError(f"{pack / split}: manifest counts {entry['count']} samples, shards hold {n}")
-    ncls = int(m["fields"]["label"]["num_classes"])
-    if n and int(arrays["labels"].max()) >= ncls:
-        raise PackError(f"{pack / split}: a label is {int(arrays['labels'].max())}, but the pack has {ncls} classes")
-    return CachedSplit(m, img, arrays, Strings(arrays["sources"], arrays["source_offsets"]), segment)
+    if "labels" in arrays:
+        ncls = int(m["fields"]["label"]["num_classes"])
+        if n and int(arrays["labels"].max()) >= ncls:
+            raise PackError(f"{pack / split}: a label is {int(arrays['labels'].max())}, but the pack has {ncls} classes")
+    if mask and n and not np.array_equal(np.asarray(arrays["mask_shapes"])[:, :2], np.asarray(arrays["shapes"])[:, :2]):
+        raise PackError(f"{pack / split}: masks and images differ in size")
+    return CachedSplit(m, img, arrays, Strings(arrays["sources"], arrays["source_offsets"]), segment, mask)
 
 
-def _load(pack: Path, split: str, m: dict, img: ImageField, ctx: LoadContext) -> dict[str, Any]:
+def _load(pack: Path, split: str, m: dict, fields: list[ImageField], ctx: LoadContext) -> dict[str, Any]:
     shards = m["splits"][split]["shards"]
     split_dir = pack / split
-    arrays = img.load(split_dir, shards, ctx)
-    arrays["labels"] = load_rows(split_dir, shards, "labels", np.dtype(m["fields"]["label"]["dtype"]), (), ctx)
-    arrays["sources"], arrays["source_offsets"] = load_blob(split_dir, shards, "sources", "source_offsets", ctx)
+    arrays: dict[str, Any] = {}
+    for f in fields:
+        arrays.update(f.load(split_dir, shards, ctx))
+    if "label" in m["fields"]:
+        arrays["labels"] = load_rows(split_dir, shards, "labels", np.dtype(m["fields"]["label"]["dtype"]), (), ctx)
+    for name in _string_fields(m):
+        arrays[name], arrays[_OFFSETS_OF[name]] = load_blob(split_dir, shards, name, _OFFSETS_OF[name], ctx)
     return arrays
 
 

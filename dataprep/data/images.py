@@ -46,6 +46,8 @@ class InMemoryImageDataset(Dataset):
     source path relative to the build's source root.
     """
 
+    kinds: tuple[str, ...] = ("images",)  # the pack kinds this class serves
+
     def __init__(
         self,
         pack: str | os.PathLike,
@@ -97,7 +99,7 @@ class InMemoryImageDataset(Dataset):
     def _switch(self, resolution: int | None) -> None:
         c = self._stores.pop(resolution, None) if resolution is not None else None
         if c is None:
-            c = open_split(self.pack, self.split, self.cache, self.verify, self.progress, resolution)
+            c = open_split(self.pack, self.split, self.cache, self.verify, self.progress, resolution, self.kinds)
         if resolution is None:  # the largest
             resolution = max(c.manifest.get("resolutions") or [c.manifest["settings"]["image"]["size"]])
             self._stores.pop(resolution, None)
@@ -110,9 +112,9 @@ class InMemoryImageDataset(Dataset):
         self._blob = None if c.field.fixed else c.arrays["images"]
         self._offsets = c.arrays.get("offsets")
         self._shapes = c.arrays["shapes"]
-        self._labels = c.arrays["labels"]
+        self._labels = c.arrays.get("labels")
         self.sources = c.sources
-        self.classes: list[str] = list(c.manifest["classes"])
+        self.classes: list[str] = list(c.manifest.get("classes") or [])
         self.class_names: list[str] | None = c.manifest.get("class_names")
         self.manifest = c.manifest
         self.resolutions: list[int] = sorted(c.manifest.get("resolutions") or [c.manifest["settings"]["image"]["size"]])
@@ -128,7 +130,7 @@ class InMemoryImageDataset(Dataset):
 
     # -- facts ---------------------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self._labels)
+        return len(self._shapes)
 
     @property
     def labels(self) -> np.ndarray:
@@ -162,7 +164,7 @@ class InMemoryImageDataset(Dataset):
             return np.array(self._pixels[i])
         buf = self._blob[self._offsets[i] : self._offsets[i + 1]]
         if self.field.encoding == "raw":
-            return buf.reshape(self._shapes[i]).copy()
+            return buf.view(self.field.np_dtype).reshape(self._shapes[i]).copy()
         fn = DECODERS[self.decode]
         if fn is None:
             return buf.copy()
@@ -172,7 +174,7 @@ class InMemoryImageDataset(Dataset):
         return img
 
     def _check(self, i) -> int:
-        n = len(self._labels)
+        n = len(self._shapes)
         i = int(i)
         if not -n <= i < n:
             raise IndexError(f"index {i} out of range for {n} samples in {self.pack}/{self.split}")
@@ -208,7 +210,7 @@ class InMemoryImageDataset(Dataset):
         return [(self._finish(self.image(i)), int(self._labels[i])) for i in idx]
 
     def _gather(self, idx: np.ndarray) -> torch.Tensor:
-        out = np.empty((len(idx), *self._pixels.shape[1:]), np.uint8)
+        out = np.empty((len(idx), *self._pixels.shape[1:]), self._pixels.dtype)
         take_rows(self._pixels, idx, out)
         return torch.from_numpy(out).permute(0, 3, 1, 2)
 
@@ -226,7 +228,7 @@ class InMemoryImageDataset(Dataset):
             if len(shapes) != 1:
                 raise DataprepError(f"{self.pack}/{self.split}: images have {len(shapes)} sizes; pass crop=(H, W)")
             shape = shapes.pop()
-        return {"images": (shape, np.dtype(np.uint8)), "labels": ((), np.dtype(np.int64))}
+        return {"images": (shape, self.field.np_dtype.newbyteorder("=")), "labels": ((), np.dtype(np.int64))}
 
     def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray]) -> None:
         """Write samples `idx` into the preallocated rows of `out` (shaped as `batch_layout` says):

@@ -108,11 +108,85 @@ def decode_source(data: bytes, path: str, settings: ImageSettings) -> Decoded:
         reason = "truncated" if "truncated" in msg or "broken data stream" in msg else "corrupt data"
         raise ImageDecodeError(path, reason, f"{type(e).__name__}: {msg}") from None
     source_mode = im.mode
+    if is_deep(im, fmt, data):
+        # 16 bits per channel: Pillow would cut RGB to 8 bits, so OpenCV decodes these
+        pixels = to_depth(_decode_deep(data, path, settings.grayscale, orientation), settings.depth)
+        return Decoded(pixels, fmt, (upright[1], upright[0]), geom, False)
     for op in _ORIENT.get(orientation, ()):
         im = im.transpose(op)
-    pixels = _to_uint8(im, path, settings.grayscale)
-    keepable = fmt == "JPEG" and orientation == 1 and not drafted and source_mode == ("L" if settings.grayscale else "RGB")
+    pixels = to_depth(_to_uint8(im, path, settings.grayscale), settings.depth)
+    keepable = (fmt == "JPEG" and orientation == 1 and not drafted and settings.depth == 8
+                and source_mode == ("L" if settings.grayscale else "RGB"))
     return Decoded(pixels, fmt, (upright[1], upright[0]), geom, keepable)
+
+
+def is_deep(im: Image.Image, fmt: str, data: bytes) -> bool:
+    """Whether a source holds 16 bits per channel (from its header; no pixels decoded)."""
+    if im.mode.startswith("I;16") or im.mode == "I":
+        return True
+    if fmt == "PNG":
+        return len(data) > 24 and data[24] == 16  # IHDR bit depth
+    if fmt == "TIFF":
+        try:
+            bits = im.tag_v2.get(258, (8,))
+            return 16 in (bits if isinstance(bits, tuple) else (bits,))
+        except Exception:
+            return False
+    return False
+
+
+def to_depth(pixels: np.ndarray, depth: int) -> np.ndarray:
+    """Bring uint8 or uint16 pixels to `depth` bits by scaling, never truncating: 16 -> 8 is
+    round(x / 257) (= (255 x + 32767) // 65535), 8 -> 16 is x * 257 (255 -> 65535 exactly)."""
+    if depth == 16:
+        return pixels if pixels.dtype == np.uint16 else pixels.astype(np.uint16) * 257
+    if pixels.dtype == np.uint8:
+        return pixels
+    return ((pixels.astype(np.uint32) * 255 + 32767) // 65535).astype(np.uint8)
+
+
+# EXIF orientation as array operations on HWC pixels (the same as _ORIENT's Pillow transposes).
+_ORIENT_NP = {
+    2: lambda a: a[:, ::-1],
+    3: lambda a: a[::-1, ::-1],
+    4: lambda a: a[::-1],
+    5: lambda a: a.transpose(1, 0, 2),
+    6: lambda a: np.rot90(a, -1),
+    7: lambda a: np.rot90(a, 2).transpose(1, 0, 2),
+    8: lambda a: np.rot90(a, 1),
+}
+
+
+def upright(arr: np.ndarray, orientation: int) -> np.ndarray:
+    """HWC pixels turned upright by their EXIF orientation (1-8; anything else leaves them as they are)."""
+    return _ORIENT_NP[orientation](arr) if orientation in _ORIENT_NP else arr
+
+
+def _decode_deep(data: bytes, path: str, grayscale: bool, orientation: int) -> np.ndarray:
+    """A 16-bit PNG or TIFF as HWC uint16, RGB or L, upright; alpha composited onto white as for 8 bits."""
+    import cv2
+
+    arr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
+    if arr is None:
+        raise ImageDecodeError(path, "corrupt data", "OpenCV could not decode the 16-bit image")
+    if arr.dtype == np.uint8:
+        arr = arr.astype(np.uint16) * 257
+    elif arr.dtype != np.uint16:
+        raise ImageDecodeError(path, "unsupported mode", f"{arr.dtype} pixels have no defined 8- or 16-bit scale")
+    if arr.ndim == 2:
+        arr = arr[:, :, None]
+    c = arr.shape[2]
+    if c in (2, 4):  # gray+alpha or BGRA: composite onto white
+        alpha = arr[:, :, -1:].astype(np.float64) / 65535.0
+        arr = np.rint(arr[:, :, :-1] * alpha + 65535.0 * (1.0 - alpha)).astype(np.uint16)
+        c -= 1
+    if c == 3:
+        arr = arr[:, :, ::-1]  # BGR -> RGB
+        if grayscale:  # ITU-R 601-2 luma, as Pillow's "L"
+            arr = np.rint(arr.astype(np.float64) @ np.array([0.299, 0.587, 0.114]))[:, :, None].clip(0, 65535).astype(np.uint16)
+    elif not grayscale:
+        arr = np.repeat(arr, 3, axis=2)
+    return np.ascontiguousarray(upright(arr, orientation))
 
 
 def _to_uint8(im: Image.Image, path: str, grayscale: bool) -> np.ndarray:

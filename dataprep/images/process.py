@@ -17,10 +17,11 @@ from .encode import encode_jpeg
 
 @dataclass
 class Processed:
-    data: np.ndarray  # uint8: JPEG bytes (1-D) or HWC pixels
+    data: np.ndarray  # JPEG bytes (1-D uint8) or HWC pixels (uint8, or uint16 at depth 16)
     shape: tuple[int, int, int]  # HWC of the stored image once decoded
     kept: bool  # the source JPEG's bytes are stored unchanged
     source_bytes: int
+    geometry: resize.Geometry | None = None  # how the upright source became this (a mask follows it)
 
 
 def read_source(path: str) -> bytes:
@@ -51,9 +52,9 @@ def process_levels(path: str, settings: ImageSettings) -> list[Processed]:
         pixels = resize.crop_pad(scaled, geom)
         shape = (pixels.shape[0], pixels.shape[1], pixels.shape[2])
         if settings.mode == "raw":
-            out.append(Processed(pixels, shape, False, len(data)))
+            out.append(Processed(pixels, shape, False, len(data), geom))
         elif settings.keep_jpeg and dec.keepable_source and geom.identity:
-            out.append(Processed(np.frombuffer(data, np.uint8), shape, True, len(data)))
+            out.append(Processed(np.frombuffer(data, np.uint8), shape, True, len(data), geom))
         else:
-            out.append(Processed(encode_jpeg(pixels, settings.quality), shape, False, len(data)))
+            out.append(Processed(encode_jpeg(pixels, settings.quality), shape, False, len(data), geom))
     return out

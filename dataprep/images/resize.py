@@ -1,4 +1,4 @@
-"""Resize stage: takes HWC uint8 pixels and the settings, gives the pixels in the pack's geometry.
+"""Resize stage: takes HWC uint8 or uint16 pixels and the settings, gives the pixels in the pack's geometry.
 
 Each resize mode is a `ResizeMode` in `RESIZE_MODES`; the CLI's `--resize` choices come from it.
 A mode first scales (shrink only unless `upscale`), then optionally center-crops and pads to a
@@ -79,8 +79,8 @@ def scale(pixels: np.ndarray, geom: Geometry) -> np.ndarray:
     return out.reshape(h, w, channels) if out.ndim == 2 else out
 
 
-def crop_pad(pixels: np.ndarray, geom: Geometry) -> np.ndarray:
-    """Center-crop and pad scaled pixels to `geom.out`."""
+def crop_pad(pixels: np.ndarray, geom: Geometry, fill: int = 0) -> np.ndarray:
+    """Center-crop and pad scaled pixels to `geom.out` (padding with `fill`)."""
     h, w = pixels.shape[:2]
     oh, ow = geom.out
     if (oh, ow) == (h, w):
@@ -90,14 +90,14 @@ def crop_pad(pixels: np.ndarray, geom: Geometry) -> np.ndarray:
     ph, pw = pixels.shape[:2]
     if (ph, pw) == (oh, ow):
         return np.ascontiguousarray(pixels)
-    out = np.zeros((oh, ow, pixels.shape[2]), np.uint8)
+    out = np.full((oh, ow, pixels.shape[2]), fill, pixels.dtype)
     y, x = (oh - ph) // 2, (ow - pw) // 2
     out[y : y + ph, x : x + pw] = pixels
     return out
 
 
-def center_crop_into(pixels: np.ndarray, out: np.ndarray) -> None:
-    """Write the central out.shape[:2] window of `pixels` into `out` (black borders where it is smaller)."""
+def center_crop_into(pixels: np.ndarray, out: np.ndarray, fill: int = 0) -> None:
+    """Write the central out.shape[:2] window of `pixels` into `out` (`fill` borders where it is smaller)."""
     oh, ow = out.shape[:2]
     h, w = pixels.shape[:2]
     top, left = max(0, (h - oh) // 2), max(0, (w - ow) // 2)
@@ -106,6 +106,6 @@ def center_crop_into(pixels: np.ndarray, out: np.ndarray) -> None:
     if (sh, sw) == (oh, ow):
         out[...] = src
         return
-    out[...] = 0
+    out[...] = fill
     y, x = (oh - sh) // 2, (ow - sw) // 2
     out[y : y + sh, x : x + sw] = src

@@ -34,12 +34,15 @@ def verify_pack(pack: str | os.PathLike, decode: bool = False, progress: Callabl
     rep = Report()
     try:
         m = read_manifest(pack)
-        if m["kind"] != "images":
-            raise PackError(f"{pack / MANIFEST}: verify knows image packs; this is a {m['kind']!r} pack")
-        images = [ImageField.from_manifest(spec, pack / MANIFEST) for key, spec in m["fields"].items() if key.split("@")[0] == "image"]
-        if not images:
-            raise PackError(f"{pack / MANIFEST}: no image field")
-        ldt, ncls = np.dtype(m["fields"]["label"]["dtype"]), int(m["fields"]["label"]["num_classes"])
+        if m["kind"] not in ("images", "segmentation", "volumes"):
+            raise PackError(f"{pack / MANIFEST}: verify knows image, segmentation and volume packs; this is a {m['kind']!r} pack")
+        fields = [ImageField.from_manifest(spec, pack / MANIFEST) for key, spec in m["fields"].items()
+                  if key.split("@")[0] in ("image", "mask", "volume")]
+        if not fields:
+            raise PackError(f"{pack / MANIFEST}: no image, mask or volume field")
+        label = m["fields"].get("label")
+        ldt, ncls = (np.dtype(label["dtype"]), int(label["num_classes"])) if label else (None, 0)
+        mask_spec = m["fields"].get("mask") or {}
     except (PackError, KeyError, TypeError, ValueError) as e:
         rep.problems.append((str(pack / MANIFEST), str(e)))
         return rep
@@ -48,22 +51,30 @@ def verify_pack(pack: str | os.PathLike, decode: bool = False, progress: Callabl
         counted = 0
         for shard in entry.get("shards", []):
             where = split_dir / str(shard.get("name"))
+            n = None
             try:
                 ctx = LoadContext(verify=True)
-                labels = load_rows(split_dir, [shard], "labels", ldt, (), ctx)
                 sources = Strings(*load_blob(split_dir, [shard], "sources", "source_offsets", ctx))
-                if len(labels) and int(labels.max()) >= ncls:
-                    rep.problems.append((str(where / "labels.npy"), f"label {int(labels.max())} >= {ncls} classes"))
-                for img in images:
-                    arrays = img.load(split_dir, [shard], ctx)
-                    if len(arrays["shapes"]) != len(labels):
-                        rep.problems.append((str(where / f"{img.name('shapes')}.npy"), "sample count differs from labels.npy"))
-                    if decode and img.encoding == "jpeg":
-                        rep.decoded += _decode_all(arrays, img.channels, sources, where / img.name("images"), rep)
+                n = len(sources)
+                if ldt is not None:
+                    labels = load_rows(split_dir, [shard], "labels", ldt, (), ctx)
+                    if len(labels) != n:
+                        rep.problems.append((str(where / "labels.npy"), "sample count differs from sources.npy"))
+                    if len(labels) and int(labels.max()) >= ncls:
+                        rep.problems.append((str(where / "labels.npy"), f"label {int(labels.max())} >= {ncls} classes"))
+                for f in fields:
+                    arrays = f.load(split_dir, [shard], ctx)
+                    if len(arrays[f.keys[2]]) != n:
+                        rep.problems.append((str(where / f"{f.name(f.keys[2])}.npy"), "sample count differs from sources.npy"))
+                    if decode and f.encoding == "jpeg":
+                        rep.decoded += _decode_all(arrays, f.channels, sources, where / f.name("images"), rep)
+                    if f.role == "mask" and mask_spec.get("num_classes") and len(arrays["masks"]):
+                        _check_mask_values(np.asarray(arrays["masks"]), int(mask_spec["num_classes"]), mask_spec.get("ignore"),
+                                           where / f"{f.name('masks')}.npy", rep)
             except (PackError, KeyError, TypeError, ValueError) as e:
                 rep.problems.append((str(where), str(e)))
             else:
-                rep.samples += len(labels)
+                rep.samples += n
             files = shard.get("files", {}) if isinstance(shard.get("files"), dict) else {}
             rep.shards += 1
             rep.files += len(files)
@@ -74,6 +85,13 @@ def verify_pack(pack: str | os.PathLike, decode: bool = False, progress: Callabl
         if counted != entry.get("count"):
             rep.problems.append((str(pack / MANIFEST), f"split {split}: shards hold {counted} samples, the split says {entry.get('count')}"))
     return rep
+
+
+def _check_mask_values(data: np.ndarray, num_classes: int, ignore: int | None, where: Path, rep: Report) -> None:
+    values = np.unique(data.view(data.dtype.newbyteorder("=")) if data.dtype.byteorder not in "=|" else data)
+    bad = values[(values >= num_classes) & (values != (-1 if ignore is None else ignore))]
+    if len(bad):
+        rep.problems.append((str(where), f"mask values {bad[:8].tolist()} are neither below {num_classes} classes nor the ignore value"))
 
 
 def _decode_all(arrays, channels: int, sources: Strings, where: Path, rep: Report) -> int:

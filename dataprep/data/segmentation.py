@@ -1,0 +1,108 @@
+"""SegmentationDataset: takes a segmentation pack, gives (image, mask) samples and whole batches from RAM.
+
+Images are served as InMemoryImageDataset serves them (JPEG decoded on the fly, or raw pixels);
+masks are raw uint8 (or uint16) arrays in the same few contiguous buffers, never interpolated.
+Convert to float and long on the GPU: `Normalize` for images, `mask.long()` for the loss.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import DataprepError
+from ..images.resize import center_crop_into
+from ..pack.fields import Strings, take_rows
+from .images import InMemoryImageDataset
+
+
+class SegmentationDataset(InMemoryImageDataset):
+    """A segmentation pack's split, held in RAM (one copy for every worker, as InMemoryImageDataset).
+
+    Args:
+        pack, split, decode, as_numpy, verify, cache, progress: as for InMemoryImageDataset.
+        transform: a joint transform `(image HWC, mask HW) -> (image, mask)` (see data/joint.py), applied
+            before conversion to tensors, so crops and flips keep the two aligned.
+
+    `dataset[i]` gives `(image C x H x W uint8, mask H x W uint8 or uint16)`; `dataset[[i, j]]` a batch
+    `(N x C x H x W, N x H x W)`; `ignore_index`, `num_classes` and `classes` come from the manifest.
+    """
+
+    kinds = ("segmentation",)
+
+    def __init__(self, pack: str | os.PathLike, split: str = "train", decode: str = "cv2",
+                 transform: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None,
+                 as_numpy: bool = False, verify: bool = False, cache: str = "ram", progress: bool | None = None):
+        self.joint = transform
+        super().__init__(pack, split, decode, None, as_numpy, verify, cache, progress)
+
+    def _switch(self, resolution: int | None) -> None:
+        super()._switch(resolution)
+        c = self._cached
+        self.mask_field = c.mask_field
+        self._mask_arrays = c.arrays
+        self.mask_sources = Strings(c.arrays["mask_sources"], c.arrays["mask_source_offsets"])
+        spec = c.manifest["fields"]["mask"]
+        self.ignore_index: int | None = spec.get("ignore")
+        self.num_classes: int | None = spec.get("num_classes")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**super().__getstate__(), "joint": self.joint}
+
+    @property
+    def mask_dtype(self) -> np.dtype:
+        return self.mask_field.np_dtype.newbyteorder("=")
+
+    def mask(self, i: int) -> np.ndarray:
+        """Sample i's mask (HW, a private copy)."""
+        return np.array(self.mask_field.sample(self._mask_arrays, i)[..., 0], self.mask_dtype)
+
+    def _pair(self, i: int) -> tuple[Any, Any]:
+        img, msk = self.image(i), self.mask(i)
+        if self.joint is not None:
+            img, msk = self.joint(img, msk)
+        if self.as_numpy:
+            return np.ascontiguousarray(img), np.ascontiguousarray(msk)
+        return torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1), torch.from_numpy(np.ascontiguousarray(msk))
+
+    def __getitem__(self, index):
+        if isinstance(index, (Sequence, np.ndarray, torch.Tensor)) and not isinstance(index, (str, bytes)):
+            if not (isinstance(index, (np.ndarray, torch.Tensor)) and index.ndim == 0):
+                return self.batch(index)
+        return self._pair(self._check(index))
+
+    def __getitems__(self, indices: Sequence[int]) -> list[tuple[Any, Any]]:
+        return [self._pair(self._check(i)) for i in indices]
+
+    def batch(self, indices) -> tuple[Any, Any]:
+        """Images (N, C, H, W) and masks (N, H, W), or numpy (N, H, W, C) and (N, H, W) with `as_numpy`."""
+        pairs = [self._pair(self._check(i)) for i in np.asarray(indices).reshape(-1)]
+        if len({tuple(p[0].shape) for p in pairs}) > 1:
+            raise DataprepError(f"{self.pack}/{self.split}: a batch holds images of several sizes; build with "
+                                "--resize center-crop or pad, or pass a transform that crops to one size")
+        stack = np.stack if self.as_numpy else torch.stack
+        return stack([p[0] for p in pairs]), stack([p[1] for p in pairs])
+
+    # -- the batch-fetch protocol of the fast Loader ---------------------------------------------
+    def batch_layout(self, crop: tuple[int, int] | None = None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """{"images": ((H, W, C), dtype), "masks": ((H, W), mask dtype)}; variable-size packs need `crop`."""
+        images = super().batch_layout(crop)["images"]
+        return {"images": images, "masks": (images[0][:2], self.mask_dtype)}
+
+    def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray]) -> None:
+        """Write samples `idx` into `out`: fixed-size raw packs by two gathers, others one by one, each
+        center-cropped (images padded black, masks with the ignore value or 0)."""
+        if self.joint is not None:
+            raise DataprepError("the batch path serves the stored pairs; crop or flip the batch on the GPU")
+        images, masks, n = out["images"], out["masks"], len(idx)
+        data = self._mask_arrays["masks"]
+        if self._pixels is not None and images.shape[1:] == self._pixels.shape[1:]:
+            take_rows(self._pixels, idx, images[:n])
+            take_rows(data, idx, masks[:n, :, :, None] if data.ndim == 4 else masks[:n])
+            return
+        fill = self.ignore_index or 0
+        for k, i in enumerate(idx):
+            center_crop_into(self.image(int(i)), images[k])
+            center_crop_into(self.mask(int(i))[:, :, None], masks[k][:, :, None], fill)

@@ -1,0 +1,201 @@
+"""Segmentation build: takes image/mask pairs, image settings and mask settings, gives a pack of kind
+"segmentation": images (JPEG or raw, as for classification) and masks (raw uint8/uint16, resized
+nearest-neighbour with the image's own geometry), sample for sample, in shards.
+
+Each image is decoded once; its geometry (scale, crop, pad) is planned from the image and applied to
+the mask, which must have the image's upright size. A pair that cannot be used is skipped with a
+reason ("size mismatch", "label out of range", the mask's or the image's decode error), or stops
+the build under `strict`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ..build import BuildSummary, build_shards, image_fields, pack_header
+from ..engine import run_tasks
+from ..errors import DataprepError, ImageDecodeError, SourceError
+from ..images.process import read_source
+from ..pack.fields import ImageField, blob_arrays
+from ..pack.manifest import FORMAT_VERSION, write_manifest
+from ..pack.shard import reusable_shard, shard_name, write_shard
+from ..settings import BuildSettings, ImageSettings
+from .masks import LabelMap, MaskSettings, check_values, decode_mask, resize_mask
+from .pairs import PairSource
+
+
+@dataclass(frozen=True)
+class PairShardTask:
+    image_root: str
+    mask_root: str
+    split_dir: str
+    index: int
+    images: tuple[str, ...]
+    masks: tuple[str, ...]
+    image: ImageSettings
+    mask: MaskSettings
+    strict: bool
+    resume: bool = False
+
+    def fingerprint(self) -> str:
+        h = hashlib.sha256()
+        h.update(json.dumps([FORMAT_VERSION, "segmentation", self.index, self.image.to_dict(), self.mask.to_dict(), self.strict]).encode())
+        for img, msk in zip(self.images, self.masks):
+            h.update(img.encode("utf-8", "surrogateescape") + b"\0" + msk.encode("utf-8", "surrogateescape") + b"\n")
+        return h.hexdigest()
+
+
+def mask_field(mask: MaskSettings, image: ImageSettings) -> ImageField:
+    return ImageField("raw", image.fixed_shape()[:2] + (1,) if image.fixed_shape() else None, 1, dtype=mask.dtype, role="mask")
+
+
+def process_pair(image_path: str, mask_path: str, image: ImageSettings, mask: MaskSettings):
+    """One pair into what the pack stores: (the image's Processed, the mask HxW in the stored dtype), the
+    mask taken through the geometry planned from the image."""
+    from ..images.process import process_levels
+
+    ids = decode_mask(read_source(mask_path), mask_path, mask.labels.colors if mask.labels else None)
+    done = process_levels(image_path, image)[0]
+    geom = done.geometry
+    if ids.shape != geom.source:
+        raise ImageDecodeError(mask_path, "size mismatch",
+                               f"mask is {ids.shape[1]}x{ids.shape[0]}, image {geom.source[1]}x{geom.source[0]} ({os.path.basename(image_path)})")
+    return done, resize_mask(check_values(ids, mask, mask_path), geom, mask.pad_value)
+
+
+def build_pair_shard(task: PairShardTask) -> dict[str, Any]:
+    fp = task.fingerprint()
+    if task.resume:
+        rec = reusable_shard(Path(task.split_dir), task.index, fp)
+        if rec is not None:
+            return {"name": shard_name(task.index), "files": rec["files"], **{k: rec[k] for k in _META}, "reused": True}
+    img_field = next(iter(image_fields(task.image).values()))
+    msk_field = mask_field(task.mask, task.image)
+    images, shapes, masks, mshapes, sources, msources, skipped = [], [], [], [], [], [], []
+    kept = source_bytes = 0
+    for rel, mrel in zip(task.images, task.masks):
+        ipath, mpath = os.path.join(task.image_root, rel), os.path.join(task.mask_root, mrel)
+        try:
+            done, m = process_pair(ipath, mpath, task.image, task.mask)
+        except ImageDecodeError as e:
+            if task.strict:
+                raise
+            skipped.append({"source": rel, "reason": e.reason, "detail": f"{os.path.basename(e.path)}: {e.detail}" if e.detail else os.path.basename(e.path)})
+            continue
+        images.append(done.data)
+        shapes.append(done.shape)
+        masks.append(m[:, :, None])  # (H, W, 1): the field's shapes are three ints, as for images
+        mshapes.append((m.shape[0], m.shape[1], 1))
+        sources.append(np.frombuffer(rel.encode("utf-8", "surrogateescape"), np.uint8))
+        msources.append(np.frombuffer(mrel.encode("utf-8", "surrogateescape"), np.uint8))
+        kept += done.kept
+        source_bytes += done.source_bytes
+    arrays = {
+        **img_field.shard_arrays(images, shapes),
+        **msk_field.shard_arrays(masks, mshapes),
+        **blob_arrays(sources, "sources", "source_offsets"),
+        **blob_arrays(msources, "mask_sources", "mask_source_offsets"),
+    }
+    meta = {"count": len(images), "skipped": skipped, "kept_jpeg": kept, "source_bytes": source_bytes}
+    files = write_shard(Path(task.split_dir), task.index, arrays, {"fingerprint": fp, **meta})
+    return {"name": shard_name(task.index), "files": files, **meta, "reused": False}
+
+
+_META = ("count", "skipped", "kept_jpeg", "source_bytes")
+
+
+def _header_depth(path: str) -> int:
+    """Bits per value of a mask file from its header alone: 16 for 16-bit PNG/TIFF, else 8."""
+    from PIL import Image
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(32)
+        if head.startswith(b"\x89PNG"):
+            return 16 if len(head) > 24 and head[24] == 16 else 8
+        with Image.open(path) as im:
+            return 16 if im.mode.startswith("I") else 8
+    except Exception:
+        return 8  # unreadable: the build reports it with its reason
+
+
+def _max_values(paths: list[str]) -> int:
+    top = 0
+    for p in paths:
+        try:
+            top = max(top, int(decode_mask(read_source(p), p).max(initial=0)))
+        except ImageDecodeError:
+            pass  # reported by the build
+    return top
+
+
+def choose_mask_dtype(source: PairSource, labels: LabelMap | None, asked: str | None, workers: int) -> tuple[str, dict]:
+    """The masks' stored dtype and how it was chosen: asked for; from the label map's largest output; 8
+    bits when every mask file is 8-bit (headers only); else the largest value of the 16-bit masks (decoded)."""
+    if asked:
+        return asked, {"chosen_by": "--mask-dtype"}
+    if labels is not None:
+        top = labels.max_value
+        return ("|u1" if top <= 255 else "<u2"), {"chosen_by": "label map", "max_value": top}
+    masks = [os.path.join(source.mask_root, m) for s in source.splits for m in s.masks]
+    deep = [p for p in masks if _header_depth(p) == 16]
+    if not deep:
+        return "|u1", {"chosen_by": "8-bit mask files"}
+    chunks = [deep[i : i + 64] for i in range(0, len(deep), 64)]
+    top = max(run_tasks(_max_values, chunks, workers), default=0)
+    return ("|u1" if top <= 255 else "<u2"), {"chosen_by": f"values of {len(deep)} 16-bit mask files", "max_value": top}
+
+
+def build_segmentation(
+    source: PairSource,
+    out: str | os.PathLike,
+    settings: BuildSettings,
+    labels: LabelMap | None = None,
+    mask_dtype: str | None = None,
+    num_classes: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> BuildSummary:
+    """Build a segmentation pack from image/mask pairs; `mask_dtype` ("uint8"/"uint16") overrides the choice."""
+    out = Path(out)
+    if settings.image.multires:
+        raise DataprepError("segmentation packs are built at one size: pass --size, not --sizes")
+    unpaired = [u for s in source.splits for u in s.unpaired]
+    if settings.strict and unpaired:
+        u = unpaired[0]
+        raise SourceError(f"{u['source']}: {u['reason']} ({u['detail']}); {len(unpaired)} file(s) have no partner "
+                          "(without --strict they are skipped and listed)")
+    splits = [s.limited(settings.limit) for s in source.splits]
+    limited = PairSource(source.layout, source.root, source.mask_root, splits)
+    dtype, how = choose_mask_dtype(limited, labels, {"uint8": "|u1", "uint16": "<u2"}.get(mask_dtype or ""), settings.workers)
+    if num_classes is None and labels is not None and labels.classes:
+        num_classes = len(labels.classes)
+    pad = labels.ignore if labels is not None and labels.ignore is not None else 0
+    mask = MaskSettings(dtype, pad, num_classes, labels)
+
+    def make_task(split, k: int, start: int, stop: int) -> PairShardTask:
+        return PairShardTask(str(source.root), str(source.mask_root), str(out / split.name), k, tuple(split.paths[start:stop]),
+                             tuple(split.masks[start:stop]), settings.image, mask, settings.strict, settings.resume)
+
+    summaries, entries, seconds = build_shards(out, settings, splits, make_task, build_pair_shard, progress)
+    img = next(iter(image_fields(settings.image).values()))
+    write_manifest(out, {
+        **pack_header("segmentation", settings, {"layout": source.layout, "root": str(source.root.resolve()),
+                                                 "mask_root": str(source.mask_root.resolve())}, seconds),
+        "mask": {**mask.to_dict(), **how},
+        "classes": list(labels.classes) if labels is not None and labels.classes else None,
+        "fields": {
+            "image": img.to_manifest(),
+            "mask": {**mask_field(mask, settings.image).to_manifest(), "pad_value": pad, "ignore": labels.ignore if labels else None,
+                     "num_classes": num_classes},
+            "source": {"encoding": "utf-8", "relative_to": "source.root", "arrays": ["sources", "source_offsets"]},
+            "mask_source": {"encoding": "utf-8", "relative_to": "source.mask_root", "arrays": ["mask_sources", "mask_source_offsets"]},
+        },
+        "splits": entries,
+    })
+    return BuildSummary(out, summaries, seconds)
