@@ -127,6 +127,7 @@ class BuildSummary:
     out: Path
     splits: list[SplitSummary]
     seconds: float
+    noun: str = "images"
 
     @property
     def written(self) -> int:
@@ -137,14 +138,14 @@ class BuildSummary:
         out = [f"pack: {self.out}"]
         for s in self.splits:
             skip = ", ".join(f"{n} {r}" for r, n in sorted(s.skipped.items())) or "none"
+            kept = f"; {s.kept_jpeg} JPEGs kept as they were" if self.noun != "volumes" else ""
             out.append(
-                f"  {s.name}: {s.written} of {s.planned} images written, {s.bytes / 1e6:.1f} MB "
-                f"(from {s.source_bytes / 1e6:.1f} MB of sources; {s.kept_jpeg} JPEGs kept as they were); "
-                f"skipped: {skip}"
+                f"  {s.name}: {s.written} of {s.planned} {self.noun} written, {s.bytes / 1e6:.1f} MB "
+                f"(from {s.source_bytes / 1e6:.1f} MB of sources{kept}); skipped: {skip}"
             )
             if s.reused:
                 out.append(f"  {s.name}: resumed: {s.reused} of {s.shards} shards were finished and intact, {s.shards - s.reused} built")
-        out.append(f"  {self.written} images in {self.seconds:.1f} s, {rate:.0f} images/s")
+        out.append(f"  {self.written} {self.noun} in {self.seconds:.1f} s, {rate:.0f} {self.noun}/s")
         return out
 
 

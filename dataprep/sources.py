@@ -56,12 +56,9 @@ class Source:
         return sum(len(s.limited(limit).paths) for s in self.splits)
 
 
-def _is_image_name(name: str) -> bool:
-    return not name.startswith(".") and os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
-
-
-def walk_images(folder: Path) -> list[Path]:
-    """Image files under `folder`, sorted, following symlinked folders once (a symlink loop is not followed twice)."""
+def walk_images(folder: Path, extensions: frozenset[str] = IMAGE_EXTENSIONS) -> list[Path]:
+    """Files with one of `extensions` (images by default) under `folder`, sorted, following symlinked
+    folders once (a symlink loop is not followed twice)."""
     out: list[Path] = []
     seen: set[str] = set()
     for dirpath, dirnames, filenames in os.walk(folder, followlinks=True, onerror=None):
@@ -71,7 +68,8 @@ def walk_images(folder: Path) -> list[Path]:
             continue
         seen.add(real)
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        out.extend(Path(dirpath) / f for f in sorted(filenames) if _is_image_name(f))
+        out.extend(Path(dirpath) / f for f in sorted(filenames)
+                   if not f.startswith(".") and os.path.splitext(f)[1].lower() in extensions)
     return sorted(out)
 
 
@@ -83,7 +81,8 @@ def _class_dirs(root: Path) -> list[str]:
 
 
 def scan_class_folders(
-    root: Path, split: str, rel_to: Path, classes: list[str] | None = None, allow_empty_classes: bool = False
+    root: Path, split: str, rel_to: Path, classes: list[str] | None = None, allow_empty_classes: bool = False,
+    extensions: frozenset[str] = IMAGE_EXTENSIONS,
 ) -> tuple[list[str], SplitSource]:
     """List `root/<class>/**/image` files. With `classes` given (a val split), folders must be among them."""
     found = _class_dirs(root)
@@ -100,7 +99,7 @@ def scan_class_folders(
     labels: list[int] = []
     empty = []
     for c in found:
-        files = walk_images(root / c)
+        files = walk_images(root / c, extensions)
         if not files:
             empty.append(c)
         paths.extend(os.path.relpath(p, rel_to) for p in files)
@@ -112,7 +111,7 @@ def scan_class_folders(
             + "; their labels would exist with no samples (pass --allow-empty-classes to accept this)"
         )
     if not paths:
-        raise SourceError(f"{root}: no image files found (extensions: {', '.join(sorted(IMAGE_EXTENSIONS))})")
+        raise SourceError(f"{root}: no files found (extensions: {', '.join(sorted(extensions))})")
     return classes, SplitSource(split, paths, np.asarray(labels, np.int64))
 
 
@@ -121,6 +120,20 @@ def scan_folder(root: str | os.PathLike, split: str = "train", allow_empty_class
     root = _existing_dir(root)
     classes, s = scan_class_folders(root, split, root, allow_empty_classes=allow_empty_classes)
     return Source("folder", root, classes, None, [s])
+
+
+def scan_files(root: str | os.PathLike, split: str = "train", extensions: frozenset[str] = IMAGE_EXTENSIONS,
+               allow_empty_classes: bool = False) -> Source:
+    """Class folders (root/<class>/**/file, labelled) when root has subfolders; otherwise the files under
+    root, unlabelled (`classes` empty)."""
+    root = _existing_dir(root)
+    if _class_dirs(root):
+        classes, s = scan_class_folders(root, split, root, allow_empty_classes=allow_empty_classes, extensions=extensions)
+        return Source("folder", root, classes, None, [s])
+    files = [os.path.relpath(p, root) for p in walk_images(root, extensions)]
+    if not files:
+        raise SourceError(f"{root}: no files found (extensions: {', '.join(sorted(extensions))})")
+    return Source("flat", root, [], None, [SplitSource(split, files, np.zeros(len(files), np.int64))])
 
 
 def _existing_dir(root: str | os.PathLike) -> Path:

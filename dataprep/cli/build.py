@@ -77,17 +77,19 @@ def build_settings(size, sizes, resize, upscale, grayscale, mode, depth, quality
     )
 
 
-def run_build(source, out, progress, build_fn=None, **kw) -> None:
-    """Run an image build (`build_fn(source, out, settings, progress=...)`, default build_images) under a
-    progress bar; print the summary; exit 130 on Ctrl-C after saying how to resume."""
+def run_build(source, out, progress, build_fn=None, settings=None, **kw) -> None:
+    """Run a build (`build_fn(source, out, settings, progress=...)`, default build_images; `settings` a
+    BuildSettings, or made from the image options in `kw`) under a progress bar; print the summary;
+    exit 130 on Ctrl-C after saying how to resume."""
     from ..build import build_images
 
-    settings = build_settings(**kw)
+    settings = settings or build_settings(**kw)
     total = source.planned(settings.limit)
-    with click.progressbar(length=total, label="building", file=sys.stderr,
-                           show_pos=True, show_eta=True) as bar:
-        if progress is not None:  # default: click shows it only on a terminal
-            bar.is_hidden = not progress
+    # default: click shows the bar only on a terminal
+    hidden = (not progress) if progress is not None else not sys.stderr.isatty()
+    with click.progressbar(length=total, label="building", file=sys.stderr, show_pos=True, show_eta=True, hidden=hidden) as bar:
+        if progress:
+            bar.is_hidden = False  # asked for, even when stderr is not a terminal
         try:
             summary = (build_fn or build_images)(source, out, settings, progress=bar.update)
         except KeyboardInterrupt:
@@ -170,3 +172,62 @@ def segmentation(images, masks, pairs, image_suffix, mask_suffix, split, labels,
     fn = functools.partial(build_segmentation, labels=LabelMap.load(labels) if labels else None,
                            mask_dtype=None if mask_dtype == "auto" else mask_dtype, num_classes=num_classes)
     run_build(source, build_fn=fn, **kw)
+
+
+def _window(ctx, param, value):
+    if value is None:
+        return None
+    try:
+        lo, hi = (float(v) for v in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not LO,HI (e.g. -1000,2000)", ctx, param) from None
+    return lo, hi
+
+
+def _dhw(ctx, param, value):
+    if value is None:
+        return None
+    try:
+        shape = tuple(int(v) for v in value.replace("x", ",").split(","))
+    except ValueError:
+        shape = ()
+    if len(shape) != 3 or min(shape) < 1:
+        raise click.BadParameter(f"{value!r} is not a shape D,H,W such as 64,128,128", ctx, param)
+    return shape
+
+
+@build.command()
+@click.argument("src", type=click.Path(file_okay=False))
+@click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="Pack directory to create.")
+@click.option("--shape", callback=_dhw, default=None, help="Resample every volume to D,H,W [default: keep each one's shape].")
+@click.option("--resample", type=click.Choice(["linear", "nearest"]), default="linear", show_default=True,
+              help="linear for intensities (area average when shrinking); nearest for label volumes.")
+@click.option("--depth", type=click.Choice(["8", "16"]), default="16", show_default=True, help="Bits per voxel stored.")
+@click.option("--window", callback=_window, default=None,
+              help="LO,HI source values mapped linearly onto the stored range (needed for float and negative values).")
+@click.option("--split", default="train", show_default=True, help="Name of the split to write.")
+@click.option("--workers", "-j", type=click.IntRange(1), default=None, help="Processes [default: all cores].")
+@click.option("--limit", type=click.IntRange(1), default=None, help="Build only N volumes.")
+@click.option("--shard-size", type=click.IntRange(1), default=None, help="Volumes per shard [default: from the count].")
+@click.option("--strict/--skip-bad", default=False, show_default=True, help="Fail on the first unusable file.")
+@click.option("--overwrite", is_flag=True, help="Replace a pack or unfinished build already in --out.")
+@click.option("--resume", is_flag=True, help="Continue an interrupted build, keeping its intact shards.")
+@click.option("--progress/--no-progress", default=None, help="Progress bar [default: when stderr is a terminal].")
+@config_option
+@profile_option
+def volumes(src, out, shape, resample, depth, window, split, workers, limit, shard_size, strict, overwrite, resume, progress):
+    """Pack 3-D volumes: SRC/<class>/**/*.npy|*.tif (labelled) or SRC/**/*.npy|*.tif (unlabelled); .npy
+    arrays and multi-page TIFF stacks, stored as uint16 (or uint8) with their shapes."""
+    import functools
+
+    from ..sources import scan_files
+    from ..volumes.build import VolumeSettings, build_volumes
+    from ..volumes.read import VOLUME_EXTENSIONS
+
+    vs = VolumeSettings(shape, int(depth), window, resample)
+    source = scan_files(src, split, VOLUME_EXTENSIONS)
+    from ..settings import BuildSettings, ImageSettings
+
+    settings = BuildSettings(ImageSettings(), workers=workers or os.cpu_count() or 1, limit=limit, shard_size=shard_size,
+                             strict=strict, overwrite=overwrite, resume=resume)
+    run_build(source, out, progress, functools.partial(build_volumes, volume=vs), settings)

@@ -35,6 +35,13 @@ def info(pack, as_json, skipped):
         shape = "x".join("?" if d is None else str(d) for d in f["shape"])
         label = m["fields"].get("label")
         click.echo(f"sample:    {shape} {f['dtype']}" + (f"; labels {label['dtype']}" if label else ""))
+    vol = m["fields"].get("volume")
+    if vol:
+        v = s.get("volume", {})
+        shape = "x".join("?" if d is None else str(d) for d in vol["shape"][:3]) if vol["layout"] == "fixed" else "each its own"
+        click.echo(f"volumes:   {vol['dtype']}, shape {shape}" + (f" ({v.get('resample')})" if v.get("shape") else "")
+                   + (f", window {v['window'][0]:g}..{v['window'][1]:g}" if v.get("window") else "")
+                   + (f"; labels {m['fields']['label']['dtype']}" if "label" in m["fields"] else "; unlabelled"))
     mask = m["fields"].get("mask")
     if mask:
         how = m.get("mask", {})

@@ -116,6 +116,17 @@ def remove_temporaries(split_dir: Path) -> int:
     return n
 
 
+def npy_header(f) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """(shape, fortran_order, dtype) of the .npy file open at its start (versions 1.0 and 2.0); the file is
+    left at the first data byte. Raises ValueError (or EOFError) for anything else."""
+    version = np.lib.format.read_magic(f)
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(f)
+    if version == (2, 0):
+        return np.lib.format.read_array_header_2_0(f)
+    raise ValueError(f"npy version {version} is not supported")
+
+
 def open_npy(path: Path, record: dict[str, Any]) -> tuple[Any, int, tuple[int, ...], np.dtype]:
     """Open a shard file and check its header against its manifest record; return (file, data offset, shape, dtype).
 
@@ -139,13 +150,7 @@ def open_npy(path: Path, record: dict[str, Any]) -> tuple[Any, int, tuple[int, .
         if size != record["bytes"]:
             raise PackError(f"{path}: {size} bytes on disk, manifest says {record['bytes']} (truncated or replaced)")
         try:
-            version = np.lib.format.read_magic(f)
-            if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-            elif version == (2, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-            else:
-                raise ValueError(f"npy version {version} is not written by dataprep")
+            shape, fortran, dtype = npy_header(f)
         except Exception as e:
             raise PackError(f"{path}: not a valid .npy file ({e})") from None
         if fortran or dtype.hasobject:

@@ -198,4 +198,4 @@ def build_segmentation(
         },
         "splits": entries,
     })
-    return BuildSummary(out, summaries, seconds)
+    return BuildSummary(out, summaries, seconds, "pairs")

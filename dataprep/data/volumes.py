@@ -1,0 +1,162 @@
+"""VolumeDataset: takes a volume pack, gives (D, H, W) uint8/uint16 volumes (with labels when the pack has
+them) from RAM, one copy shared by every worker (one blob plus offsets, or one (N, D, H, W) array)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from ..errors import DataprepError, PackError
+from ..pack.fields import take_rows
+from .cache import open_split
+
+
+class VolumeDataset(Dataset):
+    """A volume pack's split, held in RAM.
+
+    Args:
+        pack, split, verify, cache, progress: as for InMemoryImageDataset.
+        transform: called on each volume (a (D, H, W) numpy array; see `RandomCrop3d`, `RandomFlip3d`).
+        as_numpy: return numpy arrays instead of tensors.
+
+    `dataset[i]` gives `(volume, label)` when the pack has labels (class folders), else the volume;
+    volumes are uint8 or uint16 (D, H, W). Convert to float on the GPU.
+    """
+
+    def __init__(self, pack: str | os.PathLike, split: str = "train", transform: Callable[[np.ndarray], np.ndarray] | None = None,
+                 as_numpy: bool = False, verify: bool = False, cache: str = "ram", progress: bool | None = None):
+        self.pack, self.split, self.transform, self.as_numpy = Path(pack), split, transform, as_numpy
+        self.verify, self.cache, self.progress = verify, cache, progress
+        self._load()
+
+    def _load(self) -> None:
+        try:
+            c = open_split(self.pack, self.split, self.cache, self.verify, self.progress, kinds=("volumes",))
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            raise PackError(f"{self.pack}/manifest.json: malformed ({type(e).__name__}: {e})") from None
+        self._store = c  # keeps a shared-memory segment attached
+        self.field = c.field
+        self._arrays = c.arrays
+        self._labels = c.arrays.get("labels")
+        self.sources = c.sources
+        self.classes: list[str] = list(c.manifest.get("classes") or [])
+        self.manifest = c.manifest
+
+    def __getstate__(self) -> dict[str, Any]:
+        keys = ("pack", "split", "transform", "as_numpy", "verify", "cache", "progress")
+        return {k: self.__dict__[k] for k in keys}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._load()
+
+    def __len__(self) -> int:
+        return len(self._arrays["volume_shapes"])
+
+    @property
+    def shapes(self) -> np.ndarray:
+        """(N, 3): every volume's (D, H, W)."""
+        return self._arrays["volume_shapes"]
+
+    @property
+    def labels(self) -> np.ndarray | None:
+        return self._labels
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.field.np_dtype.newbyteorder("=")
+
+    def volume(self, i: int) -> np.ndarray:
+        """Volume i, (D, H, W), a private copy."""
+        return np.array(self.field.sample(self._arrays, i), self.dtype)
+
+    def _check(self, i) -> int:
+        n = len(self)
+        i = int(i)
+        if not -n <= i < n:
+            raise IndexError(f"index {i} out of range for {n} volumes in {self.pack}/{self.split}")
+        return i % n
+
+    def __getitem__(self, index):
+        i = self._check(index)
+        v = self.volume(i)
+        if self.transform is not None:
+            v = self.transform(v)
+        v = np.ascontiguousarray(v) if self.as_numpy else torch.from_numpy(np.ascontiguousarray(v))
+        return (v, int(self._labels[i])) if self._labels is not None else v
+
+    # -- the batch-fetch protocol of the fast Loader ---------------------------------------------
+    def batch_layout(self, crop: tuple[int, int, int] | None = None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """{"volumes": ((D, H, W), dtype)} plus labels; packs of several shapes need `crop` (D, H, W)."""
+        if crop is not None:
+            shape = tuple(int(c) for c in crop)
+        else:
+            shapes = {tuple(s) for s in np.asarray(self.shapes).tolist()}
+            if len(shapes) != 1:
+                raise DataprepError(f"{self.pack}/{self.split}: volumes have {len(shapes)} shapes; pass crop=(D, H, W)")
+            shape = shapes.pop()
+        out = {"volumes": (shape, self.dtype)}
+        if self._labels is not None:
+            out["labels"] = ((), np.dtype(np.int64))
+        return out
+
+    def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray]) -> None:
+        if self.transform is not None:
+            raise DataprepError("the batch path serves stored volumes; transform the batch on the GPU")
+        vols, n = out["volumes"], len(idx)
+        if "labels" in out:
+            out["labels"][:n] = self._labels[idx]
+        data = self._arrays["volumes"]
+        if self.field.fixed and vols.shape[1:] == data.shape[1:]:
+            take_rows(data, idx, vols[:n])
+            return
+        for k, i in enumerate(idx):
+            _center_into(self.field.sample(self._arrays, int(i)), vols[k])
+
+
+def _center_into(src: np.ndarray, out: np.ndarray) -> None:
+    """The central out.shape window of src (zeros where src is smaller), on every axis."""
+    out[...] = 0
+    s_sl, o_sl = [], []
+    for s, o in zip(src.shape, out.shape):
+        a = max(0, (s - o) // 2)
+        n = min(s, o)
+        b = (o - n) // 2
+        s_sl.append(slice(a, a + n))
+        o_sl.append(slice(b, b + n))
+    out[tuple(o_sl)] = src[tuple(s_sl)]
+
+
+class RandomCrop3d:
+    """A random (d, h, w) window of a volume (or of several aligned ones: `t(vol, labels)`), zero-padded
+    where smaller."""
+
+    def __init__(self, size: Sequence[int]):
+        self.size = tuple(int(s) for s in size)
+
+    def __call__(self, *vols: np.ndarray):
+        shape = vols[0].shape
+        starts = [int(torch.randint(0, max(s - c, 0) + 1, ())) for s, c in zip(shape, self.size)]
+        out = []
+        for v in vols:
+            o = np.zeros(self.size, v.dtype)
+            src = v[tuple(slice(a, a + c) for a, c in zip(starts, self.size))]
+            o[tuple(slice(0, n) for n in src.shape)] = src
+            out.append(o)
+        return out[0] if len(out) == 1 else tuple(out)
+
+
+class RandomFlip3d:
+    """Flip along each of `axes` with probability p (the same flips for every volume passed together)."""
+
+    def __init__(self, axes: Sequence[int] = (0, 1, 2), p: float = 0.5):
+        self.axes, self.p = tuple(axes), p
+
+    def __call__(self, *vols: np.ndarray):
+        flip = tuple(a for a in self.axes if float(torch.rand(())) < self.p)
+        out = [np.flip(v, flip) if flip else v for v in vols]
+        return out[0] if len(out) == 1 else tuple(out)

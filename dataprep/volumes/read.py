@@ -1,0 +1,93 @@
+"""Read stage for volumes: takes a .npy file or a (multi-page) TIFF, gives a (D, H, W) array and brings its
+values to the stored depth.
+
+.npy files are read without pickle (object arrays are refused); TIFF stacks page by page through Pillow
+(every page one size, one channel). Depth conversion: uint8 and uint16 sources are rescaled between 8
+and 16 bits as images are (x * 257, round(x / 257)); other integer and boolean volumes (label
+volumes, non-negative CT numbers) keep their values when they fit; anything else, floats included,
+needs a window [lo, hi] mapped linearly onto the stored range.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..errors import ImageDecodeError
+from ..images.decode import to_depth
+
+VOLUME_EXTENSIONS = frozenset({".npy", ".tif", ".tiff"})
+
+
+def read_volume(path: str) -> np.ndarray:
+    """The file's volume as a (D, H, W) array of its own dtype."""
+    ext = os.path.splitext(path)[1].lower()
+    if ext == ".npy":
+        arr = _read_npy(path)
+    elif ext in (".tif", ".tiff"):
+        arr = _read_tiff_stack(path)
+    else:
+        raise ImageDecodeError(path, "not a volume", f"unknown extension {ext!r}")
+    if arr.ndim == 4 and arr.shape[-1] == 1:
+        arr = arr[..., 0]
+    if arr.ndim == 2:
+        arr = arr[None]
+    if arr.ndim != 3 or 0 in arr.shape:
+        raise ImageDecodeError(path, "not a volume", f"shape {arr.shape} is not (D, H, W)")
+    if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_) or np.iscomplexobj(arr):
+        raise ImageDecodeError(path, "not a volume", f"dtype {arr.dtype} holds no intensities")
+    return arr
+
+
+def _read_npy(path: str) -> np.ndarray:
+    """An .npy file's array, its header checked first: object dtypes (pickle) refused, size matched."""
+    from ..pack.shard import npy_header
+
+    try:
+        with open(path, "rb") as f:
+            shape, fortran, dtype = npy_header(f)
+            start = f.tell()
+            size = os.fstat(f.fileno()).st_size
+    except (ValueError, OSError, EOFError, SyntaxError) as e:
+        raise ImageDecodeError(path, "corrupt header", f"not an .npy file ({type(e).__name__}: {e})") from None
+    if dtype.hasobject:
+        raise ImageDecodeError(path, "not a volume", "object arrays (pickled Python objects) are refused")
+    need = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if size - start != need:
+        raise ImageDecodeError(path, "truncated", f"holds {size - start} bytes of data, its header says {need}")
+    return np.asarray(np.load(path, allow_pickle=False, mmap_mode="r"))
+
+
+def _read_tiff_stack(path: str) -> np.ndarray:
+    from PIL import Image, ImageSequence
+
+    try:
+        with Image.open(path) as im:
+            pages = [np.asarray(p) for p in ImageSequence.Iterator(im)]
+    except Exception as e:
+        raise ImageDecodeError(path, "corrupt data", f"{type(e).__name__}: {e}") from None
+    shapes = {p.shape for p in pages}
+    if len(shapes) != 1:
+        raise ImageDecodeError(path, "not a volume", f"pages differ in shape: {sorted(shapes)[:3]}")
+    if pages[0].ndim != 2:
+        raise ImageDecodeError(path, "not a volume", f"pages have {pages[0].shape[2]} channels; a volume has one")
+    return np.stack(pages)
+
+
+def to_stored(arr: np.ndarray, depth: int, window: tuple[float, float] | None, path: str) -> np.ndarray:
+    """Bring a volume to uint8 (depth 8) or uint16 (depth 16) as the module docstring says."""
+    target = np.uint16 if depth == 16 else np.uint8
+    top = np.iinfo(target).max
+    if window is not None:
+        lo, hi = window
+        x = (arr.astype(np.float64) - lo) * (top / (hi - lo))
+        return np.rint(np.clip(x, 0, top)).astype(target)
+    if arr.dtype in (np.uint8, np.uint16):
+        return to_depth(np.ascontiguousarray(arr), depth)
+    if arr.dtype == np.bool_ or np.issubdtype(arr.dtype, np.integer):
+        lo, hi = (int(arr.min()), int(arr.max())) if arr.size else (0, 0)
+        if lo < 0 or hi > top:
+            raise ImageDecodeError(path, "values out of range",
+                                   f"{arr.dtype} values {lo}..{hi} do not fit {np.dtype(target).name}; pass --window LO,HI")
+        return arr.astype(target)
+    raise ImageDecodeError(path, "values out of range", f"{arr.dtype} values need --window LO,HI to become {np.dtype(target).name}")

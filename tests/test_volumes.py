@@ -1,0 +1,164 @@
+"""Volume packs: .npy and multi-page TIFF volumes kept at 16 (or 8) bits with their shapes, optional
+resampling, VolumeDataset, 3-D transforms."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from dataprep.data.volumes import RandomCrop3d, RandomFlip3d, VolumeDataset
+from dataprep.errors import DataprepError, ImageDecodeError
+from dataprep.loader import Loader
+from dataprep.settings import BuildSettings, ImageSettings
+from dataprep.sources import scan_files
+from dataprep.volumes.build import VolumeSettings, build_volumes
+from dataprep.volumes.read import VOLUME_EXTENSIONS
+
+
+def _save_tiff(path: Path, vol: np.ndarray) -> None:
+    pages = [Image.fromarray(p) for p in vol]
+    pages[0].save(path, save_all=True, append_images=pages[1:])
+
+
+@pytest.fixture(scope="module")
+def vol_tree(tmp_path_factory) -> tuple[Path, dict[str, np.ndarray]]:
+    root = tmp_path_factory.mktemp("vols")
+    rng = np.random.default_rng(3)
+    want = {}
+    for cls in ("ct", "mr"):
+        (root / cls).mkdir()
+        for k in range(3):
+            vol = rng.integers(0, 65536, (6 + k, 20 + 2 * k, 24), dtype=np.uint16)
+            name = f"{cls}/v{k}.npy" if k < 2 else f"{cls}/v{k}.tif"
+            np.save(root / name, vol) if name.endswith(".npy") else _save_tiff(root / name, vol)
+            want[name] = vol
+    return root, want
+
+
+def _build(root, out, workers=2, strict=False, **vs) -> VolumeDataset:
+    s = build_volumes(scan_files(root, "train", VOLUME_EXTENSIONS), out,
+                      BuildSettings(ImageSettings(), workers=workers, strict=strict), VolumeSettings(**vs))
+    _build.summary = s
+    return VolumeDataset(out, as_numpy=True)
+
+
+def test_npy_and_tiff_volumes_round_trip_exactly_with_labels(vol_tree, tmp_path):
+    root, want = vol_tree
+    ds = _build(root, tmp_path / "p")
+    assert len(ds) == 6 and ds.classes == ["ct", "mr"]
+    for i in range(len(ds)):
+        vol, label = ds[i]
+        src = want[ds.sources[i]]
+        assert vol.dtype == np.uint16 and np.array_equal(vol, src), ds.sources[i]
+        assert label == ds.classes.index(ds.sources[i].split("/")[0])
+        assert tuple(ds.shapes[i]) == src.shape
+    for cache in ("mmap", "shm"):
+        other = VolumeDataset(tmp_path / "p", cache=cache)
+        assert all(torch.equal(other[i][0], torch.from_numpy(ds[i][0])) for i in range(len(ds)))
+
+
+def test_depth_8_scales_and_windows_map_linearly(vol_tree, tmp_path):
+    root, want = vol_tree
+    ds = _build(root, tmp_path / "p8", depth=8)
+    for i in range(len(ds)):
+        src = want[ds.sources[i]].astype(np.float64)
+        assert np.array_equal(ds[i][0], np.floor(src / 257 + 0.5).astype(np.uint8))
+    (tmp_path / "ct").mkdir()
+    hu = np.array([-2000, -1000, 0, 500, 1000, 3000], np.int16).reshape(1, 2, 3)
+    np.save(tmp_path / "ct" / "scan.npy", hu)
+    s = build_volumes(scan_files(tmp_path / "ct", "train", VOLUME_EXTENSIONS), tmp_path / "raw",
+                      BuildSettings(ImageSettings(), workers=1), VolumeSettings())
+    assert s.splits[0].written == 0 and s.splits[0].skipped == {"values out of range": 1}
+    ds = _build(tmp_path / "ct", tmp_path / "win", depth=8, window=(-1000.0, 1000.0))
+    assert ds[0].ravel().tolist() == [0, 0, 128, 191, 255, 255]  # (x + 1000) * 255 / 2000, rounded, clipped
+
+
+def test_resampling_to_one_shape(vol_tree, tmp_path):
+    root, want = vol_tree
+    ds = _build(root, tmp_path / "lin", shape=(4, 10, 12))
+    m = json.loads((tmp_path / "lin" / "manifest.json").read_text())
+    assert m["fields"]["volume"]["layout"] == "fixed" and m["fields"]["volume"]["shape"] == [4, 10, 12]
+    for i in range(len(ds)):
+        vol, _ = ds[i]
+        src = want[ds.sources[i]]
+        assert vol.shape == (4, 10, 12) and vol.dtype == np.uint16
+        assert abs(float(vol.mean()) - float(src.mean())) < 0.02 * 65535  # an average, not a pick
+    labels = np.random.default_rng(0).choice(np.array([0, 3, 9, 400], np.uint16), (7, 13, 17))
+    (tmp_path / "lab").mkdir()
+    np.save(tmp_path / "lab" / "seg.npy", labels)
+    ds = _build(tmp_path / "lab", tmp_path / "near", shape=(14, 6, 20), resample="nearest")
+    out = ds[0]
+    assert set(np.unique(out).tolist()) <= {0, 3, 9, 400}
+    idx = [((2 * np.arange(n) + 1) * m) // (2 * n) for n, m in zip((14, 6, 20), labels.shape)]
+    assert np.array_equal(out, labels[np.ix_(*idx)])
+
+
+def test_bad_volumes_are_skipped_with_reasons(tmp_path):
+    d = tmp_path / "bad"
+    d.mkdir()
+    np.save(d / "good.npy", np.ones((2, 3, 4), np.uint8))
+    np.save(d / "objects.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    np.save(d / "four_d.npy", np.zeros((2, 3, 4, 5), np.uint8))
+    np.save(d / "floats.npy", np.zeros((2, 3, 4), np.float32))
+    (d / "broken.tif").write_bytes(b"II*\x00" + b"\x00" * 20)
+    (d / "cut.npy").write_bytes((d / "good.npy").read_bytes()[:-5])
+    ds = _build(d, tmp_path / "p", workers=1)
+    assert len(ds) == 1 and ds.sources[0] == "good.npy"
+    assert _build.summary.splits[0].skipped == {"not a volume": 2, "values out of range": 1, "corrupt data": 1, "truncated": 1}
+    with pytest.raises(ImageDecodeError):
+        _build(d, tmp_path / "s", workers=1, strict=True)
+    assert not (tmp_path / "s" / "manifest.json").exists()
+    with pytest.raises(DataprepError, match="window"):
+        VolumeSettings(window=(5.0, 1.0))
+
+
+def test_volume_dataset_serves_batches_and_3d_transforms(vol_tree, tmp_path):
+    root, _ = vol_tree
+    _build(root, tmp_path / "p", shape=(4, 16, 16))
+    ds = VolumeDataset(tmp_path / "p", cache="shm")
+    seen = 0
+    with Loader(ds, batch_size=4, num_workers=2) as loader:
+        for v, y in loader:
+            assert v.shape[1:] == (4, 16, 16) and v.dtype == torch.uint16
+            for k in range(len(v)):
+                assert torch.equal(v[k], ds[seen + k][0]) and int(y[k]) == ds[seen + k][1]
+            seen += len(v)
+    assert seen == len(ds)
+    varied = _build(root, tmp_path / "v")  # each volume its own shape: the Loader center-crops
+    with Loader(VolumeDataset(tmp_path / "v"), batch_size=3, crop=(5, 18, 18)) as loader:
+        v, _ = next(iter(loader))
+    assert v.shape == (3, 5, 18, 18)
+    for k in range(3):
+        src = torch.from_numpy(varied.volume(k))
+        d, h, w = src.shape
+        a, b, c = (d - 5) // 2, (h - 18) // 2, (w - 18) // 2
+        assert torch.equal(v[k], src[a : a + 5, b : b + 18, c : c + 18])
+    vol = varied.volume(0)
+    torch.manual_seed(1)
+    a, b = RandomCrop3d((3, 8, 8))(vol, vol.copy())
+    assert np.array_equal(a, b) and a.shape == (3, 8, 8)
+    a, b = RandomFlip3d(p=1.0)(vol, vol.copy())
+    assert np.array_equal(a, vol[::-1, ::-1, ::-1]) and np.array_equal(a, b)
+
+
+def test_unlabelled_volumes_and_the_cli(tmp_path):
+    from click.testing import CliRunner
+
+    from dataprep.cli import main
+
+    for k in range(3):
+        np.save(tmp_path / f"s{k}.npy", np.full((3, 4, 5), k * 1000, np.uint16))
+    r = CliRunner().invoke(main, ["build", "volumes", str(tmp_path), "--out", str(tmp_path / "p"), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert "3 of 3 volumes written" in r.output
+    ds = VolumeDataset(tmp_path / "p")
+    assert ds.labels is None and isinstance(ds[0], torch.Tensor) and ds[0].dtype == torch.uint16
+    assert int(ds[2].float().max()) == 2000  # torch has few uint16 kernels: convert before arithmetic
+    r = CliRunner().invoke(main, ["plan", str(tmp_path / "p"), "-b", "2", "-w", "1"])
+    assert r.exit_code == 0 and "volume" in r.output and "3x4x5 uint16" in r.output.replace("  ", " ")
+    r = CliRunner().invoke(main, ["build", "volumes", str(tmp_path), "--out", str(tmp_path / "q"), "--shape", "1,2"])
+    assert r.exit_code == 2 and "D,H,W" in r.output
