@@ -10,6 +10,8 @@ from .errors import DataprepError, PackError  # noqa: E402  (light: no heavy imp
 
 _LAZY = {
     "InMemoryImageDataset": ("dataprep.data.images", "InMemoryImageDataset"),
+    "SegmentationDataset": ("dataprep.data.segmentation", "SegmentationDataset"),
+    "VolumeDataset": ("dataprep.data.volumes", "VolumeDataset"),
     "Loader": ("dataprep.loader", "Loader"),
     "TabularDataset": ("dataprep.data.tables", "TabularDataset"),
     "TokenDataset": ("dataprep.data.tokens", "TokenDataset"),
@@ -17,6 +19,8 @@ _LAZY = {
     "Schedule": ("dataprep.data.progressive", "Schedule"),
     "ResolutionBatchSampler": ("dataprep.data.progressive", "ResolutionBatchSampler"),
     "build_images": ("dataprep.build", "build_images"),
+    "build_segmentation": ("dataprep.segmentation.build", "build_segmentation"),
+    "build_volumes": ("dataprep.volumes.build", "build_volumes"),
     "read_manifest": ("dataprep.pack.manifest", "read_manifest"),
 }
 

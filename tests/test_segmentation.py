@@ -284,3 +284,20 @@ def test_plan_reports_image_plus_mask_and_the_saving(scenes, tmp_path):
     # per batch of 8: (12288 + 4096) x 8 as stored; float32 images + int64 masks: (49152 + 32768) x 8
     assert "per batch of 8: 131,072 B   as commonly written: 655,360 B" in r.output
     assert "mask             32,768 B as uint8, 262,144 B as int64" in r.output
+
+
+def test_builds_are_byte_identical_across_workers_and_resume(scenes, tmp_path):
+    src = pair_by_stem(*scenes)
+    settings = dict(size=64, resize="shorter", mode="encoded")
+    build_segmentation(src, tmp_path / "a", BuildSettings(ImageSettings(**settings), workers=1, shard_size=5))
+    build_segmentation(src, tmp_path / "b", BuildSettings(ImageSettings(**settings), workers=2, shard_size=5))
+
+    def files(p: Path) -> dict[str, bytes]:
+        return {str(f.relative_to(p)): f.read_bytes() for f in sorted(p.rglob("*.npy"))}
+
+    assert files(tmp_path / "a") == files(tmp_path / "b") and len(files(tmp_path / "a")) > 20
+    shutil.rmtree(tmp_path / "b" / "train" / "00001")
+    (tmp_path / "b" / "manifest.json").unlink()
+    s = build_segmentation(src, tmp_path / "b", BuildSettings(ImageSettings(**settings), workers=2, shard_size=5, resume=True))
+    assert files(tmp_path / "a") == files(tmp_path / "b")
+    assert s.splits[0].reused == 2 and s.splits[0].shards == 3
