@@ -13,6 +13,7 @@ _LAZY = {
     "SegmentationDataset": ("dataprep.data.segmentation", "SegmentationDataset"),
     "VolumeDataset": ("dataprep.data.volumes", "VolumeDataset"),
     "Loader": ("dataprep.loader", "Loader"),
+    "DaliImageLoader": ("dataprep.data.dali", "DaliImageLoader"),
     "TabularDataset": ("dataprep.data.tables", "TabularDataset"),
     "TokenDataset": ("dataprep.data.tokens", "TokenDataset"),
     "DocumentDataset": ("dataprep.data.tokens", "DocumentDataset"),

@@ -28,6 +28,8 @@ class InMemoryImageDataset(Dataset):
         pack: the pack directory.
         split: which split to serve ("train", "val", ...).
         decode: "cv2" or "pil" to decode JPEG packs, "none" for the stored bytes (a 1-D uint8 array).
+            For GPU decoding with nvJPEG, serve the dataset with `DaliImageLoader` (data/dali.py), which
+            decodes whole batches; `decode="dali"` says so.
             Decoded (raw) packs are served without decoding whatever this says.
         transform: called on each image (a CHW uint8 tensor, or HWC numpy with `as_numpy`).
         as_numpy: return HWC uint8 numpy arrays instead of CHW uint8 tensors.
@@ -61,8 +63,11 @@ class InMemoryImageDataset(Dataset):
         resolution: int | None = None,
         keep_resolutions: int = 1,
     ):
+        if decode == "dali":
+            raise DataprepError("DALI decodes whole batches, not single samples: make the dataset with decode='none' "
+                                "and serve it with dataprep.DaliImageLoader(dataset, batch_size)")
         if decode not in DECODERS:
-            raise DataprepError(f"unknown decode {decode!r}; choose one of {sorted(DECODERS)}")
+            raise DataprepError(f"unknown decode {decode!r}; choose one of {sorted(DECODERS)} (or DaliImageLoader for DALI)")
         self.pack = Path(pack)
         self.split = split
         self.decode = decode

@@ -1,0 +1,174 @@
+"""DaliImageLoader: the DALI pipeline fed from the RAM cache. CPU pipeline here (CI has no GPU); the mixed
+(nvJPEG) pipeline is checked by scripts/gpu_check.sh on a GPU machine and by the gpu-marked test."""
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+import pytest
+import torch
+
+from dataprep import InMemoryImageDataset
+from dataprep.build import build_images
+from dataprep.errors import DataprepError
+from dataprep.settings import BuildSettings, ImageSettings
+from dataprep.sources import scan_imagenet
+from dataprep.synthetic import decode_index
+
+from .conftest import corpus_dir
+
+from dataprep.data.dali import DaliImageLoader, gpu_count  # noqa: E402  (imports no DALI itself)
+
+try:
+    import nvidia.dali  # noqa: F401
+
+    HAVE_DALI = True
+except ImportError:
+    HAVE_DALI = False
+
+needs_dali = pytest.mark.skipif(not HAVE_DALI, reason="needs the dali extra: pip install 'dataprep[dali]'")
+pytestmark = pytest.mark.dali
+
+
+def _cpu(*args, **kw) -> DaliImageLoader:
+    """A loader on the CPU pipeline (device_id=None: no warning expected)."""
+    kw.setdefault("device_id", None)
+    kw.setdefault("num_threads", 2)
+    return DaliImageLoader(*args, **kw)
+
+
+@pytest.fixture(scope="module")
+def corpus_pack(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dali") / "pack"
+    build_images(scan_imagenet(corpus_dir("images")), out,
+                 BuildSettings(ImageSettings(size=160, resize="center-crop", mode="encoded"), workers=2))
+    return out
+
+
+@pytest.fixture(scope="module")
+def index_pack(tmp_path_factory, index_tree):
+    out = tmp_path_factory.mktemp("dali_index") / "pack"
+    build_images(scan_imagenet(index_tree), out, BuildSettings(ImageSettings(size=48, resize="center-crop", mode="encoded"), workers=1))
+    return out
+
+
+@needs_dali
+def test_cpu_pipeline_matches_opencv_on_the_real_corpus(corpus_pack):
+    ds = InMemoryImageDataset(corpus_pack, decode="none")
+    ref = InMemoryImageDataset(corpus_pack, decode="cv2", as_numpy=True)
+    loader = _cpu(ds, 32, preset="eval", resize=None, size=160, mean=(0, 0, 0), std=(1, 1, 1), dtype=torch.uint8,
+                  layout="nhwc", last_batch="partial")
+    assert len(loader) == -(-len(ds) // 32) and loader.samples_per_epoch == len(ds)
+    k, worst = 0, 0.0
+    for images, labels in loader:
+        assert images.dtype == torch.uint8 and images.shape[1:] == (160, 160, 3) and images.device.type == "cpu"
+        for j in range(len(images)):
+            want, label = ref[k]
+            mad = float(np.abs(images[j].numpy().astype(np.int16) - want.astype(np.int16)).mean())
+            worst = max(worst, mad)
+            assert int(labels[j]) == label
+            k += 1
+    assert k == len(ds)
+    assert worst <= 2.0, f"mean absolute difference up to {worst:.2f} against OpenCV"
+
+
+@needs_dali
+@pytest.mark.parametrize("last_batch", ["drop", "pad", "partial"])
+def test_two_shards_see_every_sample_once_per_epoch(index_pack, last_batch):
+    ds = InMemoryImageDataset(index_pack, decode="none")
+    n = len(ds)
+    shards = [_cpu(ds, 5, preset="train", size=32, random_area=(0.5, 1.0), dtype=torch.uint8, mean=(0, 0, 0),
+                   std=(1, 1, 1), layout="nhwc", shard_id=k, num_shards=2, seed=3, last_batch=last_batch) for k in range(2)]
+    orders = []
+    for epoch in range(2):
+        seen = []
+        for loader in shards:
+            got = [decode_index(img.numpy()) for images, _ in loader for img in images]
+            assert len(got) == loader.samples_per_epoch == loader.epoch_order(epoch).size
+            assert got == [int(i) for i in loader.epoch_order(epoch)]  # the flat colour of sample i encodes i
+            seen.append(got)
+        flat = seen[0] + seen[1]
+        if last_batch == "partial":
+            assert sorted(flat) == list(range(n))  # every sample exactly once across the two ranks
+        elif last_batch == "drop":
+            assert len(set(flat)) == len(flat) and len(flat) == 2 * (n // 2 // 5) * 5
+        else:  # pad: all once, plus repeats to fill the last batch
+            assert set(flat) == set(range(n)) and len(flat) == 2 * len(shards[0]) * 5
+        assert len(shards[0]) == len(shards[1]) or last_batch == "partial"
+        orders.append(flat)
+    assert orders[0] != orders[1]  # reshuffled every epoch
+
+
+@needs_dali
+def test_set_epoch_and_labels(index_pack):
+    ds = InMemoryImageDataset(index_pack, decode="none")
+    a = _cpu(ds, 4, preset="eval", resize=None, size=48, seed=9, shuffle=True, last_batch="partial")
+    b = _cpu(ds, 4, preset="eval", resize=None, size=48, seed=9, shuffle=True, last_batch="partial")
+    list(a)  # epoch 0
+    b.set_epoch(1)
+    la = torch.cat([y for _, y in a])
+    lb = torch.cat([y for _, y in b])
+    assert torch.equal(la, lb)
+    assert torch.equal(la, torch.from_numpy(ds.labels[a.epoch_order(1)].astype(np.int64)))
+
+
+@needs_dali
+def test_outputs_layouts_dtypes_and_grayscale(tmp_path, index_tree):
+    out = tmp_path / "gray"
+    build_images(scan_imagenet(index_tree), out, BuildSettings(ImageSettings(size=40, resize="center-crop", grayscale=True), workers=1))
+    x, y = next(iter(_cpu(out, 6, preset="eval", size=32, dtype=torch.float16)))
+    assert x.shape == (6, 1, 32, 32) and x.dtype == torch.float16 and y.dtype == torch.int64
+    x, _ = next(iter(_cpu(out, 6, preset="train", size=24, layout="nhwc")))
+    assert x.shape == (6, 24, 24, 1) and x.dtype == torch.float32
+    assert abs(float(x.mean())) < 3  # normalised, not raw 0..255
+
+
+@needs_dali
+def test_no_gpu_warns_and_runs_on_the_cpu(index_pack):
+    if gpu_count():
+        pytest.skip("a GPU is present: the warning does not apply")
+    with pytest.warns(RuntimeWarning, match="no CUDA device"):
+        loader = DaliImageLoader(index_pack, 4, device_id=0, preset="eval", size=32, num_threads=1)
+    x, _ = next(iter(loader))
+    assert x.device.type == "cpu"
+
+
+@needs_dali
+def test_refusals(tmp_path, index_tree, index_pack):
+    raw = tmp_path / "raw"
+    build_images(scan_imagenet(index_tree), raw, BuildSettings(ImageSettings(size=32, resize="center-crop", mode="raw"), workers=1))
+    with pytest.raises(DataprepError, match="decoded pixels"):
+        _cpu(raw, 4)
+    with pytest.raises(DataprepError, match="DaliImageLoader"):
+        InMemoryImageDataset(index_pack, decode="dali")
+    with pytest.raises(DataprepError, match="last_batch"):
+        _cpu(index_pack, 4, last_batch="keep")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@needs_dali
+def test_mixed_pipeline_matches_the_cpu_one(corpus_pack):  # pragma: no cover - runs only on a GPU machine
+    kw = dict(preset="eval", resize=None, size=160, mean=(0, 0, 0), std=(1, 1, 1), dtype=torch.uint8, last_batch="partial")
+    gpu = DaliImageLoader(corpus_pack, 64, device_id=0, **kw)
+    cpu = _cpu(corpus_pack, 64, **kw)
+    for (xg, yg), (xc, yc) in zip(gpu, cpu):
+        assert xg.device.type == "cuda" and torch.equal(yg.cpu(), yc)
+        assert float((xg.cpu().int() - xc.int()).abs().float().mean()) <= 2.0
+
+
+def test_missing_extra_names_the_install_command(monkeypatch):
+    real = builtins.__import__
+
+    def no_dali(name, *a, **kw):
+        if name.startswith("nvidia.dali") or name == "nvidia":
+            raise ImportError(f"No module named {name!r}")
+        return real(name, *a, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", no_dali)
+    from dataprep.data import dali as mod
+
+    with pytest.raises(DataprepError, match=r"pip install 'dataprep\[dali\]'"):
+        mod._dali()
+    with pytest.raises(DataprepError, match=r"pip install 'dataprep\[dali\]'"):
+        DaliImageLoader("anywhere", 8)
