@@ -5,9 +5,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
-# Optional extras the tests exercise: DALI's wheels exist for Linux x86_64 only (about 1 GB installed);
-# `make test EXTRAS=test` leaves it out, and its tests are skipped with the reason.
-EXTRAS ?= $(if $(filter Linux-x86_64,$(shell uname -s)-$(shell uname -m)),test$(comma)dali,test)
+# Optional extras the tests exercise: dask everywhere; DALI's wheels exist for Linux x86_64 only (about
+# 1 GB installed). `make test EXTRAS=test` leaves both out, and their tests are skipped with the reason.
+EXTRAS ?= $(if $(filter Linux-x86_64,$(shell uname -s)-$(shell uname -m)),test$(comma)dask$(comma)dali,test$(comma)dask)
 comma  := ,
 
 .PHONY: install demo test bench clean

@@ -20,7 +20,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import __version__
-from .engine import run_tasks
+from .engine import Engine, LocalEngine
 from .errors import ImageDecodeError, PackExistsError
 from .pack.fields import ImageField, blob_arrays, label_dtype
 from .pack.manifest import FORMAT_VERSION, MANIFEST, is_pack, write_manifest
@@ -196,11 +196,13 @@ def build_shards(
     make_task: Callable[[Any, int, int, int], Any],
     shard_fn: Callable[[Any], dict[str, Any]],
     progress: Callable[[int], None] | None = None,
+    engine: Engine | None = None,
 ) -> tuple[list[SplitSummary], dict[str, dict], float]:
     """The driver every sharded build shares: prepare `out`, cut each split (anything with `name`, `paths`
     and `skipped_before()`) into shards of `settings.shard_size_for(n)` samples, run `shard_fn` on the
-    task `make_task(split, k, start, stop)` of each in the process pool, clean up, and summarise. The
-    caller writes the manifest (last) from the split entries returned."""
+    task `make_task(split, k, start, stop)` of each on the engine (default: a local pool of
+    `settings.workers` processes), clean up, and summarise. The caller writes the manifest (last) from
+    the split entries returned."""
     prepare_output(out, settings.overwrite, settings.resume)
     t0 = time.perf_counter()
     tasks: list[Any] = []
@@ -216,7 +218,8 @@ def build_shards(
             progress(rec["count"] + len(rec["skipped"]))
 
     try:
-        records = run_tasks(shard_fn, tasks, settings.workers, done, names=[f"{s}/{shard_name(k)}" for s, k in plan])
+        engine = engine or LocalEngine(settings.workers)
+        records = engine.map(shard_fn, tasks, done, names=[f"{s}/{shard_name(k)}" for s, k in plan])
     finally:
         for split in splits:
             remove_temporaries(out / split.name)
@@ -263,8 +266,10 @@ def build_images(
     out: str | os.PathLike,
     settings: BuildSettings,
     progress: Callable[[int], None] | None = None,
+    engine: Engine | None = None,
 ) -> BuildSummary:
-    """Build an image pack from `source` into `out`; return the summary. `progress(n)` is told of n more images."""
+    """Build an image pack from `source` into `out`; return the summary. `progress(n)` is told of n more
+    images; `engine` runs the shards (default: a local pool of settings.workers processes)."""
     out = Path(out)
     ldt = label_dtype(len(source.classes)).str
 
@@ -273,7 +278,7 @@ def build_images(
                          split.labels[start:stop], ldt, settings.image, settings.strict, settings.resume)
 
     splits = [s.limited(settings.limit) for s in source.splits]
-    summaries, split_entries, seconds = build_shards(out, settings, splits, make_task, build_image_shard, progress)
+    summaries, split_entries, seconds = build_shards(out, settings, splits, make_task, build_image_shard, progress, engine)
     write_manifest(
         out,
         {

@@ -9,6 +9,7 @@ import click
 from ..images.resize import RESIZE_MODES
 from ..settings import IMAGE_MODES
 from .config import config_option
+from .engine import engine_for, engine_options
 from .profile import profile_option
 
 
@@ -62,7 +63,7 @@ def image_build_options(f):
     ]
     for o in reversed(opts):
         f = o(f)
-    return f
+    return engine_options(f)
 
 
 def build_settings(size, sizes, resize, upscale, grayscale, mode, depth, quality, keep_jpeg, workers, limit,
@@ -77,26 +78,27 @@ def build_settings(size, sizes, resize, upscale, grayscale, mode, depth, quality
     )
 
 
-def run_build(source, out, progress, build_fn=None, settings=None, **kw) -> None:
-    """Run a build (`build_fn(source, out, settings, progress=...)`, default build_images; `settings` a
-    BuildSettings, or made from the image options in `kw`) under a progress bar; print the summary;
-    exit 130 on Ctrl-C after saying how to resume."""
+def run_build(source, out, progress, build_fn=None, settings=None, engine="local", address=None, scheduler_file=None,
+              **kw) -> None:
+    """Run a build (`build_fn(source, out, settings, progress=..., engine=...)`, default build_images;
+    `settings` a BuildSettings, or made from the image options in `kw`) on the chosen engine under a
+    progress bar; print the summary; exit 130 on Ctrl-C after saying how to resume."""
     from ..build import build_images
-
     settings = settings or build_settings(**kw)
     total = source.planned(settings.limit)
     # default: click shows the bar only on a terminal
     hidden = (not progress) if progress is not None else not sys.stderr.isatty()
-    with click.progressbar(length=total, label="building", file=sys.stderr, show_pos=True, show_eta=True, hidden=hidden) as bar:
-        if progress:
-            bar.is_hidden = False  # asked for, even when stderr is not a terminal
-        try:
-            summary = (build_fn or build_images)(source, out, settings, progress=bar.update)
-        except KeyboardInterrupt:
-            bar.is_hidden = True
-            click.echo(f"\ninterrupted: workers stopped, finished shards kept in {out}; "
-                       "run the same command with --resume to continue", err=True)
-            click.get_current_context().exit(130)
+    with engine_for(engine, settings.workers, address, scheduler_file) as eng:
+        with click.progressbar(length=total, label="building", file=sys.stderr, show_pos=True, show_eta=True, hidden=hidden) as bar:
+            if progress:
+                bar.is_hidden = False  # asked for, even when stderr is not a terminal
+            try:
+                summary = (build_fn or build_images)(source, out, settings, progress=bar.update, engine=eng)
+            except KeyboardInterrupt:
+                bar.is_hidden = True
+                click.echo(f"\ninterrupted: workers stopped, finished shards kept in {out}; "
+                           "run the same command with --resume to continue", err=True)
+                click.get_current_context().exit(130)
     for line in summary.lines():
         click.echo(line)
 
@@ -215,7 +217,9 @@ def _dhw(ctx, param, value):
 @click.option("--progress/--no-progress", default=None, help="Progress bar [default: when stderr is a terminal].")
 @config_option
 @profile_option
-def volumes(src, out, shape, resample, depth, window, split, workers, limit, shard_size, strict, overwrite, resume, progress):
+@engine_options
+def volumes(src, out, shape, resample, depth, window, split, workers, limit, shard_size, strict, overwrite, resume, progress,
+            engine, address, scheduler_file):
     """Pack 3-D volumes: SRC/<class>/**/*.npy|*.tif (labelled) or SRC/**/*.npy|*.tif (unlabelled); .npy
     arrays and multi-page TIFF stacks, stored as uint16 (or uint8) with their shapes."""
     import functools
@@ -230,4 +234,4 @@ def volumes(src, out, shape, resample, depth, window, split, workers, limit, sha
 
     settings = BuildSettings(ImageSettings(), workers=workers or os.cpu_count() or 1, limit=limit, shard_size=shard_size,
                              strict=strict, overwrite=overwrite, resume=resume)
-    run_build(source, out, progress, functools.partial(build_volumes, volume=vs), settings)
+    run_build(source, out, progress, functools.partial(build_volumes, volume=vs), settings, engine, address, scheduler_file)

@@ -6,6 +6,7 @@ import click
 from ..tables.columns import MISSING
 from ..tables.read import READERS
 from .config import config_option
+from .engine import engine_for, engine_options
 
 
 def _list(value) -> tuple[str, ...]:
@@ -38,9 +39,12 @@ def _list(value) -> tuple[str, ...]:
 @click.option("--split-column", default=None, help="A column naming each row's split (instead of --val-fraction).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--overwrite", is_flag=True)
+@click.option("--workers", "-j", type=click.IntRange(1), default=1, show_default=True,
+              help="Processes reading files for the local engine (one file per task), or the local Dask cluster's size.")
 @config_option
+@engine_options
 def table(src, target, out, task, fmt, sep, header, skip_rows, names, target_file, missing, fill_value, float_dtype, dt,
-          categorical, numeric, dates, drop, val_fraction, split_column, seed, overwrite):
+          categorical, numeric, dates, drop, val_fraction, split_column, seed, overwrite, workers, engine, address, scheduler_file):
     """Convert tables to typed arrays: floats, integer codes with vocabularies, statistics, splits."""
     from ..tables.build import build_table
     from ..tables.columns import TableSettings
@@ -49,7 +53,8 @@ def table(src, target, out, task, fmt, sep, header, skip_rows, names, target_fil
                              categorical=_list(categorical), numeric=_list(numeric), dates=_list(dates), drop=_list(drop),
                              val_fraction=val_fraction, split_column=split_column, seed=seed)
     read = {"fmt": fmt, "sep": sep, "header": header, "skip_rows": skip_rows, "names": list(_list(names)) or None}
-    r = build_table(list(src), out, settings, read, target_file, overwrite)
+    with engine_for(engine, workers, address, scheduler_file) as eng:
+        r = build_table(list(src), out, settings, read, target_file, overwrite, engine=eng)
     t = r["target"]
     click.echo(f"pack: {out}")
     click.echo("  rows: " + ", ".join(f"{k} {v}" for k, v in r["splits"].items()))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from ..text.read import SPLITS
+from .engine import engine_for, engine_options
 from .profile import profile_option
 
 
@@ -22,16 +23,23 @@ from .profile import profile_option
 @click.option("--chunk-mb", type=click.IntRange(1), default=8, show_default=True, help="Text encoded per batch (bounds memory).")
 @click.option("--strict", is_flag=True, help="Fail on bytes that are not UTF-8 instead of replacing and counting them.")
 @click.option("--overwrite", is_flag=True)
+@click.option("--workers", "-j", type=click.IntRange(1), default=1, show_default=True,
+              help="Processes for the local engine (the tokenizer already uses every core), or the local Dask cluster's size.")
+@click.option("--task-mb", type=click.IntRange(1), default=64, show_default=True,
+              help="Consecutive input files are grouped into tasks of about this much text (the unit of parallelism).")
 @profile_option
-def tokenize(src, out, tokenizer, train_bpe, split_docs, text_field, eot, eot_id, val_fraction, seed, chunk_mb, strict, overwrite):
+@engine_options
+def tokenize(src, out, tokenizer, train_bpe, split_docs, text_field, eot, eot_id, val_fraction, seed, chunk_mb, strict, overwrite,
+             workers, task_mb, engine, address, scheduler_file):
     """Tokenize text into uint16/uint32 token arrays with a document index."""
     from ..text.read import expand
     from ..text.tokenize import TokenizeSettings, tokenize as run
 
     settings = TokenizeSettings(split=split_docs, text_field=text_field, eot=eot, eot_id=eot_id, val_fraction=val_fraction,
-                                seed=seed, chunk_bytes=chunk_mb << 20, strict=strict)
+                                seed=seed, chunk_bytes=chunk_mb << 20, task_bytes=task_mb << 20, strict=strict)
     files = expand(list(src))
-    r = run(files, out, settings, tokenizer, train_bpe, overwrite)
+    with engine_for(engine, workers, address, scheduler_file) as eng:
+        r = run(files, out, settings, tokenizer, train_bpe, overwrite, engine=eng)
     click.echo(f"pack: {out}")
     for name, (docs, toks) in r["splits"].items():
         click.echo(f"  {name}: {docs:,} documents, {toks:,} tokens ({r['dtype']})")

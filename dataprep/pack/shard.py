@@ -12,6 +12,8 @@ import hashlib
 import json
 import os
 import shutil
+import socket
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +40,12 @@ class _HashingWriter:
         return self.f.write(b)
 
 
-def shard_name(index: int) -> str:
-    return f"{index:05d}"
+def shard_name(index: int | str) -> str:
+    """A shard's directory name: its number, five digits at least (or a name of digits given whole)."""
+    return index if isinstance(index, str) else f"{index:05d}"
 
 
-def write_shard(split_dir: Path, index: int, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> dict[str, Any]:
+def write_shard(split_dir: Path, index: int | str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> dict[str, Any]:
     """Write `arrays` as NAME.npy, plus `shard.json` (the file records and `meta`), into split_dir/NNNNN
     atomically; return the file records {file: {bytes, sha256, dtype, shape}}.
 
@@ -50,7 +53,8 @@ def write_shard(split_dir: Path, index: int, arrays: dict[str, np.ndarray], meta
     temporary directory, before the rename that makes the shard visible.
     """
     final = split_dir / shard_name(index)
-    tmp = split_dir / f"{TMP_PREFIX}{shard_name(index)}-{os.getpid()}"
+    # unique across the hosts of a cluster that share the output directory, and across retries of one shard
+    tmp = split_dir / f"{TMP_PREFIX}{shard_name(index)}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     files: dict[str, Any] = {}
     try:
         split_dir.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..build import BuildSummary, build_shards, image_fields, pack_header
-from ..engine import run_tasks
+from ..engine import LocalEngine
 from ..errors import DataprepError, ImageDecodeError, SourceError
 from ..images.process import read_source
 from ..pack.fields import ImageField, blob_arrays
@@ -135,7 +135,7 @@ def _max_values(paths: list[str]) -> int:
     return top
 
 
-def choose_mask_dtype(source: PairSource, labels: LabelMap | None, asked: str | None, workers: int) -> tuple[str, dict]:
+def choose_mask_dtype(source: PairSource, labels: LabelMap | None, asked: str | None, engine) -> tuple[str, dict]:
     """The masks' stored dtype and how it was chosen: asked for; from the label map's largest output; 8
     bits when every mask file is 8-bit (headers only); else the largest value of the 16-bit masks (decoded)."""
     if asked:
@@ -148,7 +148,7 @@ def choose_mask_dtype(source: PairSource, labels: LabelMap | None, asked: str | 
     if not deep:
         return "|u1", {"chosen_by": "8-bit mask files"}
     chunks = [deep[i : i + 64] for i in range(0, len(deep), 64)]
-    top = max(run_tasks(_max_values, chunks, workers), default=0)
+    top = max(engine.map(_max_values, chunks), default=0)
     return ("|u1" if top <= 255 else "<u2"), {"chosen_by": f"values of {len(deep)} 16-bit mask files", "max_value": top}
 
 
@@ -160,6 +160,7 @@ def build_segmentation(
     mask_dtype: str | None = None,
     num_classes: int | None = None,
     progress: Callable[[int], None] | None = None,
+    engine=None,
 ) -> BuildSummary:
     """Build a segmentation pack from image/mask pairs; `mask_dtype` ("uint8"/"uint16") overrides the choice."""
     out = Path(out)
@@ -172,7 +173,8 @@ def build_segmentation(
                           "(without --strict they are skipped and listed)")
     splits = [s.limited(settings.limit) for s in source.splits]
     limited = PairSource(source.layout, source.root, source.mask_root, splits)
-    dtype, how = choose_mask_dtype(limited, labels, {"uint8": "|u1", "uint16": "<u2"}.get(mask_dtype or ""), settings.workers)
+    engine = engine or LocalEngine(settings.workers)
+    dtype, how = choose_mask_dtype(limited, labels, {"uint8": "|u1", "uint16": "<u2"}.get(mask_dtype or ""), engine)
     if num_classes is None and labels is not None and labels.classes:
         num_classes = len(labels.classes)
     pad = labels.ignore if labels is not None and labels.ignore is not None else 0
@@ -182,7 +184,7 @@ def build_segmentation(
         return PairShardTask(str(source.root), str(source.mask_root), str(out / split.name), k, tuple(split.paths[start:stop]),
                              tuple(split.masks[start:stop]), settings.image, mask, settings.strict, settings.resume)
 
-    summaries, entries, seconds = build_shards(out, settings, splits, make_task, build_pair_shard, progress)
+    summaries, entries, seconds = build_shards(out, settings, splits, make_task, build_pair_shard, progress, engine)
     img = next(iter(image_fields(settings.image).values()))
     write_manifest(out, {
         **pack_header("segmentation", settings, {"layout": source.layout, "root": str(source.root.resolve()),

@@ -17,11 +17,12 @@ from .read import read_tables
 
 
 def build_table(paths: list[str], out: str | os.PathLike, settings: TableSettings, read: dict[str, Any],
-                target_file: str | None = None, overwrite: bool = False) -> dict[str, Any]:
-    """Read, convert and write; return {"splits": {name: rows}, "columns": ..., "seconds": ...}."""
+                target_file: str | None = None, overwrite: bool = False, engine=None) -> dict[str, Any]:
+    """Read (one task per file on `engine`: parsing is the slow part), convert (vocabularies and
+    statistics need every row, so in this process) and write; return {"splits": {name: rows}, ...}."""
     t0 = time.perf_counter()
     out = Path(out)
-    df = read_tables(paths, **read)
+    df = read_tables(paths, **read, engine=engine)
     if target_file:
         from ..errors import SourceError
 

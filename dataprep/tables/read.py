@@ -7,6 +7,7 @@ may start with lines that are not column names (`--header none --skip-rows 1`).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -66,38 +67,60 @@ def guess_format(path: str) -> str:
     return _BY_SUFFIX.get(os.path.splitext(name)[1].lower(), "csv")
 
 
-def read_tables(paths: list[str], fmt: str | None = None, sep: str | None = None, header: str = "infer",
-                skip_rows: int = 0, names: list[str] | None = None):
-    """Read and concatenate rows of every file; column names become strings ("0", "1", ... without a header)."""
+@dataclass(frozen=True)
+class ReadTask:
+    """One table file and how to parse it (a task for an engine: any process, any machine)."""
+
+    path: str
+    fmt: str | None = None
+    sep: str | None = None
+    header: str = "infer"
+    skip_rows: int = 0
+    names: tuple[str, ...] | None = None
+
+
+def read_one(t: ReadTask):
+    """One file's rows, columns named by strings; a SourceError naming the file when it cannot be parsed."""
     import pandas as pd
+
+    p = t.path
+    if not Path(p).is_file():
+        raise SourceError(f"{p}: no such file")
+    f = t.fmt or guess_format(p)
+    if f not in READERS:
+        raise SourceError(f"{p}: unknown format {f!r}; choose one of {sorted(READERS)}")
+    try:
+        df = READERS[f](p, t.sep, t.header, t.skip_rows, list(t.names) if t.names else None)
+    except SourceError:
+        raise
+    except Exception as e:  # pandas raises many types; the message names the file and pandas' reason
+        hint = " (if its first lines are not column names, try --header none --skip-rows 1)" if f == "csv" else ""
+        raise SourceError(f"{p}: cannot read as {f}: {type(e).__name__}: {e}{hint}") from None
+    if not isinstance(df.index, pd.RangeIndex):
+        # pandas turns the extra leading fields into an index when rows are longer than the header
+        raise SourceError(f"{p}: its rows have more fields than its first line; that line is not column names "
+                          "(try --header none --skip-rows 1)")
+    df.columns = [str(c).strip() for c in df.columns]
+    return df
+
+
+def read_tables(paths: list[str], fmt: str | None = None, sep: str | None = None, header: str = "infer",
+                skip_rows: int = 0, names: list[str] | None = None, engine=None):
+    """Read and concatenate rows of every file (one task per file on `engine`, default this process);
+    column names become strings ("0", "1", ... without a header)."""
+    import pandas as pd
+
+    from ..engine import LocalEngine
 
     if not paths:
         raise SourceError("no table files given")
-    frames = []
-    for p in paths:
-        if not Path(p).is_file():
-            raise SourceError(f"{p}: no such file")
-        f = fmt or guess_format(p)
-        if f not in READERS:
-            raise SourceError(f"{p}: unknown format {f!r}; choose one of {sorted(READERS)}")
-        try:
-            df = READERS[f](p, sep, header, skip_rows, names)
-        except SourceError:
-            raise
-        except Exception as e:  # pandas raises many types; the message names the file and pandas' reason
-            hint = " (if its first lines are not column names, try --header none --skip-rows 1)" if f == "csv" else ""
-            raise SourceError(f"{p}: cannot read as {f}: {type(e).__name__}: {e}{hint}") from None
-        if not isinstance(df.index, pd.RangeIndex):
-            # pandas turns the extra leading fields into an index when rows are longer than the header
-            raise SourceError(f"{p}: its rows have more fields than its first line; that line is not column names "
-                              "(try --header none --skip-rows 1)")
-        df.columns = [str(c).strip() for c in df.columns]
-        frames.append(df)
+    tasks = [ReadTask(str(p), fmt, sep, header, skip_rows, tuple(names) if names else None) for p in paths]
+    frames = (engine or LocalEngine(1)).map(read_one, tasks, names=[os.path.basename(str(p)) for p in paths])
     cols = list(frames[0].columns)
     for p, df in zip(paths[1:], frames[1:]):
         if list(df.columns) != cols:
             raise SourceError(f"{p}: columns {list(df.columns)[:6]}... differ from {paths[0]}'s {cols[:6]}...")
     out = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     if len(out) == 0:
-        raise SourceError(f"{', '.join(paths)}: the table is empty")
+        raise SourceError(f"{', '.join(map(str, paths))}: the table is empty")
     return out

@@ -1,9 +1,12 @@
 """Tokenize stage: takes a stream of documents and a tokenizer, gives a pack of kind "tokens": per split,
 shards of one token array (uint16 when every id fits, else uint32) plus int64 document offsets.
 
-Documents are read in bounded chunks and encoded with the tokenizer's batch API (which uses every
-core), so peak memory does not grow with the corpus. Each document is followed by an end-of-text
-id. The split of a document (train or val) comes from a seeded generator over document numbers.
+One task per group of consecutive input files of about `task_bytes` (on the local engine, or a Dask
+cluster): its documents are read in bounded
+chunks and encoded with the tokenizer's batch API (which uses every core), so peak memory does not
+grow with the corpus, and written as that file's shards. Each document is followed by an end-of-text
+id. The split of a document (train or val) comes from a generator seeded by the seed, the file's
+task's number and the chunk's, so every engine and every order of tasks gives the same pack.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from .. import __version__
 from ..build import prepare_output
 from ..errors import DataprepError, SourceError
 from ..pack.manifest import write_manifest
-from ..pack.shard import shard_name, write_shard
+from ..pack.shard import remove_temporaries, write_shard
 from .read import ReadStats, documents
 
 EOT_CANDIDATES = ("<|endoftext|>", "</s>", "[SEP]", "<eos>", "<|end_of_text|>")
@@ -38,13 +41,14 @@ class TokenizeSettings:
     seed: int = 0
     chunk_bytes: int = 8 << 20
     shard_tokens: int = 1 << 24  # 16 M tokens (32 MB as uint16) per shard
+    task_bytes: int = 64 << 20  # consecutive input files are grouped into tasks of about this much text
     strict: bool = False
 
     def __post_init__(self):
         if not 0 <= self.val_fraction < 1:
             raise DataprepError("val_fraction must be in [0, 1)")
-        if self.chunk_bytes < 1 or self.shard_tokens < 1:
-            raise DataprepError("chunk_bytes and shard_tokens must be positive")
+        if self.chunk_bytes < 1 or self.shard_tokens < 1 or self.task_bytes < 1:
+            raise DataprepError("chunk_bytes, shard_tokens and task_bytes must be positive")
 
 
 def load_tokenizer(path: str):
@@ -106,10 +110,12 @@ def _chunks(docs: Iterator[str], limit: int) -> Iterator[list[str]]:
 
 
 class _SplitWriter:
-    """Collects one split's documents and writes a shard whenever `shard_tokens` are waiting."""
+    """Collects one split's documents of one task and writes a shard whenever `shard_tokens` are
+    waiting; shard names are the task's number and a part number (TTTTTPPPP), so tasks can run in
+    any order, on any engine, and give the same shards."""
 
-    def __init__(self, out: Path, name: str, dtype: np.dtype, shard_tokens: int):
-        self.dir, self.name, self.dtype, self.limit = out / name, name, dtype, shard_tokens
+    def __init__(self, out: Path, name: str, dtype: np.dtype, shard_tokens: int, task_no: int):
+        self.dir, self.name, self.dtype, self.limit, self.task_no = out / name, name, dtype, shard_tokens, task_no
         self.parts: list[np.ndarray] = []
         self.lengths: list[int] = []
         self.waiting = 0
@@ -132,17 +138,80 @@ class _SplitWriter:
         tokens = np.concatenate(self.parts).astype(self.dtype, copy=False)
         offsets = np.zeros(len(self.lengths) + 1, "<i8")
         np.cumsum(self.lengths, out=offsets[1:])
-        files = write_shard(self.dir, len(self.shards), {"tokens": tokens, "doc_offsets": offsets}, {"count": len(self.lengths)})
-        self.shards.append({"name": shard_name(len(self.shards)), "count": len(self.lengths), "tokens": int(len(tokens)), "files": files})
+        name = f"{self.task_no:05d}{len(self.shards):04d}"
+        files = write_shard(self.dir, name, {"tokens": tokens, "doc_offsets": offsets}, {"count": len(self.lengths)})
+        self.shards.append({"name": name, "count": len(self.lengths), "tokens": int(len(tokens)), "files": files})
         self.docs += len(self.lengths)
         self.tokens += len(tokens)
         self.parts, self.lengths, self.waiting = [], [], 0
 
 
+@dataclass(frozen=True)
+class FileTask:
+    """Consecutive input files to tokenize into shards: a pure function of these fields (the tokenizer
+    travels as its JSON text, so workers on other machines need no copy of the file)."""
+
+    paths: tuple[str, ...]
+    task_no: int  # the task's number: names its shards and seeds its val split
+    out: str
+    tokenizer_json: str
+    eot_id: int
+    dtype: str
+    settings: TokenizeSettings
+
+
+def tokenize_file(task: FileTask) -> dict[str, Any]:
+    """Tokenize the task's documents into its shards; return their records and the statistics."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_str(task.tokenizer_json)
+    tok.no_padding()
+    tok.no_truncation()
+    s, dtype = task.settings, np.dtype(task.dtype)
+    limit = int(np.iinfo(dtype).max)
+    names = ["train", "val"] if s.val_fraction else ["train"]
+    writers = {n: _SplitWriter(Path(task.out), n, dtype, s.shard_tokens, task.task_no) for n in names}
+    stats = ReadStats()
+    for k, chunk in enumerate(_chunks(documents(list(task.paths), s.split, s.text_field, s.strict, stats), s.chunk_bytes)):
+        encs = tok.encode_batch_fast(chunk, add_special_tokens=False)
+        tokens, lengths = _join(encs, task.eot_id)
+        del encs  # an Encoding holds offsets and masks per token: let them go before the next chunk
+        if len(tokens) and (tokens.max() > limit or tokens.min() < 0):
+            raise DataprepError(f"{task.paths[0]}: token id {int(tokens.max())} does not fit in {dtype} (vocabulary {limit + 1})")  # never truncate
+        val = np.random.default_rng([s.seed, task.task_no, k]).random(len(chunk)) < s.val_fraction
+        if val.any():
+            in_val = np.repeat(val, lengths)
+            writers["val"].add(tokens[in_val], lengths[val])
+            writers["train"].add(tokens[~in_val], lengths[~val])
+        else:
+            writers["train"].add(tokens, lengths)
+    for w in writers.values():
+        w.flush()
+    return {"splits": {n: {"docs": w.docs, "tokens": w.tokens, "shards": w.shards} for n, w in writers.items()},
+            "documents": stats.documents, "replaced": stats.replaced, "bytes": sum(os.path.getsize(p) for p in task.paths)}
+
+
+def _groups(paths: list[str], target: int) -> list[tuple[str, ...]]:
+    """Consecutive files in groups of about `target` bytes (a larger file is a group of its own)."""
+    groups, cur, size = [], [], 0
+    for p in paths:
+        cur.append(str(p))
+        size += os.path.getsize(p)
+        if size >= target:
+            groups.append(tuple(cur))
+            cur, size = [], 0
+    if cur:
+        groups.append(tuple(cur))
+    return groups
+
+
 def tokenize(inputs: list[str], out: str | os.PathLike, settings: TokenizeSettings, tokenizer: str | None = None,
              train_bpe_vocab: int | None = None, overwrite: bool = False,
-             progress: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Tokenize documents from `inputs` into a token pack; return a summary."""
+             progress: Callable[[int], None] | None = None, engine=None) -> dict[str, Any]:
+    """Tokenize documents from `inputs` (files) into a token pack, one task per file on `engine` (default:
+    this process); return a summary. `progress(n)` is told of n more bytes of input."""
+    from ..engine import LocalEngine
+
     out = Path(out)
     t0 = time.perf_counter()
     if (tokenizer is None) == (train_bpe_vocab is None):
@@ -162,46 +231,44 @@ def tokenize(inputs: list[str], out: str | os.PathLike, settings: TokenizeSettin
         if eot_id is None:
             raise DataprepError(f"{tok_path}: has none of {names} as a token; choose the end-of-text id with --eot-id")
     dtype = token_dtype(vocab)
-    limit = int(np.iinfo(dtype).max)
-    writers = {n: _SplitWriter(out, n, dtype, settings.shard_tokens) for n in (["train", "val"] if settings.val_fraction else ["train"])}
-    stats = ReadStats()
-    doc_no = 0
-    for k, chunk in enumerate(_chunks(documents(inputs, settings.split, settings.text_field, settings.strict, stats), settings.chunk_bytes)):
-        encs = tok.encode_batch_fast(chunk, add_special_tokens=False)
-        tokens, lengths = _join(encs, eot_id)
-        del encs  # an Encoding holds offsets and masks per token: let them go before the next chunk
-        if len(tokens) and (tokens.max() > limit or tokens.min() < 0):
-            raise DataprepError(f"token id {int(tokens.max())} does not fit in {dtype} (vocabulary {vocab})")  # never truncate
-        val = np.random.default_rng([settings.seed, k]).random(len(chunk)) < settings.val_fraction
-        if val.any():
-            in_val = np.repeat(val, lengths)
-            writers["val"].add(tokens[in_val], lengths[val])
-            writers["train"].add(tokens[~in_val], lengths[~val])
-        else:
-            writers["train"].add(tokens, lengths)
-        doc_no += len(chunk)
+    tok_bytes = tok_path.read_bytes()
+    tok_json = tok.to_str()
+    tasks = [FileTask(group, k, str(out), tok_json, int(eot_id), dtype.str, settings)
+             for k, group in enumerate(_groups(inputs, settings.task_bytes))]
+
+    def done(i: int, rec: dict) -> None:
         if progress:
-            progress(sum(len(d) for d in chunk))
-    for w in writers.values():
-        w.flush()
+            progress(rec["bytes"])
+
+    try:
+        recs = (engine or LocalEngine(1)).map(tokenize_file, tasks, done, names=[os.path.basename(t.paths[0]) for t in tasks])
+    finally:
+        for split in ("train", "val"):
+            remove_temporaries(out / split)
+    splits: dict[str, dict[str, Any]] = {}
+    for n in ["train", "val"] if settings.val_fraction else ["train"]:
+        parts = [r["splits"][n] for r in recs]
+        splits[n] = {"count": sum(p["docs"] for p in parts), "tokens": sum(p["tokens"] for p in parts),
+                     "shards": [sh for p in parts for sh in p["shards"]]}
+    doc_no = sum(r["documents"] for r in recs)
     if doc_no == 0:
         raise SourceError(f"{', '.join(inputs[:3])}: the corpus holds no documents")
-    tok_bytes = tok_path.read_bytes()
+    replaced = {k: v for r in recs for k, v in r["replaced"].items()}
     seconds = time.perf_counter() - t0
     manifest = {
         "kind": "tokens",
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "dataprep_version": __version__,
-        "source": {"inputs": [str(Path(p).resolve()) for p in inputs], "replaced_bytes": stats.replaced},
+        "source": {"inputs": [str(Path(p).resolve()) for p in inputs], "replaced_bytes": replaced},
         "settings": asdict(settings),
         "tokenizer": {"path": str(tok_path.resolve()), "sha256": hashlib.sha256(tok_bytes).hexdigest(),
                       "vocab_size": vocab, "eot_id": int(eot_id), "trained_here": bool(train_bpe_vocab),
                       "special": {t.content: int(i) for i, t in tok.get_added_tokens_decoder().items()}},
         "fields": {"tokens": {"dtype": dtype.str, "arrays": ["tokens", "doc_offsets"],
                               "meaning": "every document's ids followed by eot_id; doc_offsets index the tokens array of its shard"}},
-        "splits": {n: {"count": w.docs, "tokens": w.tokens, "shards": w.shards} for n, w in writers.items()},
+        "splits": splits,
         "build": {"seconds": round(seconds, 3)},
     }
     write_manifest(out, manifest)
-    return {"documents": doc_no, "tokens": sum(w.tokens for w in writers.values()), "dtype": dtype.str,
-            "splits": {n: (w.docs, w.tokens) for n, w in writers.items()}, "seconds": seconds, "replaced": stats.replaced}
+    return {"documents": doc_no, "tokens": sum(sp["tokens"] for sp in splits.values()), "dtype": dtype.str,
+            "splits": {n: (sp["count"], sp["tokens"]) for n, sp in splits.items()}, "seconds": seconds, "replaced": replaced}

@@ -117,7 +117,7 @@ def build_volume_shard(task: VolumeShardTask) -> dict[str, Any]:
 
 
 def build_volumes(source: Source, out: str | os.PathLike, settings, volume: VolumeSettings,
-                  progress: Callable[[int], None] | None = None) -> BuildSummary:
+                  progress: Callable[[int], None] | None = None, engine=None) -> BuildSummary:
     """Build a volume pack; `settings` is a BuildSettings (its image part is not used)."""
     out = Path(out)
     ldt = label_dtype(len(source.classes)).str if source.classes else None
@@ -127,7 +127,7 @@ def build_volumes(source: Source, out: str | os.PathLike, settings, volume: Volu
                                split.labels[start:stop], ldt, volume, settings.strict, settings.resume)
 
     splits = [s.limited(settings.limit) for s in source.splits]
-    summaries, entries, seconds = build_shards(out, settings, splits, make_task, build_volume_shard, progress)
+    summaries, entries, seconds = build_shards(out, settings, splits, make_task, build_volume_shard, progress, engine)
     header = pack_header("volumes", settings, {"layout": source.layout, "root": str(source.root.resolve())}, seconds)
     header["settings"] = {**{k: v for k, v in header["settings"].items() if k != "image"}, "volume": volume.to_dict()}
     fields = {"volume": volume.field().to_manifest(),

@@ -1,6 +1,5 @@
-"""Engine stage: takes a list of independent tasks (one per shard) and a pure function, gives their results.
-
-The local engine is a process pool. A worker that dies is reported as a WorkerError
+"""Local engine: a process pool on this machine.
+ A worker that dies is reported as a WorkerError
 naming the shards in flight, never a hang; Ctrl-C stops every worker before it propagates.
 """
 from __future__ import annotations
@@ -12,7 +11,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Sequence
 
-from .errors import WorkerError
+from ..errors import WorkerError
 
 # fork on Linux: workers start in milliseconds, and a user's script without an `if __name__ ==
 # "__main__"` guard is not re-run in every worker (spawn re-imports __main__, which in a training
@@ -94,3 +93,24 @@ def _stop(pool: ProcessPoolExecutor) -> None:
             p.terminate()
     for p in procs:
         p.join(timeout=5)
+
+
+class LocalEngine:
+    """Tasks on `workers` processes of this machine (forked on Linux)."""
+
+    name = "local"
+
+    def __init__(self, workers: int = 1):
+        self.workers = max(1, int(workers))
+
+    def map(self, fn, tasks, on_result=None, names=None) -> list[Any]:
+        return run_tasks(fn, tasks, self.workers, on_result, names)
+
+    def describe(self) -> str:
+        return f"local, {self.workers} processes"
+
+    def __enter__(self) -> "LocalEngine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass

@@ -1,0 +1,48 @@
+"""Engine stage: takes a list of independent tasks (one per shard) and a pure function, gives their results
+in task order, calling back as each finishes.
+
+Two engines, one interface (`map(fn, tasks, on_result, names)`, a context manager): `LocalEngine`, a
+process pool on this machine, and `DaskEngine`, the tasks on a Dask cluster (an existing one by
+address or scheduler file, or a local one it starts and stops). A task's result depends only on the
+task, so every engine gives the same pack byte for byte. `ENGINES` is the registry the CLI's
+`--engine` choices come from.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol, Sequence
+
+from .local import LocalEngine, run_tasks
+
+__all__ = ["ENGINES", "Engine", "LocalEngine", "make_engine", "run_tasks"]
+
+ENGINES = ("local", "dask")
+
+
+class Engine(Protocol):
+    name: str
+
+    def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any], on_result: Callable[[int, Any], None] | None = None,
+            names: Sequence[str] | None = None) -> list[Any]: ...
+
+    def describe(self) -> str: ...
+
+    def __enter__(self) -> "Engine": ...
+
+    def __exit__(self, *exc) -> None: ...
+
+
+def make_engine(name: str = "local", workers: int = 1, address: str | None = None, scheduler_file: str | None = None,
+                retries: int = 2) -> Engine:
+    """The engine `name` ("local" or "dask"); `workers` is the local pool's size, or the size of the local
+    Dask cluster started when neither `address` nor `scheduler_file` names an existing one."""
+    from ..errors import DataprepError
+
+    if name == "local":
+        if address or scheduler_file:
+            raise DataprepError("--address and --scheduler-file need --engine dask")
+        return LocalEngine(workers)
+    if name == "dask":
+        from .dask import DaskEngine
+
+        return DaskEngine(address=address, scheduler_file=scheduler_file, workers=workers, retries=retries)
+    raise DataprepError(f"unknown engine {name!r}; choose one of {list(ENGINES)}")

@@ -1,0 +1,222 @@
+"""Builds on a Dask cluster: a real scheduler and two workers on 127.0.0.1, output byte-identical to the
+local engine, and a worker killed mid-build."""
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from dataprep.build import build_images
+from dataprep.cli import main
+from dataprep.errors import DataprepError
+from dataprep.pack.verify import verify_pack
+from dataprep.settings import BuildSettings, ImageSettings
+from dataprep.sources import scan_imagenet
+
+from .conftest import corpus_dir
+
+try:
+    import distributed  # noqa: F401
+
+    HAVE_DASK = True
+except ImportError:
+    HAVE_DASK = False
+
+needs_dask = pytest.mark.skipif(not HAVE_DASK, reason="needs the dask extra: pip install 'dataprep[dask]'")
+pytestmark = pytest.mark.dask
+
+
+def _start(args: list[str], log: Path) -> subprocess.Popen:
+    with open(log, "wb") as f:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen([sys.executable, "-m", "dask", *args], stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+@pytest.fixture()
+def cluster(tmp_path):
+    """`dask scheduler` and 2 `dask worker` processes (no nanny: a killed worker stays dead), all on
+    127.0.0.1; yields (address, worker processes); stops them by their process ids."""
+    sched_file = tmp_path / "scheduler.json"
+    procs = [_start(["scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address", "127.0.0.1:0",
+                     "--scheduler-file", str(sched_file)], tmp_path / "scheduler.log")]
+    try:
+        deadline = time.time() + 60
+        while not sched_file.exists() and time.time() < deadline:
+            time.sleep(0.1)
+        assert sched_file.exists(), (tmp_path / "scheduler.log").read_text()
+        time.sleep(0.2)
+        address = json.loads(sched_file.read_text())["address"]
+        workers = [_start(["worker", address, "--nthreads", "1", "--no-nanny", "--host", "127.0.0.1",
+                           "--dashboard-address", "127.0.0.1:0", "--name", f"w{k}"], tmp_path / f"worker{k}.log") for k in range(2)]
+        procs += workers
+        from distributed import Client
+
+        with Client(address, timeout=30) as c:
+            c.wait_for_workers(2, timeout=60)
+        yield address, workers, sched_file
+    finally:
+        for p in reversed(procs):
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.kill(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+def _same_pack(a: Path, b: Path) -> None:
+    """Every shard file byte for byte, and the manifests but for when and how long."""
+    fa = {str(p.relative_to(a)): p.read_bytes() for p in sorted(a.rglob("*")) if p.is_file() and p.name != "manifest.json"}
+    fb = {str(p.relative_to(b)): p.read_bytes() for p in sorted(b.rglob("*")) if p.is_file() and p.name != "manifest.json"}
+    assert fa.keys() == fb.keys() and len(fa) > 5
+    assert all(fa[k] == fb[k] for k in fa), [k for k in fa if fa[k] != fb[k]][:3]
+    ma, mb = (json.loads((p / "manifest.json").read_text()) for p in (a, b))
+    for m in (ma, mb):
+        m.pop("created"), m.pop("build")
+    assert ma == mb
+
+
+def _run(*args) -> object:
+    from click.testing import CliRunner
+
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@needs_dask
+def test_corpus_build_on_a_real_cluster_is_byte_identical_to_local(cluster, tmp_path):
+    address, _, sched_file = cluster
+    src = corpus_dir("images")
+    r = _run("build", "imagenet", src, "--size", 192, "--out", tmp_path / "local", "-j", 2, "--shard-size", 32, "--no-progress")
+    assert r.exit_code == 0, r.output
+    r = _run("build", "imagenet", src, "--size", 192, "--out", tmp_path / "dask", "--shard-size", 32, "--no-progress",
+             "--engine", "dask", "--address", address)
+    assert r.exit_code == 0, r.output
+    assert "356 of 356" in r.output
+    _same_pack(tmp_path / "local", tmp_path / "dask")
+    # the cluster is left running: it builds again, found by its scheduler file
+    r = _run("build", "imagenet", src, "--size", 192, "--out", tmp_path / "again", "--shard-size", 32, "--no-progress",
+             "--engine", "dask", "--scheduler-file", sched_file)
+    assert r.exit_code == 0, r.output
+    _same_pack(tmp_path / "local", tmp_path / "again")
+
+
+@needs_dask
+def test_a_worker_killed_mid_build_loses_nothing(cluster, tmp_path):
+    address, workers, _ = cluster
+    from dataprep.engine.dask import DaskEngine
+
+    src = scan_imagenet(corpus_dir("images"))
+    settings = BuildSettings(ImageSettings(size=320, resize="shorter", quality=95), workers=2, shard_size=6)
+    build_images(src, tmp_path / "local", settings)
+    out = tmp_path / "dask"
+    killed = threading.Event()
+
+    def kill_when_busy():
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            split = out / "train"
+            if split.is_dir() and any(p.name.startswith(".tmp-") for p in split.iterdir()):
+                os.kill(workers[0].pid, signal.SIGKILL)  # while it is writing or about to write a shard
+                killed.set()
+                return
+            time.sleep(0.005)
+
+    t = threading.Thread(target=kill_when_busy)
+    t.start()
+    with DaskEngine(address=address) as eng:
+        summary = build_images(src, out, settings, engine=eng)
+    t.join()
+    assert killed.is_set() and workers[0].wait(timeout=10) == -signal.SIGKILL
+    assert summary.written == 356
+    assert not [p for p in (out / "train").iterdir() if p.name.startswith(".tmp-")]
+    rep = verify_pack(out)
+    assert rep.ok, rep.problems
+    _same_pack(tmp_path / "local", out)
+
+
+@needs_dask
+def test_tokenize_and_table_on_the_engine_match_local(tmp_path):
+    text = corpus_dir("text")
+    tok = corpus_dir("tokenizer", "tokenizer.json")
+    common = ["--tokenizer", tok, "--val-fraction", 0.1, "--split-docs", "paragraph", "--task-mb", 1]
+    assert _run("tokenize", text, "--out", tmp_path / "tl", *common).exit_code == 0
+    r = _run("tokenize", text, "--out", tmp_path / "td", *common, "--engine", "dask", "-j", 2)
+    assert r.exit_code == 0, r.output
+    _same_pack(tmp_path / "tl", tmp_path / "td")
+    tables = corpus_dir("tables")
+    args = [tables / "linnerud_exercise.csv", tables / "linnerud_exercise.csv", "--target", "Jumps", "--val-fraction", 0.2]
+    assert _run("table", *args, "--out", tmp_path / "al").exit_code == 0
+    r = _run("table", *args, "--out", tmp_path / "ad", "--engine", "dask", "-j", 2)
+    assert r.exit_code == 0, r.output
+    _same_pack(tmp_path / "al", tmp_path / "ad")
+
+
+@needs_dask
+def test_unreachable_scheduler_is_a_clear_error():
+    from dataprep.engine.dask import DaskEngine
+
+    with pytest.raises(DataprepError, match="cannot reach the Dask scheduler at tcp://127.0.0.1:9"):
+        with DaskEngine(address="tcp://127.0.0.1:9", connect_timeout=1):
+            pass
+
+
+def test_address_needs_the_dask_engine(tmp_path, index_tree):
+    r = _run("build", "imagenet", index_tree, "--out", tmp_path / "p", "--address", "tcp://127.0.0.1:9")
+    assert r.exit_code == 1 and "--engine dask" in r.output
+
+
+def test_missing_extra_names_the_install_command(monkeypatch):
+    real = builtins.__import__
+
+    def no_dask(name, globals=None, locals=None, fromlist=(), level=0):
+        if level == 0 and name.split(".")[0] in ("distributed", "dask"):
+            raise ImportError(f"No module named {name!r}")
+        return real(name, globals, locals, fromlist, level)
+
+    monkeypatch.setattr(builtins, "__import__", no_dask)
+    from dataprep.engine import make_engine
+
+    with pytest.raises(DataprepError, match=r"pip install 'dataprep\[dask\]'"):
+        make_engine("dask", 2)
+
+
+@needs_dask
+def test_failed_tasks_are_retried_but_bad_data_is_not(tmp_path):
+    from dataprep.engine.dask import DaskEngine
+    from dataprep.errors import ImageDecodeError, WorkerError
+
+    flag = tmp_path / "failed-once"
+
+    def flaky(x):  # defined here: cloudpickle sends it by value
+        if x == 2 and not flag.exists():
+            flag.write_text("1")
+            raise OSError("transient: the file share blinked")
+        return x * 10
+
+    def bad(x):
+        if x == 1:
+            (tmp_path / f"bad-{time.time_ns()}").write_text("")
+            raise ImageDecodeError("/data/x.JPEG", "truncated")
+        return x
+
+    def always(x):
+        raise OSError("down")
+
+    seen = []
+    with DaskEngine(workers=1) as eng:
+        assert eng.map(flaky, [0, 1, 2, 3], lambda i, r: seen.append(i)) == [0, 10, 20, 30]
+        assert sorted(seen) == [0, 1, 2, 3] and flag.exists()
+        with pytest.raises(ImageDecodeError, match="truncated"):
+            eng.map(bad, [0, 1, 2])
+        assert len(list(tmp_path.glob("bad-*"))) == 1  # raised at once, not retried
+        with pytest.raises(WorkerError, match="failed 3 times"):
+            eng.map(always, [0], names=["train/00000"])
