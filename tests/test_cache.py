@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from dataprep.pack.manifest import read_manifest
 from dataprep.build import build_images
 from dataprep.data import cache as cache_mod
 from dataprep.data.images import InMemoryImageDataset
@@ -117,7 +118,7 @@ def test_a_segment_left_by_a_crash_is_reused(packs):
 
 
 def test_a_half_filled_or_damaged_segment_is_replaced(packs):
-    name = cache_mod.segment_name(packs["raw"], "train/image")
+    name = cache_mod.segment_name(read_manifest(packs["raw"]), "train/image")
     half = cache_mod.SHM_DIR / f"{name}.tmp-99999"
     half.write_bytes(b"\0" * 100)  # a filler that died mid-copy
     wrong = cache_mod.SHM_DIR / name
@@ -135,8 +136,11 @@ def test_shm_after_the_pack_changes_is_a_new_segment(packs, tmp_path):
     p = tmp_path / "p"
     shutil.copytree(packs["raw"], p)
     a = InMemoryImageDataset(p, cache="shm")
-    m = (p / "manifest.json").read_text()
-    (p / "manifest.json").write_text(m.replace('"created"', '"created" ', 1))
+    import json
+
+    m = json.loads((p / "manifest.json").read_text())
+    m["created"] = "2001-01-01T00:00:00+00:00"  # as a rebuild would change it (and the checksums, if any byte moved)
+    (p / "manifest.json").write_text(json.dumps(m))
     b = InMemoryImageDataset(p, cache="shm")
     assert a.segment != b.segment
     del a, b

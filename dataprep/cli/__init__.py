@@ -46,6 +46,7 @@ class LazyGroup(click.Group):
         "table": ("dataprep.cli.table", "table"),
         "bench": ("dataprep.cli.bench", "bench"),
         "tokenize": ("dataprep.cli.tokenize", "tokenize"),
+        "convert": ("dataprep.cli.convert", "convert"),
     },
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )

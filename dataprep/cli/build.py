@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import click
 
@@ -11,6 +12,7 @@ from ..settings import IMAGE_MODES
 from .config import config_option
 from .engine import engine_for, engine_options
 from .profile import profile_option
+from .storage import staged_output, storage_options
 
 
 def _sizes(ctx, param, value):
@@ -28,7 +30,7 @@ def _sizes(ctx, param, value):
 def image_build_options(f):
     """Options shared by every image build command (one definition, so they never drift apart)."""
     opts = [
-        click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="Pack directory to create."),
+        click.option("--out", "-o", required=True, type=click.Path(), help="Pack to create: a directory (npy, zarr) or an .h5 file (hdf5)."),
         click.option("--size", type=click.IntRange(8, 16384), default=512, show_default=True, help="Target size in pixels."),
         click.option("--sizes", default=None, callback=_sizes,
                      help="Several sizes in one pass, e.g. 128,192,256,512 (each image decoded once); replaces --size."),
@@ -63,7 +65,7 @@ def image_build_options(f):
     ]
     for o in reversed(opts):
         f = o(f)
-    return engine_options(f)
+    return storage_options(engine_options(f))
 
 
 def build_settings(size, sizes, resize, upscale, grayscale, mode, depth, quality, keep_jpeg, workers, limit,
@@ -79,7 +81,7 @@ def build_settings(size, sizes, resize, upscale, grayscale, mode, depth, quality
 
 
 def run_build(source, out, progress, build_fn=None, settings=None, engine="local", address=None, scheduler_file=None,
-              **kw) -> None:
+              fmt="npy", compress="none", **kw) -> None:
     """Run a build (`build_fn(source, out, settings, progress=..., engine=...)`, default build_images;
     `settings` a BuildSettings, or made from the image options in `kw`) on the chosen engine under a
     progress bar; print the summary; exit 130 on Ctrl-C after saying how to resume."""
@@ -88,17 +90,19 @@ def run_build(source, out, progress, build_fn=None, settings=None, engine="local
     total = source.planned(settings.limit)
     # default: click shows the bar only on a terminal
     hidden = (not progress) if progress is not None else not sys.stderr.isatty()
-    with engine_for(engine, settings.workers, address, scheduler_file) as eng:
+    with engine_for(engine, settings.workers, address, scheduler_file) as eng, \
+            staged_output(out, fmt, compress, settings.overwrite, settings.resume) as target:
         with click.progressbar(length=total, label="building", file=sys.stderr, show_pos=True, show_eta=True, hidden=hidden) as bar:
             if progress:
                 bar.is_hidden = False  # asked for, even when stderr is not a terminal
             try:
-                summary = (build_fn or build_images)(source, out, settings, progress=bar.update, engine=eng)
+                summary = (build_fn or build_images)(source, target, settings, progress=bar.update, engine=eng)
             except KeyboardInterrupt:
                 bar.is_hidden = True
-                click.echo(f"\ninterrupted: workers stopped, finished shards kept in {out}; "
+                click.echo(f"\ninterrupted: workers stopped, finished shards kept in {target}; "
                            "run the same command with --resume to continue", err=True)
                 click.get_current_context().exit(130)
+    summary.out = Path(out)
     for line in summary.lines():
         click.echo(line)
 
@@ -200,7 +204,7 @@ def _dhw(ctx, param, value):
 
 @build.command()
 @click.argument("src", type=click.Path(file_okay=False))
-@click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="Pack directory to create.")
+@click.option("--out", "-o", required=True, type=click.Path(), help="Pack to create: a directory (npy, zarr) or an .h5 file (hdf5).")
 @click.option("--shape", callback=_dhw, default=None, help="Resample every volume to D,H,W [default: keep each one's shape].")
 @click.option("--resample", type=click.Choice(["linear", "nearest"]), default="linear", show_default=True,
               help="linear for intensities (area average when shrinking); nearest for label volumes.")
@@ -218,8 +222,9 @@ def _dhw(ctx, param, value):
 @config_option
 @profile_option
 @engine_options
+@storage_options
 def volumes(src, out, shape, resample, depth, window, split, workers, limit, shard_size, strict, overwrite, resume, progress,
-            engine, address, scheduler_file):
+            engine, address, scheduler_file, fmt, compress):
     """Pack 3-D volumes: SRC/<class>/**/*.npy|*.tif (labelled) or SRC/**/*.npy|*.tif (unlabelled); .npy
     arrays and multi-page TIFF stacks, stored as uint16 (or uint8) with their shapes."""
     import functools
@@ -234,4 +239,5 @@ def volumes(src, out, shape, resample, depth, window, split, workers, limit, sha
 
     settings = BuildSettings(ImageSettings(), workers=workers or os.cpu_count() or 1, limit=limit, shard_size=shard_size,
                              strict=strict, overwrite=overwrite, resume=resume)
-    run_build(source, out, progress, functools.partial(build_volumes, volume=vs), settings, engine, address, scheduler_file)
+    run_build(source, out, progress, functools.partial(build_volumes, volume=vs), settings, engine, address, scheduler_file,
+              fmt, compress)

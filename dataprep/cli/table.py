@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import click
 
+from ..pack.backends import BACKENDS
 from ..tables.columns import MISSING
 from ..tables.read import READERS
 from .config import config_option
 from .engine import engine_for, engine_options
+from .storage import COMPRESSIONS, staged_output
 
 
 def _list(value) -> tuple[str, ...]:
@@ -16,7 +18,7 @@ def _list(value) -> tuple[str, ...]:
 @click.command()
 @click.argument("src", nargs=-1, required=True, type=click.Path())
 @click.option("--target", required=True, help="Target column: a name, or a position (-1 = last) without a header.")
-@click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
+@click.option("--out", "-o", required=True, type=click.Path(), help="Pack to create: a directory (npy, zarr) or an .h5 file (hdf5).")
 @click.option("--task", type=click.Choice(["auto", "classification", "regression"]), default="auto", show_default=True,
               help="auto: text, integer and boolean targets are classes; float targets are regression.")
 @click.option("--format", "fmt", type=click.Choice(sorted(READERS)), default=None, help="[default: from the file name]")
@@ -43,8 +45,13 @@ def _list(value) -> tuple[str, ...]:
               help="Processes reading files for the local engine (one file per task), or the local Dask cluster's size.")
 @config_option
 @engine_options
+@click.option("--store", "store", type=click.Choice(BACKENDS), default="npy", show_default=True,
+              help="Storage backend: npy (shard files), hdf5 (one .h5 file) or zarr (a Zarr v3 group).")
+@click.option("--compress", type=click.Choice(COMPRESSIONS), default="none", show_default=True,
+              help="hdf5: gzip or lzf; zarr: zstd or blosc.")
 def table(src, target, out, task, fmt, sep, header, skip_rows, names, target_file, missing, fill_value, float_dtype, dt,
-          categorical, numeric, dates, drop, val_fraction, split_column, seed, overwrite, workers, engine, address, scheduler_file):
+          categorical, numeric, dates, drop, val_fraction, split_column, seed, overwrite, workers, engine, address, scheduler_file,
+          store, compress):
     """Convert tables to typed arrays: floats, integer codes with vocabularies, statistics, splits."""
     from ..tables.build import build_table
     from ..tables.columns import TableSettings
@@ -53,8 +60,8 @@ def table(src, target, out, task, fmt, sep, header, skip_rows, names, target_fil
                              categorical=_list(categorical), numeric=_list(numeric), dates=_list(dates), drop=_list(drop),
                              val_fraction=val_fraction, split_column=split_column, seed=seed)
     read = {"fmt": fmt, "sep": sep, "header": header, "skip_rows": skip_rows, "names": list(_list(names)) or None}
-    with engine_for(engine, workers, address, scheduler_file) as eng:
-        r = build_table(list(src), out, settings, read, target_file, overwrite, engine=eng)
+    with engine_for(engine, workers, address, scheduler_file) as eng, staged_output(out, store, compress, overwrite) as target_dir:
+        r = build_table(list(src), target_dir, settings, read, target_file, overwrite, engine=eng)
     t = r["target"]
     click.echo(f"pack: {out}")
     click.echo("  rows: " + ", ".join(f"{k} {v}" for k, v in r["splits"].items()))

@@ -6,11 +6,12 @@ import click
 from ..text.read import SPLITS
 from .engine import engine_for, engine_options
 from .profile import profile_option
+from .storage import staged_output, storage_options
 
 
 @click.command()
 @click.argument("src", nargs=-1, required=True)
-@click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
+@click.option("--out", "-o", required=True, type=click.Path(), help="Pack to create: a directory (npy, zarr) or an .h5 file (hdf5).")
 @click.option("--tokenizer", type=click.Path(dir_okay=False), default=None, help="A Hugging Face tokenizers JSON file.")
 @click.option("--train-bpe", "train_bpe", type=click.IntRange(256), default=None, help="Train a byte-level BPE of this vocabulary size first.")
 @click.option("--split-docs", type=click.Choice(SPLITS), default="file", show_default=True,
@@ -29,8 +30,9 @@ from .profile import profile_option
               help="Consecutive input files are grouped into tasks of about this much text (the unit of parallelism).")
 @profile_option
 @engine_options
+@storage_options
 def tokenize(src, out, tokenizer, train_bpe, split_docs, text_field, eot, eot_id, val_fraction, seed, chunk_mb, strict, overwrite,
-             workers, task_mb, engine, address, scheduler_file):
+             workers, task_mb, engine, address, scheduler_file, fmt, compress):
     """Tokenize text into uint16/uint32 token arrays with a document index."""
     from ..text.read import expand
     from ..text.tokenize import TokenizeSettings, tokenize as run
@@ -38,8 +40,8 @@ def tokenize(src, out, tokenizer, train_bpe, split_docs, text_field, eot, eot_id
     settings = TokenizeSettings(split=split_docs, text_field=text_field, eot=eot, eot_id=eot_id, val_fraction=val_fraction,
                                 seed=seed, chunk_bytes=chunk_mb << 20, task_bytes=task_mb << 20, strict=strict)
     files = expand(list(src))
-    with engine_for(engine, workers, address, scheduler_file) as eng:
-        r = run(files, out, settings, tokenizer, train_bpe, overwrite, engine=eng)
+    with engine_for(engine, workers, address, scheduler_file) as eng, staged_output(out, fmt, compress, overwrite) as target:
+        r = run(files, target, settings, tokenizer, train_bpe, overwrite, engine=eng)
     click.echo(f"pack: {out}")
     for name, (docs, toks) in r["splits"].items():
         click.echo(f"  {name}: {docs:,} documents, {toks:,} tokens ({r['dtype']})")

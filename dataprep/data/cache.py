@@ -31,6 +31,7 @@ import numpy as np
 
 from ..errors import DataprepError, PackError
 from ..pack.fields import BYTES, OFFSETS, ImageField, LoadContext, Strings, blob_shapes, load_blob, load_rows, rows_shape
+from ..pack.backends import open_source
 from ..pack.manifest import MANIFEST, read_manifest
 
 CACHE_MODES = ("ram", "mmap", "shm")
@@ -126,10 +127,12 @@ def open_split(pack: str | os.PathLike, split: str, cache: str = "ram", verify: 
     if cache == "ram":
         _check_ram(pack, total)
     report = _Progress(f"{pack}/{split}", cache, total) if (progress or (progress is None and total >= PROGRESS_BYTES)) else None
-    ctx = LoadContext(verify=verify, map_images=cache == "mmap", progress=report.add if report else None)
+    source = open_source(pack, m)
+    ctx = LoadContext(verify=verify, map_images=cache == "mmap", progress=report.add if report else None, source=source)
     segment = None
     if cache == "shm":
-        segment = ShmSegment.attach(pack, f"{split}/{key}", plan, lambda alloc: _load(pack, split, m, fields, LoadContext(verify, alloc, False, ctx.progress)))
+        segment = ShmSegment.attach(pack, m, f"{split}/{key}", plan,
+                                    lambda alloc: _load(pack, split, m, fields, LoadContext(verify, alloc, False, ctx.progress, source)))
         generic = {f.name(g): g for f in fields for g in f.keys}
         arrays = {generic.get(k, k): v for k, v in segment.arrays.items()}
     else:
@@ -214,10 +217,10 @@ def _lock_dir() -> Path:
     return d
 
 
-def segment_name(pack: Path, split: str) -> str:
-    """Named after the manifest's bytes (which hold every shard's checksum): the same pack content gives the
-    same segment, a rebuilt pack a new one."""
-    digest = hashlib.sha256((pack / MANIFEST).read_bytes() + b"\0" + split.encode()).hexdigest()
+def segment_name(manifest: dict[str, Any], split: str) -> str:
+    """Named after the manifest (which holds every shard's checksum): the same pack content gives the
+    same segment, whatever its backend or path; a rebuilt pack a new one."""
+    digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode() + b"\0" + split.encode()).hexdigest()
     return f"dataprep-{digest[:24]}"
 
 
@@ -229,8 +232,9 @@ class ShmSegment:
     created: bool = False
 
     @classmethod
-    def attach(cls, pack: Path, split: str, plan: list, fill: Callable[[Callable], dict[str, Any]]) -> "ShmSegment":
-        name = segment_name(pack, split)
+    def attach(cls, pack: Path, manifest: dict[str, Any], split: str, plan: list,
+               fill: Callable[[Callable], dict[str, Any]]) -> "ShmSegment":
+        name = segment_name(manifest, split)
         path = SHM_DIR / name
         offsets, total = _offsets(plan)
         fill_fd = os.open(_lock_dir() / f"{name}.fill", os.O_CREAT | os.O_RDWR, 0o666)

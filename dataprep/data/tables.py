@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ..errors import DataprepError, PackError
+from ..pack.backends import open_source
 from ..pack.fields import LoadContext, counts, load_rows
 from ..pack.manifest import read_manifest
 
@@ -47,7 +48,7 @@ class TabularDataset(Dataset):
         if self.split not in m["splits"]:
             raise PackError(f"{self.pack}: no split {self.split!r}; the pack has {sorted(m['splits'])}")
         shards = m["splits"][self.split]["shards"]
-        ctx = LoadContext()
+        ctx = LoadContext(source=open_source(self.pack, m))
         self.arrays: dict[str, np.ndarray] = {}
         try:
             for name in ARRAYS:

@@ -14,9 +14,9 @@ import torch
 from torch.utils.data import Dataset
 
 from ..errors import DataprepError, PackError
-from ..pack.fields import _shard_file
+from ..pack.backends import open_source
+from ..pack.fields import LoadContext, _shard_file
 from ..pack.manifest import read_manifest
-from ..pack.shard import map_npy, read_npy_into
 
 
 class _TokenSplit:
@@ -32,21 +32,22 @@ class _TokenSplit:
         shards = m["splits"][split]["shards"]
         sdir = self.pack / split
         dtype = np.dtype(m["fields"]["tokens"]["dtype"])
+        ctx = LoadContext(source=open_source(self.pack, m))
         sizes = [int(_shard_file(sdir, s, "tokens")[1]["shape"][0]) for s in shards]
         if cache == "mmap" and len(shards) == 1:
             path, rec = _shard_file(sdir, shards[0], "tokens")
-            tokens = map_npy(path, rec)
+            tokens = ctx.map(path, rec)
         else:
             tokens = np.empty(sum(sizes), dtype)
             pos = 0
             for s, n in zip(shards, sizes):
                 path, rec = _shard_file(sdir, s, "tokens")
-                read_npy_into(path, rec, tokens[pos : pos + n])
+                ctx.read(path, rec, tokens[pos : pos + n])
                 pos += n
         offs, base = [np.zeros(1, np.int64)], 0
         for s, n in zip(shards, sizes):
             path, rec = _shard_file(sdir, s, "doc_offsets")
-            local = read_npy_into(path, rec)
+            local = ctx.read(path, rec)
             if local[0] != 0 or local[-1] != n or np.any(np.diff(local) <= 0):
                 raise PackError(f"{path}: document offsets are not increasing within the shard's {n} tokens")
             offs.append(local[1:] + base)

@@ -55,21 +55,26 @@ def _alloc(key: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 class LoadContext:
     """How a split's arrays are brought in: where buffers come from (`alloc(key, shape, dtype)`: private
     RAM by default, a shared-memory segment for cache="shm"), whether the big image arrays are mapped
-    from the shard files instead of read (cache="mmap"), checksum verification, and progress in bytes."""
+    from the shard files instead of read (cache="mmap"), checksum verification, progress in bytes, and
+    which backend reads a shard file's array (npy files by default; HDF5 or Zarr give the same arrays)."""
 
     verify: bool = False
     alloc: Callable[[str, tuple[int, ...], np.dtype], np.ndarray] = _alloc
     map_images: bool = False
     progress: Callable[[int], None] | None = None
+    source: Any = None  # the pack's backend reader (pack/backends); None: npy shard files
 
     def read(self, path: Path, rec: dict[str, Any], out: np.ndarray | None = None) -> np.ndarray:
-        arr = read_npy_into(path, rec, out, self.verify)
+        if self.source is not None:
+            arr = self.source.read(path, rec, out, self.verify)
+        else:
+            arr = read_npy_into(path, rec, out, self.verify)
         if self.progress:
             self.progress(arr.nbytes)
         return arr
 
     def map(self, path: Path, rec: dict[str, Any]) -> np.ndarray:
-        arr = map_npy(path, rec, self.verify)
+        arr = self.source.map(path, rec, self.verify) if self.source is not None else map_npy(path, rec, self.verify)
         if self.progress:
             self.progress(arr.nbytes)
         return arr

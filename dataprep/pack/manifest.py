@@ -41,9 +41,16 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def read_manifest(pack_dir: str | os.PathLike) -> dict[str, Any]:
-    """Read and check a pack's manifest; raise PackError naming the path and what is wrong."""
-    pack_dir = Path(pack_dir)
+def read_manifest(pack: str | os.PathLike) -> dict[str, Any]:
+    """Read and check a pack's manifest, whatever its backend (npy directory, HDF5 file, Zarr group);
+    raise PackError naming the path and what is wrong."""
+    from .backends import read_manifest_any
+
+    return read_manifest_any(pack)
+
+
+def read_manifest_file(pack_dir: Path) -> dict[str, Any]:
+    """The manifest.json of an npy pack directory, checked."""
     path = pack_dir / MANIFEST
     if not pack_dir.exists():
         raise PackError(f"{pack_dir}: no such pack directory")
@@ -55,19 +62,34 @@ def read_manifest(pack_dir: str | os.PathLike) -> dict[str, Any]:
             m = json.load(f)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise PackError(f"{path}: unreadable manifest ({e})") from None
+    return check_manifest(m, path)
+
+
+def check_manifest(m: Any, where: str | os.PathLike) -> dict[str, Any]:
+    """Check a manifest's format, version and required keys (wherever it was stored)."""
     if not isinstance(m, dict) or m.get("format") != FORMAT:
-        raise PackError(f"{path}: not a dataprep manifest (format is {m.get('format') if isinstance(m, dict) else None!r})")
+        raise PackError(f"{where}: not a dataprep manifest (format is {m.get('format') if isinstance(m, dict) else None!r})")
     version = m.get("format_version")
     if version != FORMAT_VERSION:
         raise FormatVersionError(
-            f"{path}: format version {version!r}, but this dataprep reads version {FORMAT_VERSION}; "
+            f"{where}: format version {version!r}, but this dataprep reads version {FORMAT_VERSION}; "
             "rebuild the pack or use a matching dataprep"
         )
     for key in ("kind", "splits", "fields"):
         if key not in m:
-            raise PackError(f"{path}: manifest lacks {key!r}")
+            raise PackError(f"{where}: manifest lacks {key!r}")
     return m
 
 
 def is_pack(pack_dir: str | os.PathLike) -> bool:
-    return (Path(pack_dir) / MANIFEST).is_file()
+    """Whether `pack_dir` holds a finished pack (of any backend)."""
+    p = Path(pack_dir)
+    if (p / MANIFEST).is_file():
+        return True
+    if p.is_file() or (p / "zarr.json").is_file():
+        try:
+            read_manifest(p)
+            return True
+        except PackError:
+            return False
+    return False

@@ -1,0 +1,30 @@
+"""`dataprep convert PACK --to hdf5|zarr|npy --out PATH`: the same pack in another storage backend."""
+from __future__ import annotations
+
+import click
+
+from ..pack.backends import BACKENDS
+from .engine import engine_for, engine_options
+from .storage import COMPRESSIONS
+
+
+@click.command()
+@click.argument("pack", type=click.Path(exists=True))
+@click.option("--to", "to", type=click.Choice(BACKENDS), required=True, help="The backend to write.")
+@click.option("--out", "-o", required=True, type=click.Path(), help="An .h5 file, a Zarr directory, or an npy pack directory.")
+@click.option("--compress", type=click.Choice(COMPRESSIONS), default="none", show_default=True,
+              help="hdf5: gzip or lzf; zarr: zstd or blosc (JPEG bytes are stored as they are). Compressed packs cannot be mapped (cache='mmap').")
+@click.option("--overwrite", is_flag=True, help="Replace a pack already at --out.")
+@click.option("--workers", "-j", type=click.IntRange(1), default=1, show_default=True, help="Parallel chunk writers (zarr).")
+@engine_options
+def convert(pack, to, out, compress, overwrite, workers, engine, address, scheduler_file):
+    """Convert a pack between backends without decoding: arrays copied, checksums checked."""
+    import time
+
+    from ..pack.convert import convert as run
+
+    t0 = time.perf_counter()
+    with engine_for(engine, workers, address, scheduler_file) as eng:
+        r = run(pack, out, to, compress, eng, overwrite)
+    click.echo(f"{pack} ({r['from']}) -> {out} ({r['to']}{', ' + compress if compress != 'none' else ''}): "
+               f"{r['bytes'] / 1e6:.1f} MB in {time.perf_counter() - t0:.1f} s")

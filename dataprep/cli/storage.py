@@ -1,0 +1,48 @@
+"""`--format npy|hdf5|zarr` and `--compress` on every build command: builds write npy shards (parallel,
+atomic, resumable), and a pack of another backend is converted from them at the end."""
+from __future__ import annotations
+
+import contextlib
+import shutil
+from pathlib import Path
+
+import click
+
+from ..pack.backends import BACKENDS
+
+COMPRESSIONS = ("none", "gzip", "lzf", "zstd", "blosc")
+
+
+def storage_options(f):
+    opts = [
+        click.option("--format", "fmt", type=click.Choice(BACKENDS), default="npy", show_default=True,
+                     help="npy: a directory of shard files; hdf5: one .h5 file; zarr: a Zarr v3 group. Any of them serves the same samples."),
+        click.option("--compress", type=click.Choice(COMPRESSIONS), default="none", show_default=True,
+                     help="hdf5: gzip or lzf; zarr: zstd or blosc (JPEG bytes stay as they are); compressed packs cannot be mapped."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+@contextlib.contextmanager
+def staged_output(out, fmt: str, compress: str, overwrite: bool, resume: bool = False):
+    """Yield where the npy build goes; for hdf5/zarr convert it to `out` afterwards and remove the staging
+    directory (kept when the build fails, so --resume continues it)."""
+    from ..errors import DataprepError, PackExistsError
+
+    out = Path(out)
+    if fmt == "npy":
+        if compress != "none":
+            raise DataprepError("npy packs are not compressed: drop --compress, or choose --format hdf5 or zarr")
+        yield out
+        return
+    if out.exists() and not overwrite:
+        raise PackExistsError(f"{out}: exists; pass --overwrite to replace it")
+    staging = out.with_name(out.name + ".staging")
+    yield staging
+    from ..pack.convert import convert
+
+    r = convert(staging, out, fmt, compress, None, overwrite=True)
+    shutil.rmtree(staging)
+    click.echo(f"stored as {fmt}{' (' + compress + ')' if compress != 'none' else ''}: {out}, {r['bytes'] / 1e6:.1f} MB")

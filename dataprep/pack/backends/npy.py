@@ -1,0 +1,81 @@
+"""npy backend: a directory of shard directories of .npy files (the default layout, written by builds)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..shard import map_npy, read_npy_into
+from . import ArrayPlan, plan_arrays
+
+
+class NpySource:
+    name = "npy"
+    can_map = True
+
+    def __init__(self, root: Path, manifest: dict[str, Any] | None = None):
+        from ..manifest import read_manifest_file
+
+        self.root = root
+        self.manifest = manifest if manifest is not None else read_manifest_file(root)
+        self._plans: dict[str, dict[str, ArrayPlan]] = {}
+
+    def plans(self, split: str) -> dict[str, ArrayPlan]:
+        if split not in self._plans:
+            self._plans[split] = plan_arrays(self.manifest, split)
+        return self._plans[split]
+
+    # the hooks LoadContext calls with a shard file's path and record
+    def read(self, path: Path, rec: dict[str, Any], out: np.ndarray | None = None, verify: bool = False) -> np.ndarray:
+        return read_npy_into(path, rec, out, verify)
+
+    def map(self, path: Path, rec: dict[str, Any], verify: bool = False) -> np.ndarray:
+        return map_npy(path, rec, verify)
+
+    def _shard(self, split: str, k: int) -> tuple[Path, dict[str, Any]]:
+        s = self.manifest["splits"][split]["shards"][k]
+        return self.root / split / str(s["name"]), s
+
+    def shard_array(self, split: str, k: int, name: str, verify: bool = False) -> np.ndarray:
+        """Shard k's array `name`, as its file holds it."""
+        d, s = self._shard(split, k)
+        return read_npy_into(d / f"{name}.npy", s["files"][f"{name}.npy"], None, verify)
+
+    def attachments(self) -> dict[str, bytes]:
+        """Files a pack keeps beside its shards (a tokenizer trained for it), by name."""
+        from ..manifest import MANIFEST
+
+        return {p.name: p.read_bytes() for p in sorted(self.root.iterdir()) if p.is_file() and p.name != MANIFEST}
+
+    def shard_meta(self, split: str, k: int) -> dict[str, Any]:
+        """What shard k's shard.json holds besides its file records (the build's fingerprint and counts)."""
+        import json
+
+        d, s = self._shard(split, k)
+        try:
+            rec = json.loads((d / "shard.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            rec = {key: v for key, v in s.items() if key != "name"}
+        return {key: v for key, v in rec.items() if key != "files"}
+
+    def global_slice(self, split: str, name: str, a: int, b: int) -> np.ndarray:
+        """Rows [a, b) of the split's concatenated array (offsets rebased to the whole split)."""
+        p = self.plans(split)[name]
+        out = np.empty((max(0, b - a), *p.row_shape), p.dtype)
+        bases = self.plans(split)[p.blob].starts if p.is_offsets else None
+        for k, (start, rows) in enumerate(zip(p.starts, p.shard_rows)):
+            n = rows - 1 if p.is_offsets else rows
+            lo, hi = max(a, start), min(b, start + n)
+            if lo >= hi:
+                continue
+            d, s = self._shard(split, k)
+            part = map_npy(d / f"{name}.npy", s["files"][f"{name}.npy"])[lo - start : hi - start]
+            out[lo - a : hi - a] = part + bases[k] if p.is_offsets else part
+        if p.is_offsets and a <= p.total_rows - 1 < b:
+            blob = self.plans(split)[p.blob]
+            out[p.total_rows - 1 - a] = blob.total_rows
+        return out
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,174 @@
+"""Zarr backend: a Zarr v3 group (zarr-python 3.x), chunked, optionally compressed.
+
+Layout (documented for `zarr.open_group(path, mode="r")`): one group per split, one subgroup per
+resolution of a multi-resolution pack (`r128`, ...), and in each the split's arrays concatenated over
+its shards, with the same names and meaning as in the HDF5 backend (`images`, `offsets`, `shapes`,
+`labels`, `sources`, `source_offsets`, masks, volumes, `tokens` + `doc_offsets`). Each array's
+attribute `layout` is "rows" or "offsets" (with `offsets_of`); files an npy pack keeps beside its
+shards (a trained tokenizer) are uint8 arrays under `_files/`; the root group's attributes hold the
+manifest (`dataprep_manifest`) and `format`, `format_version`, `kind`, `backend`.
+
+Chunks hold about 16 MiB along the first axis; `zstd` or `blosc` compression is offered for
+everything but JPEG bytes (which do not compress). Writing is parallel: every chunk-aligned range
+of every array is a task on the engine (local pool or Dask), so concurrent writers touch disjoint
+chunks. Every chunk is written, even an all-zero one, so a missing chunk file is damage: reading it
+is an error naming the file, never a silent zero. cache="mmap" is refused: chunks are separate files.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import DataprepError, PackError
+from . import group_path
+from .concat import ATTACHMENTS, ConcatSource
+
+COMPRESSION = ("none", "zstd", "blosc")
+CHUNK_BYTES = 16 << 20
+
+
+def _zarr():
+    try:
+        import zarr
+    except ImportError as e:
+        raise DataprepError(f"Zarr packs need zarr 3 (Python 3.11+): pip install 'zarr>=3' ({e})") from None
+    return zarr
+
+
+class ZarrSource(ConcatSource):
+    name = "zarr"
+    why_no_map = "cache='mmap' is not offered for Zarr packs: their arrays are stored as separate chunk files; use cache='ram' or 'shm'"
+
+    def __init__(self, root: Path):
+        zarr = _zarr()
+        try:
+            self.group = zarr.open_group(str(root), mode="r")
+            raw = self.group.attrs["dataprep_manifest"]
+        except KeyError:
+            raise PackError(f"{root}: a Zarr group without a dataprep manifest (not a finished pack)") from None
+        except Exception as e:  # zarr raises several types for damaged metadata
+            raise PackError(f"{root}: cannot open as a Zarr group ({type(e).__name__}: {e})") from None
+        from ..manifest import check_manifest
+
+        try:
+            manifest = json.loads(raw) if isinstance(raw, str) else raw
+        except ValueError as e:
+            raise PackError(f"{root}: the dataprep_manifest attribute is not JSON ({e})") from None
+        super().__init__(root, check_manifest(manifest, root))
+        self._arrays: dict[str, Any] = {}
+
+    def _attachment_names(self) -> list[str]:
+        try:
+            return sorted(name for name, _ in self.group[ATTACHMENTS].arrays())
+        except KeyError:
+            return []
+
+    def _whole(self, key: str) -> np.ndarray:
+        return self._array(key)[:]
+
+    def _split_attr(self, split: str, key: str):
+        try:
+            return self.group[split].attrs.get(key)
+        except KeyError:
+            return None
+
+    def _array(self, key: str):
+        if key not in self._arrays:
+            try:
+                self._arrays[key] = self.group[key]
+            except KeyError:
+                raise PackError(f"{self.root}/{key}: no such array") from None
+        return self._arrays[key]
+
+    def _rows(self, key: str, a: int, b: int, out: np.ndarray) -> None:
+        arr = self._array(key)
+        c = arr.chunks[0]
+        tail = "/".join("0" for _ in arr.shape[1:])
+        for i in range(a // c, (b - 1) // c + 1):
+            f = self.root / key / "c" / str(i) / tail if tail else self.root / key / "c" / str(i)
+            if not f.is_file():
+                raise PackError(f"{f}: missing chunk of {key} (rows {i * c}:{(i + 1) * c}); the pack is damaged")
+        try:
+            out[...] = arr[a:b]
+        except Exception as e:
+            raise PackError(f"{self.root}/{key}: cannot read rows {a}:{b} ({type(e).__name__}: {e})") from None
+
+
+@dataclass(frozen=True)
+class ChunkTask:
+    """Rows [a, b) (whole chunks) of one array: read from the source pack, written into the Zarr array."""
+
+    source: str
+    store: str
+    split: str
+    name: str
+    a: int
+    b: int
+
+
+def write_chunks(t: ChunkTask) -> int:
+    zarr = _zarr()
+    from . import open_source
+
+    src = open_source(t.source)
+    try:
+        data = src.global_slice(t.split, t.name, t.a, t.b)
+    finally:
+        src.close()
+    zarr.open_array(str(Path(t.store) / group_path(t.split, t.name)), mode="r+")[t.a : t.b] = data
+    return int(data.nbytes)
+
+
+def write_zarr(source, source_path: Path, out: Path, manifest: dict[str, Any], compression: str = "none",
+               engine=None) -> None:
+    """Write every split's arrays of the pack at `source_path` into a Zarr v3 group at `out`, atomically
+    (a temporary directory renamed at the end), the chunk ranges as parallel tasks on `engine`."""
+    zarr = _zarr()
+    from zarr.codecs import BloscCodec, ZstdCodec
+
+    from ...engine import LocalEngine
+
+    if compression not in COMPRESSION:
+        raise DataprepError(f"Zarr compression is one of {list(COMPRESSION)}, not {compression!r}")
+    jpeg = {spec.get("suffix", "") for key, spec in manifest["fields"].items()
+            if isinstance(spec, dict) and spec.get("encoding") == "jpeg"}
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        root = zarr.open_group(str(tmp), mode="w", zarr_format=3)
+        tasks = []
+        for split in manifest["splits"]:
+            g = root.require_group(split)
+            g.attrs["count"] = int(manifest["splits"][split]["count"])
+            g.attrs["shard_meta"] = [source.shard_meta(split, k) for k in range(len(manifest["splits"][split]["shards"]))]
+            for name, p in source.plans(split).items():
+                row = max(1, int(np.prod(p.row_shape, dtype=np.int64)) * p.dtype.itemsize)
+                chunk = max(1, min(max(p.total_rows, 1), CHUNK_BYTES // row))
+                squeeze = compression != "none" and not (name.startswith("images") and name[len("images"):] in jpeg)
+                codec = (ZstdCodec(level=3) if compression == "zstd" else BloscCodec(cname="zstd", clevel=3)) if squeeze else None
+                arr = root.create_array(group_path(split, name), shape=p.shape, dtype=p.dtype, chunks=(chunk, *p.row_shape),
+                                        compressors=codec, fill_value=0, config={"write_empty_chunks": True},
+                                        attributes={"layout": "offsets" if p.is_offsets else "rows",
+                                                    **({"offsets_of": p.blob} if p.is_offsets else {})})
+                per = max(1, (64 << 20) // (chunk * row)) * chunk  # whole chunks, about 64 MiB per task
+                tasks += [ChunkTask(str(source_path), str(tmp), split, name, a, min(a + per, p.total_rows))
+                          for a in range(0, p.total_rows, per)]
+                del arr
+        for fname, data in source.attachments().items():
+            root.create_array(f"{ATTACHMENTS}/{fname}", data=np.frombuffer(data, np.uint8))
+        (engine or LocalEngine(1)).map(write_chunks, tasks, names=[f"{t.split}/{t.name}[{t.a}:{t.b}]" for t in tasks])
+        root.attrs.update({"format": manifest["format"], "format_version": manifest["format_version"],
+                           "kind": manifest["kind"], "backend": "zarr"})
+        root.attrs["dataprep_manifest"] = json.dumps(manifest)  # last: a group without it is not a pack
+        if out.exists():
+            shutil.rmtree(out)
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

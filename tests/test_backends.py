@@ -1,0 +1,230 @@
+"""Storage backends: one conformance suite run against npy, HDF5 and Zarr (plain and compressed): the
+same arrays, the same samples through every dataset class, exact round trips, and damaged files."""
+from __future__ import annotations
+
+import filecmp
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("h5py", reason="needs h5py (a dependency of dataprep: pip install h5py)")
+pytest.importorskip("zarr", reason="needs zarr 3, which needs Python 3.11+ (pip install 'zarr>=3')")
+
+from dataprep import InMemoryImageDataset, SegmentationDataset, TabularDataset, TokenDataset, VolumeDataset  # noqa: E402
+from dataprep.build import build_images  # noqa: E402
+from dataprep.cli import main  # noqa: E402
+from dataprep.errors import PackError  # noqa: E402
+from dataprep.pack.backends import detect, open_source  # noqa: E402
+from dataprep.pack.convert import convert  # noqa: E402
+from dataprep.pack.verify import verify_pack  # noqa: E402
+from dataprep.segmentation.build import build_segmentation  # noqa: E402
+from dataprep.segmentation.pairs import pair_by_stem  # noqa: E402
+from dataprep.settings import BuildSettings, ImageSettings  # noqa: E402
+from dataprep.sources import scan_files, scan_imagenet  # noqa: E402
+from dataprep.synthetic import write_segmentation_tree  # noqa: E402
+from dataprep.volumes.build import VolumeSettings, build_volumes  # noqa: E402
+from dataprep.volumes.read import VOLUME_EXTENSIONS  # noqa: E402
+
+VARIANTS = [("hdf5", "none"), ("hdf5", "gzip"), ("zarr", "none"), ("zarr", "zstd"), ("zarr", "blosc")]
+
+
+def _run(*args):
+    from click.testing import CliRunner
+
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def npy_packs(tmp_path_factory, index_tree) -> dict[str, Path]:
+    """One npy pack of every kind."""
+    base = tmp_path_factory.mktemp("backends")
+    packs = {}
+    packs["encoded"] = base / "encoded"
+    build_images(scan_imagenet(index_tree), packs["encoded"], BuildSettings(ImageSettings(size=40), workers=1, shard_size=5))
+    packs["multires"] = base / "multires"
+    build_images(scan_imagenet(index_tree), packs["multires"],
+                 BuildSettings(ImageSettings(sizes=(24, 40), resize="center-crop", mode="raw"), workers=1, shard_size=4))
+    i, m = write_segmentation_tree(base / "seg_src", {"train": 7, "val": 3}, sizes=((60, 80), (50, 50)))
+    packs["segmentation"] = base / "segmentation"
+    build_segmentation(pair_by_stem(i, m), packs["segmentation"], BuildSettings(ImageSettings(size=32, mode="raw"), workers=1, shard_size=3))
+    (base / "vol_src" / "a").mkdir(parents=True)
+    (base / "vol_src" / "b").mkdir()
+    rng = np.random.default_rng(0)
+    for k in range(5):
+        np.save(base / "vol_src" / "ab"[k % 2] / f"{k}.npy", rng.integers(0, 65535, (3 + k, 6, 7), dtype=np.uint16))
+    packs["volumes"] = base / "volumes"
+    build_volumes(scan_files(base / "vol_src", "train", VOLUME_EXTENSIONS), packs["volumes"],
+                  BuildSettings(ImageSettings(), workers=1, shard_size=2), VolumeSettings())
+    text = base / "text"
+    text.mkdir()
+    for k in range(3):
+        (text / f"{k}.txt").write_text("\n\n".join(f"document {k} {j} " + "word " * (j + 3) for j in range(40)))
+    packs["tokens"] = base / "tokens"
+    r = _run("tokenize", text, "--out", packs["tokens"], "--train-bpe", 300, "--split-docs", "paragraph",
+             "--val-fraction", 0.2, "--task-mb", 1)
+    assert r.exit_code == 0, r.output
+    csv = base / "t.csv"
+    csv.write_text("a,b,c,y\n" + "".join(f"{k * 0.5},{k % 3},x{k % 4},{k % 2}\n" for k in range(50)))
+    packs["table"] = base / "table"
+    assert _run("table", csv, "--target", "y", "--categorical", "c", "--out", packs["table"], "--val-fraction", 0.2).exit_code == 0
+    return packs
+
+
+def _all_arrays(pack: Path) -> dict[tuple, bytes]:
+    src = open_source(pack)
+    out = {}
+    for split in src.manifest["splits"]:
+        for name, p in src.plans(split).items():
+            out[(split, name)] = src.global_slice(split, name, 0, p.total_rows).tobytes()
+            out[(split, name, "shards")] = b"".join(src.shard_array(split, k, name).tobytes() for k in range(len(p.shard_rows)))
+    src.close()
+    return out
+
+
+def _samples(kind: str, pack: Path, cache: str = "ram") -> list:
+    """Every sample of every split through the kind's dataset class, as comparable numpy data."""
+    m = open_source(pack).manifest
+    out = []
+    for split in m["splits"]:
+        if kind in ("encoded", "multires"):
+            ds = InMemoryImageDataset(pack, split, cache=cache, as_numpy=True, resolution=24 if kind == "multires" else None)
+            out += [(ds[i][0], ds[i][1], ds.sources[i]) for i in range(len(ds))]
+        elif kind == "segmentation":
+            ds = SegmentationDataset(pack, split, cache=cache, as_numpy=True)
+            out += [(*ds[i], ds.mask_sources[i]) for i in range(len(ds))]
+        elif kind == "volumes":
+            ds = VolumeDataset(pack, split, cache=cache, as_numpy=True)
+            out += [ds[i] for i in range(len(ds))]
+        elif kind == "tokens":
+            ds = TokenDataset(pack, context=8, split=split, mode="sequential", cache=cache)
+            out += [ds[i] for i in range(len(ds))]
+        else:
+            ds = TabularDataset(pack, split, cache=cache)
+            out += [ds[i] for i in range(len(ds))]
+    return out
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, torch.Tensor):
+        return torch.equal(a, b)
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and np.array_equal(a, b)
+    return a == b
+
+
+@pytest.mark.parametrize("kind", ["encoded", "multires", "segmentation", "volumes", "tokens", "table"])
+@pytest.mark.parametrize("fmt,compress", VARIANTS)
+def test_every_backend_holds_the_same_arrays_and_serves_the_same_samples(npy_packs, tmp_path, kind, fmt, compress):
+    src = npy_packs[kind]
+    out = tmp_path / ("p.h5" if fmt == "hdf5" else "p.zarr")
+    convert(src, out, fmt, compress)
+    assert detect(out) == fmt
+    assert _all_arrays(out) == _all_arrays(src)
+    assert verify_pack(out).ok
+    want = _samples(kind, src)
+    assert _same(_samples(kind, out), want)
+    if kind in ("encoded", "segmentation", "volumes"):
+        assert _same(_samples(kind, out, "shm"), want)
+    mappable = fmt == "hdf5" and compress == "none"
+    if mappable:
+        assert _same(_samples(kind, out, "mmap"), want)
+    elif kind in ("encoded", "volumes"):
+        with pytest.raises(PackError, match="mmap"):
+            _samples(kind, out, "mmap")
+
+
+def _same_tree(a: Path, b: Path) -> None:
+    fa = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    assert fa == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    mismatch = [str(f) for f in fa if not filecmp.cmp(a / f, b / f, shallow=False)]
+    assert not mismatch, mismatch[:5]
+
+
+@pytest.mark.parametrize("kind", ["encoded", "segmentation", "tokens"])
+def test_npy_to_hdf5_to_zarr_to_npy_round_trips_exactly(npy_packs, tmp_path, kind):
+    src = npy_packs[kind]
+    convert(src, tmp_path / "a.h5", "hdf5")
+    convert(tmp_path / "a.h5", tmp_path / "b.zarr", "zarr", "zstd")
+    convert(tmp_path / "b.zarr", tmp_path / "c", "npy")
+    _same_tree(src, tmp_path / "c")  # every shard file, shard.json and manifest.json, byte for byte
+
+
+def test_builds_write_any_format_directly(tmp_path, index_tree):
+    r = _run("build", "imagenet", index_tree, "--size", 40, "--out", tmp_path / "npy", "-j", 1)
+    assert r.exit_code == 0, r.output
+    for fmt, name in (("hdf5", "p.h5"), ("zarr", "p.zarr")):
+        r = _run("build", "imagenet", index_tree, "--size", 40, "--out", tmp_path / name, "-j", 2, "--format", fmt)
+        assert r.exit_code == 0, r.output
+        assert f"stored as {fmt}" in r.output and f"pack: {tmp_path / name}" in r.output
+        assert not (tmp_path / f"{name}.staging").exists()
+        assert _all_arrays(tmp_path / name) == _all_arrays(tmp_path / "npy")
+    r = _run("build", "imagenet", index_tree, "--out", tmp_path / "p.h5", "--format", "hdf5")
+    assert r.exit_code == 1 and "--overwrite" in r.output
+    r = _run("build", "imagenet", index_tree, "--out", tmp_path / "x", "--compress", "zstd")
+    assert r.exit_code == 1 and "not compressed" in r.output
+
+
+def test_hdf5_is_readable_with_h5py_alone(npy_packs, tmp_path):
+    import h5py
+
+    convert(npy_packs["multires"], tmp_path / "p.h5", "hdf5")
+    with h5py.File(tmp_path / "p.h5", "r") as f:
+        m = json.loads(f.attrs["dataprep_manifest"])
+        assert f.attrs["kind"] == "images" and f.attrs["backend"] == "hdf5" and f.attrs["format_version"] == 1
+        images, labels = f["train/r24/images"][...], f["train/labels"][...]
+        assert images.shape == (m["splits"]["train"]["count"], 24, 24, 3) and len(labels) == len(images)
+        offs, blob = f["train/source_offsets"][...], f["train/sources"][...]
+        assert f["train/source_offsets"].attrs["offsets_of"] == "sources"
+    ds = InMemoryImageDataset(npy_packs["multires"], resolution=24, as_numpy=True)
+    assert np.array_equal(images[7], ds[7][0]) and labels[7] == ds[7][1]
+    assert blob[offs[7] : offs[8]].tobytes().decode() == ds.sources[7]
+
+
+def test_zarr_is_readable_with_zarr_alone(npy_packs, tmp_path):
+    import zarr
+
+    convert(npy_packs["tokens"], tmp_path / "t.zarr", "zarr", "zstd")
+    g = zarr.open_group(str(tmp_path / "t.zarr"), mode="r")
+    tokens, docs = g["train/tokens"][:], g["train/doc_offsets"][:]
+    assert g.attrs["kind"] == "tokens" and docs[0] == 0 and docs[-1] == len(tokens)
+    ds = TokenDataset(npy_packs["tokens"], context=8, mode="sequential")
+    assert np.array_equal(tokens, ds.data.tokens)
+
+
+def test_damaged_files_are_clear_errors(npy_packs, tmp_path):
+    convert(npy_packs["encoded"], tmp_path / "p.h5", "hdf5")
+    data = (tmp_path / "p.h5").read_bytes()
+    for cut in (len(data) // 2, len(data) - 100, 600):
+        (tmp_path / "cut.h5").write_bytes(data[:cut])
+        with pytest.raises(PackError, match="cut.h5"):
+            ds = InMemoryImageDataset(tmp_path / "cut.h5", as_numpy=True)
+            [ds[i] for i in range(len(ds))]
+    convert(npy_packs["volumes"], tmp_path / "v.zarr", "zarr")
+    chunk = tmp_path / "v.zarr" / "train" / "volumes" / "c" / "0"
+    assert chunk.is_file()
+    chunk.unlink()
+    with pytest.raises(PackError, match=r"v\.zarr/train/volumes/c/0: missing chunk"):
+        VolumeDataset(tmp_path / "v.zarr")
+    rep = verify_pack(tmp_path / "v.zarr")
+    assert not rep.ok and "missing chunk" in rep.problems[0][1]
+    (tmp_path / "junk.h5").write_bytes(b"PK\x03\x04 not hdf5 at all")
+    with pytest.raises(PackError, match="junk.h5: not a pack"):
+        InMemoryImageDataset(tmp_path / "junk.h5")
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "data.bin").write_bytes(b"x")
+    with pytest.raises(PackError, match="odd/manifest.json: missing"):
+        InMemoryImageDataset(tmp_path / "odd")
+    shutil.copytree(tmp_path / "v.zarr", tmp_path / "w.zarr")
+    meta = json.loads((tmp_path / "w.zarr" / "zarr.json").read_text())
+    meta["attributes"].pop("dataprep_manifest")
+    (tmp_path / "w.zarr" / "zarr.json").write_text(json.dumps(meta))
+    with pytest.raises(PackError, match="w.zarr: a Zarr group without a dataprep manifest"):
+        VolumeDataset(tmp_path / "w.zarr")
+    r = _run("convert", npy_packs["encoded"], "--to", "parquet", "--out", tmp_path / "q")
+    assert r.exit_code == 2 and "parquet" in r.output
