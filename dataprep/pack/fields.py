@@ -106,6 +106,8 @@ def load_blob(split_dir: Path, shards: list[dict], blob: str, offsets: str, ctx:
     and one global offsets array, checking both."""
     ctx = ctx or LoadContext()
     (total,), (noffs,) = blob_shapes(split_dir, shards, blob, offsets)
+    if _whole_arrays(ctx, shards):
+        return _load_blob_whole(split_dir, shards, blob, offsets, ctx, map_data, total, noffs)
     data = None if map_data else ctx.alloc(blob, (total,), BYTES)
     parts = []
     offs = ctx.alloc(offsets, (noffs,), OFFSETS)
@@ -135,6 +137,7 @@ def load_rows(split_dir: Path, shards: list[dict], name: str, dtype: np.dtype, r
     """Read a fixed-shape array (labels, shapes, pixels) of every shard into one (N, *row_shape) array,
     or map each shard's (as Segments)."""
     ctx = ctx or LoadContext()
+    whole = _whole_arrays(ctx, shards)
     out = None if map_data else ctx.alloc(name, rows_shape(shards, row_shape), dtype)
     parts = []
     start = 0
@@ -142,12 +145,42 @@ def load_rows(split_dir: Path, shards: list[dict], name: str, dtype: np.dtype, r
         path, rec = _shard_file(split_dir, s, name)
         if rec["shape"] != [n, *row_shape] or rec.get("dtype") != dtype.str:
             raise PackError(f"{path}: holds {rec.get('dtype')} {rec['shape']}, expected {dtype.str} {[n, *row_shape]}")
+        if whole:
+            continue
         if map_data:
             parts.append(ctx.map(path, rec))
         else:
             ctx.read(path, rec, out[start : start + n])
         start += n
+    if whole:
+        return _whole(ctx, split_dir.name, name, out, map_data)
     return Segments(parts) if map_data else out
+
+
+def _whole_arrays(ctx: LoadContext, shards: list[dict]) -> bool:
+    """Whether the backend stores the split concatenated, so each array is read in one piece (checksums,
+    which cover each shard's file, are checked piece by piece instead)."""
+    return bool(shards) and not ctx.verify and hasattr(ctx.source, "whole")
+
+
+def _whole(ctx: LoadContext, split: str, name: str, out: np.ndarray | None, map_data: bool) -> np.ndarray:
+    arr = ctx.source.map_whole(split, name) if map_data else ctx.source.whole(split, name, out)
+    if ctx.progress:
+        ctx.progress(arr.nbytes)
+    return arr
+
+
+def _load_blob_whole(split_dir: Path, shards: list[dict], blob: str, offsets: str, ctx: LoadContext, map_data: bool,
+                     total: int, noffs: int) -> tuple[np.ndarray, np.ndarray]:
+    data = _whole(ctx, split_dir.name, blob, None if map_data else ctx.alloc(blob, (total,), BYTES), map_data)
+    offs = _whole(ctx, split_dir.name, offsets, ctx.alloc(offsets, (noffs,), OFFSETS), False)
+    sizes = [int(_shard_file(split_dir, s, blob)[1]["shape"][0]) for s in shards]
+    starts = np.concatenate([[0], np.cumsum(counts(shards))])
+    ends = np.concatenate([[0], np.cumsum(sizes)])
+    if len(offs) != noffs or offs[0] != 0 or offs[-1] != total or np.any(np.diff(offs) < 0) or not np.array_equal(offs[starts], ends):
+        raise PackError(f"{ctx.source.root}: {split_dir.name}/{offsets} is not monotonic within the {total}-byte {blob}, "
+                        "or disagrees with the shard records")
+    return data, offs
 
 
 class Segments:

@@ -8,7 +8,9 @@ explicit little-endian dtypes) so numpy alone can open them.
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -131,6 +133,25 @@ def npy_header(f) -> tuple[tuple[int, ...], bool, np.dtype]:
     raise ValueError(f"npy version {version} is not supported")
 
 
+@functools.lru_cache(maxsize=4096)
+def npy_header_bytes(dtype: str, shape: tuple) -> bytes | None:
+    """The header np.save writes for an array of this dtype and shape (None for a record that names none)."""
+    try:
+        dt = np.dtype(dtype)
+        if dt.hasobject or not all(isinstance(n, int) and n >= 0 for n in shape):
+            return None
+        d = {"descr": np.lib.format.dtype_to_descr(dt), "fortran_order": False, "shape": shape}
+        buf = io.BytesIO()
+        try:
+            np.lib.format.write_array_header_1_0(buf, d)
+        except ValueError:
+            buf = io.BytesIO()
+            np.lib.format.write_array_header_2_0(buf, d)
+        return buf.getvalue()
+    except (TypeError, ValueError):
+        return None
+
+
 def open_npy(path: Path, record: dict[str, Any]) -> tuple[Any, int, tuple[int, ...], np.dtype]:
     """Open a shard file and check its header against its manifest record; return (file, data offset, shape, dtype).
 
@@ -153,10 +174,16 @@ def open_npy(path: Path, record: dict[str, Any]) -> tuple[Any, int, tuple[int, .
         size = os.fstat(f.fileno()).st_size
         if size != record["bytes"]:
             raise PackError(f"{path}: {size} bytes on disk, manifest says {record['bytes']} (truncated or replaced)")
-        try:
-            shape, fortran, dtype = npy_header(f)
-        except Exception as e:
-            raise PackError(f"{path}: not a valid .npy file ({e})") from None
+        expected = npy_header_bytes(record["dtype"], tuple(record["shape"]))
+        if expected is not None and f.read(len(expected)) == expected:
+            # the header is byte for byte what np.save writes for the recorded dtype and shape
+            shape, fortran, dtype = tuple(record["shape"]), False, np.dtype(record["dtype"])
+        else:
+            f.seek(0)
+            try:
+                shape, fortran, dtype = npy_header(f)
+            except Exception as e:
+                raise PackError(f"{path}: not a valid .npy file ({e})") from None
         if fortran or dtype.hasobject:
             raise PackError(f"{path}: unsupported array layout (Fortran order or object dtype)")
         if dtype.str != record["dtype"] or list(shape) != list(record["shape"]):

@@ -4,28 +4,16 @@ and checksums work unchanged. Subclasses say how rows [a, b) of a stored array a
 from __future__ import annotations
 
 import hashlib
-import io
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ...errors import PackError
+from ..shard import npy_header_bytes
 from . import ArrayPlan, group_path, plan_arrays
 
 ATTACHMENTS = "_files"
-
-
-def npy_header(arr_dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
-    """The bytes np.save writes before the data of such an array (its checksum covers them)."""
-    d = {"descr": np.lib.format.dtype_to_descr(np.dtype(arr_dtype)), "fortran_order": False, "shape": tuple(shape)}
-    buf = io.BytesIO()
-    try:
-        np.lib.format.write_array_header_1_0(buf, d)
-    except ValueError:
-        buf = io.BytesIO()
-        np.lib.format.write_array_header_2_0(buf, d)
-    return buf.getvalue()
 
 
 class ConcatSource:
@@ -83,6 +71,18 @@ class ConcatSource:
             self._rows(group_path(split, name), a, b, out)
         return out
 
+    def whole(self, split: str, name: str, out: np.ndarray) -> np.ndarray:
+        """The split's whole concatenated array `name` into `out` (offsets global), in one read."""
+        p = self.plans(split)[name]
+        out = out.reshape(p.shape)
+        if p.total_rows:
+            self._rows(group_path(split, name), 0, p.total_rows, out)
+        return out
+
+    def map_whole(self, split: str, name: str) -> np.ndarray:
+        p = self.plans(split)[name]
+        return self._map(group_path(split, name), 0, p.total_rows)
+
     def _locate(self, path: Path) -> tuple[str, int, ArrayPlan]:
         split, shard, name = path.parent.parent.name, path.parent.name, path.stem
         try:
@@ -103,7 +103,7 @@ class ConcatSource:
             out -= int(out[0])  # back to the shard's own offsets
         if verify:
             rec = self.manifest["splits"][split]["shards"][k]["files"][f"{name}.npy"]
-            sha = hashlib.sha256(npy_header(p.dtype, out.shape))
+            sha = hashlib.sha256(npy_header_bytes(p.dtype.str, tuple(out.shape)))
             sha.update(np.ascontiguousarray(out).reshape(-1).view(np.uint8))
             if sha.hexdigest() != rec["sha256"]:
                 raise PackError(f"{self.root}: {split}/{self.manifest['splits'][split]['shards'][k]['name']}/{name} "

@@ -42,18 +42,19 @@ def _zarr():
 
 
 class ZarrSource(ConcatSource):
+    """Reads a Zarr pack. Metadata (zarr.json files) is read as JSON and uncompressed chunks straight
+    from their files; zarr-python decodes compressed chunks."""
+
     name = "zarr"
     why_no_map = "cache='mmap' is not offered for Zarr packs: their arrays are stored as separate chunk files; use cache='ram' or 'shm'"
 
     def __init__(self, root: Path):
-        zarr = _zarr()
-        try:
-            self.group = zarr.open_group(str(root), mode="r")
-            raw = self.group.attrs["dataprep_manifest"]
-        except KeyError:
-            raise PackError(f"{root}: a Zarr group without a dataprep manifest (not a finished pack)") from None
-        except Exception as e:  # zarr raises several types for damaged metadata
-            raise PackError(f"{root}: cannot open as a Zarr group ({type(e).__name__}: {e})") from None
+        meta = self._json(root / "zarr.json")
+        if meta.get("node_type") != "group":
+            raise PackError(f"{root}/zarr.json: not a Zarr v3 group")
+        raw = meta.get("attributes", {}).get("dataprep_manifest")
+        if raw is None:
+            raise PackError(f"{root}: a Zarr group without a dataprep manifest (not a finished pack)")
         from ..manifest import check_manifest
 
         try:
@@ -61,43 +62,85 @@ class ZarrSource(ConcatSource):
         except ValueError as e:
             raise PackError(f"{root}: the dataprep_manifest attribute is not JSON ({e})") from None
         super().__init__(root, check_manifest(manifest, root))
-        self._arrays: dict[str, Any] = {}
+        self._metas: dict[str, dict] = {}
+        self._group = None
+
+    @staticmethod
+    def _json(path: Path) -> dict:
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise PackError(f"{path}: missing") from None
+        except (OSError, ValueError) as e:
+            raise PackError(f"{path}: unreadable Zarr metadata ({e})") from None
+
+    def _meta(self, key: str) -> dict:
+        if key not in self._metas:
+            m = self._json(self.root / key / "zarr.json")
+            if m.get("node_type") != "array":
+                raise PackError(f"{self.root / key}: not a Zarr array")
+            self._metas[key] = m
+        return self._metas[key]
+
+    def _array(self, key: str):
+        if self._group is None:
+            zarr = _zarr()
+            try:
+                self._group = zarr.open_group(str(self.root), mode="r")
+            except Exception as e:  # zarr raises several types for damaged metadata
+                raise PackError(f"{self.root}: cannot open as a Zarr group ({type(e).__name__}: {e})") from None
+        return self._group[key]
 
     def _attachment_names(self) -> list[str]:
-        try:
-            return sorted(name for name, _ in self.group[ATTACHMENTS].arrays())
-        except KeyError:
-            return []
+        d = self.root / ATTACHMENTS
+        return sorted(p.name for p in d.iterdir() if (p / "zarr.json").is_file()) if d.is_dir() else []
 
     def _whole(self, key: str) -> np.ndarray:
         return self._array(key)[:]
 
     def _split_attr(self, split: str, key: str):
-        try:
-            return self.group[split].attrs.get(key)
-        except KeyError:
-            return None
+        p = self.root / split / "zarr.json"
+        return self._json(p).get("attributes", {}).get(key) if p.is_file() else None
 
-    def _array(self, key: str):
-        if key not in self._arrays:
-            try:
-                self._arrays[key] = self.group[key]
-            except KeyError:
-                raise PackError(f"{self.root}/{key}: no such array") from None
-        return self._arrays[key]
+    def _chunk_file(self, key: str, i: int, ndim: int) -> Path:
+        return self.root.joinpath(key, "c", str(i), *("0" for _ in range(ndim - 1)))
 
     def _rows(self, key: str, a: int, b: int, out: np.ndarray) -> None:
-        arr = self._array(key)
-        c = arr.chunks[0]
-        tail = "/".join("0" for _ in arr.shape[1:])
+        m = self._meta(key)
+        shape, c = m["shape"], m["chunk_grid"]["configuration"]["chunk_shape"][0]
         for i in range(a // c, (b - 1) // c + 1):
-            f = self.root / key / "c" / str(i) / tail if tail else self.root / key / "c" / str(i)
+            f = self._chunk_file(key, i, len(shape))
             if not f.is_file():
                 raise PackError(f"{f}: missing chunk of {key} (rows {i * c}:{(i + 1) * c}); the pack is damaged")
+        codecs = m.get("codecs", [])
+        raw = (len(codecs) == 1 and codecs[0].get("name") == "bytes"
+               and codecs[0].get("configuration", {}).get("endian", "little") == "little"
+               and m.get("chunk_key_encoding", {}).get("configuration", {}).get("separator", "/") == "/")
+        if raw and out.flags.c_contiguous and np.dtype(m["data_type"]) == out.dtype.newbyteorder("="):
+            self._read_chunks(key, shape, c, a, b, out)
+            return
         try:
-            out[...] = arr[a:b]
+            out[...] = self._array(key)[a:b]
         except Exception as e:
             raise PackError(f"{self.root}/{key}: cannot read rows {a}:{b} ({type(e).__name__}: {e})") from None
+
+    def _read_chunks(self, key: str, shape: list[int], c: int, a: int, b: int, out: np.ndarray) -> None:
+        """Uncompressed chunks hold the rows' bytes as they are: read them straight from their files into
+        `out` (zarr-python's own path copies each chunk through several buffers)."""
+        row = int(np.prod(shape[1:], dtype=np.int64)) * out.dtype.itemsize
+        flat = memoryview(out.reshape(-1).view(np.uint8))
+        for i in range(a // c, (b - 1) // c + 1):
+            lo, hi = max(a, i * c), min(b, (i + 1) * c)
+            f = self._chunk_file(key, i, len(shape))
+            with open(f, "rb", buffering=0) as fh:
+                fh.seek((lo - i * c) * row)
+                want, got = (hi - lo) * row, 0
+                dst = flat[(lo - a) * row : (hi - a) * row]
+                while got < want:
+                    n = fh.readinto(dst[got:])
+                    if not n:
+                        raise PackError(f"{f}: chunk of {key} is shorter than its {c} rows (truncated)")
+                    got += n
 
 
 @dataclass(frozen=True)
@@ -149,7 +192,9 @@ def write_zarr(source, source_path: Path, out: Path, manifest: dict[str, Any], c
             g.attrs["shard_meta"] = [source.shard_meta(split, k) for k in range(len(manifest["splits"][split]["shards"]))]
             for name, p in source.plans(split).items():
                 row = max(1, int(np.prod(p.row_shape, dtype=np.int64)) * p.dtype.itemsize)
-                chunk = max(1, min(max(p.total_rows, 1), CHUNK_BYTES // row))
+                # chunks of about CHUNK_BYTES, sized so the last one is nearly full (edge chunks are stored whole)
+                pieces = max(1, -(-p.total_rows * row // CHUNK_BYTES))
+                chunk = max(1, -(-max(p.total_rows, 1) // pieces))
                 squeeze = compression != "none" and not (name.startswith("images") and name[len("images"):] in jpeg)
                 codec = (ZstdCodec(level=3) if compression == "zstd" else BloscCodec(cname="zstd", clevel=3)) if squeeze else None
                 arr = root.create_array(group_path(split, name), shape=p.shape, dtype=p.dtype, chunks=(chunk, *p.row_shape),
