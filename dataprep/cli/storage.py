@@ -26,9 +26,9 @@ def storage_options(f):
 
 
 @contextlib.contextmanager
-def staged_output(out, fmt: str, compress: str, overwrite: bool, resume: bool = False):
-    """Yield where the npy build goes; for hdf5/zarr convert it to `out` afterwards and remove the staging
-    directory (kept when the build fails, so --resume continues it)."""
+def staged_output(out, fmt: str, compress: str, overwrite: bool, engine=None):
+    """Yield where the npy build goes; for hdf5/zarr convert it to `out` afterwards (Zarr chunk ranges as
+    tasks on `engine`) and remove the staging directory (kept when the build fails, so --resume continues it)."""
     from ..errors import DataprepError, PackExistsError
 
     out = Path(out)
@@ -43,6 +43,6 @@ def staged_output(out, fmt: str, compress: str, overwrite: bool, resume: bool = 
     yield staging
     from ..pack.convert import convert
 
-    r = convert(staging, out, fmt, compress, None, overwrite=True)
+    r = convert(staging, out, fmt, compress, engine, overwrite=True)
     shutil.rmtree(staging)
     click.echo(f"stored as {fmt}{' (' + compress + ')' if compress != 'none' else ''}: {out}, {r['bytes'] / 1e6:.1f} MB")

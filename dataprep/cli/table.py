@@ -60,7 +60,7 @@ def table(src, target, out, task, fmt, sep, header, skip_rows, names, target_fil
                              categorical=_list(categorical), numeric=_list(numeric), dates=_list(dates), drop=_list(drop),
                              val_fraction=val_fraction, split_column=split_column, seed=seed)
     read = {"fmt": fmt, "sep": sep, "header": header, "skip_rows": skip_rows, "names": list(_list(names)) or None}
-    with engine_for(engine, workers, address, scheduler_file) as eng, staged_output(out, store, compress, overwrite) as target_dir:
+    with engine_for(engine, workers, address, scheduler_file) as eng, staged_output(out, store, compress, overwrite, eng) as target_dir:
         r = build_table(list(src), target_dir, settings, read, target_file, overwrite, engine=eng)
     t = r["target"]
     click.echo(f"pack: {out}")

@@ -40,7 +40,7 @@ def tokenize(src, out, tokenizer, train_bpe, split_docs, text_field, eot, eot_id
     settings = TokenizeSettings(split=split_docs, text_field=text_field, eot=eot, eot_id=eot_id, val_fraction=val_fraction,
                                 seed=seed, chunk_bytes=chunk_mb << 20, task_bytes=task_mb << 20, strict=strict)
     files = expand(list(src))
-    with engine_for(engine, workers, address, scheduler_file) as eng, staged_output(out, fmt, compress, overwrite) as target:
+    with engine_for(engine, workers, address, scheduler_file) as eng, staged_output(out, fmt, compress, overwrite, eng) as target:
         r = run(files, target, settings, tokenizer, train_bpe, overwrite, engine=eng)
     click.echo(f"pack: {out}")
     for name, (docs, toks) in r["splits"].items():
