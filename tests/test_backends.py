@@ -228,3 +228,16 @@ def test_damaged_files_are_clear_errors(npy_packs, tmp_path):
         VolumeDataset(tmp_path / "w.zarr")
     r = _run("convert", npy_packs["encoded"], "--to", "parquet", "--out", tmp_path / "q")
     assert r.exit_code == 2 and "parquet" in r.output
+
+
+@pytest.mark.parametrize("kind", ["encoded", "multires", "segmentation", "volumes", "tokens", "table"])
+def test_info_verify_and_plan_on_every_kind_and_backend(npy_packs, tmp_path, kind):
+    convert(npy_packs[kind], tmp_path / "p.zarr", "zarr", "zstd")
+    for pack, backend in ((npy_packs[kind], "npy"), (tmp_path / "p.zarr", "zarr, zstd")):
+        r = _run("info", pack)
+        assert r.exit_code == 0 and f"storage:   {backend}" in r.output, r.output
+        r = _run("verify", pack)
+        assert r.exit_code == 0 and r.output.startswith("ok:"), r.output
+        if kind not in ("tokens", "table"):
+            r = _run("plan", pack, "-b", 4, "-w", 1)
+            assert r.exit_code == 0 and "per batch of 4" in r.output, r.output

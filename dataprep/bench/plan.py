@@ -112,12 +112,25 @@ class MemoryPlan:
 
 def parts_from_pack(pack: str | Path, split: str = "train") -> tuple[list[Part], int, list[str]]:
     """The served sample of a pack (its largest image or volume; its mask; its label as int64), and the
-    split's size in bytes."""
-    from ..data.cache import open_split
+    split's size in bytes. Reads only the manifest and the shapes array, whatever the backend."""
+    from ..data.cache import image_field_key
+    from ..errors import PackError
+    from ..pack.backends import open_source
+    from ..pack.fields import ImageField
 
-    c = open_split(pack, split, cache="mmap", progress=False, kinds=("images", "segmentation", "volumes"))
-    f = c.field
-    shapes = np.asarray(c.arrays[f.keys[2]])
+    source = open_source(pack)
+    try:
+        m = source.manifest
+        if m["kind"] not in ("images", "segmentation", "volumes"):
+            raise PackError(f"{pack}: plan knows image, segmentation and volume packs; this is a {m['kind']!r} pack")
+        if split not in m["splits"]:
+            raise PackError(f"{pack}: no split {split!r}; the pack has {sorted(m['splits'])}")
+        f = ImageField.from_manifest(m["fields"][image_field_key(m, None, Path(pack))], Path(pack))
+        plans = source.plans(split)
+        name = f.name(f.keys[2])
+        shapes = source.global_slice(split, name, 0, plans[name].total_rows) if name in plans else np.zeros((0, 3), np.int32)
+    finally:
+        source.close()
     notes = []
     if f.fixed:
         shape = tuple(f.shape)
@@ -125,11 +138,11 @@ def parts_from_pack(pack: str | Path, split: str = "train") -> tuple[list[Part],
         k = int(np.argmax(shapes.astype(np.int64).prod(axis=1))) if len(shapes) else 0
         shape = tuple(int(v) for v in shapes[k]) if len(shapes) else (0, 0, f.channels or 0)
         notes.append(f"{f.role}s vary in size: planned with the largest, {'x'.join(map(str, shape))}")
-    dtype = f.np_dtype.newbyteorder("=").name
-    parts = [Part(f.role, shape, dtype, "float32")]
-    if c.mask_field is not None:
-        parts.append(Part("mask", shape[:2], c.mask_field.np_dtype.newbyteorder("=").name, "int64"))
-    if "labels" in c.arrays:
+    parts = [Part(f.role, shape, f.np_dtype.newbyteorder("=").name, "float32")]
+    if "mask" in m["fields"]:
+        mask = ImageField.from_manifest(m["fields"]["mask"], Path(pack))
+        parts.append(Part("mask", shape[:2], mask.np_dtype.newbyteorder("=").name, "int64"))
+    if "label" in m["fields"]:
         parts.append(Part("label", (), "int64"))
-    size = sum(f["bytes"] for s in c.manifest["splits"][split]["shards"] for f in s["files"].values())
+    size = sum(f["bytes"] for s in m["splits"][split]["shards"] for f in s["files"].values())
     return parts, size, notes

@@ -22,7 +22,10 @@ def info(pack, as_json, skipped):
     f = m["fields"].get(key)
     click.echo(f"pack:      {pack}")
     click.echo(f"format:    {m['format']} v{m['format_version']} ({m['kind']}), dataprep {m.get('dataprep_version', '?')}")
-    click.echo(f"created:   {m.get('created', '?')} from {m['source']['layout']} {m['source']['root']}")
+    click.echo(f"created:   {m.get('created', '?')} from {m['source'].get('layout', 'files')} "
+               f"{m['source'].get('root', ', '.join(m['source'].get('inputs', m['source'].get('files', []))[:2]))}")
+    st = m.get("storage", {"backend": "npy", "compression": "none"})
+    click.echo(f"storage:   {st['backend']}" + (f", {st['compression']}" if st.get("compression", "none") != "none" else ""))
     s = m["settings"]
     if "image" in s:
         i = s["image"]
@@ -48,14 +51,17 @@ def info(pack, as_json, skipped):
         click.echo(f"masks:     {mask['dtype']} ({how.get('chosen_by', '?')}), pad value {mask.get('pad_value')}, "
                    f"ignore {mask.get('ignore')}, classes {mask.get('num_classes') or 'not declared'}"
                    + (f", label map {how['labels']['name']}" if how.get("labels") else ""))
+    tok = m.get("tokenizer")
+    if tok:
+        click.echo(f"tokens:    {m['fields']['tokens']['dtype']}, vocabulary {tok['vocab_size']:,}, end-of-text id {tok['eot_id']}")
     classes = m.get("classes") or []
-    click.echo(f"classes:   {len(classes)}: {', '.join(classes[:8])}{' ...' if len(classes) > 8 else ''}")
+    if classes:
+        click.echo(f"classes:   {len(classes)}: {', '.join(map(str, classes[:8]))}{' ...' if len(classes) > 8 else ''}")
     for name, sp in m["splits"].items():
         reasons = ", ".join(f"{n} {r}" for r, n in sp.get("skipped_by_reason", {}).items()) or "none"
-        click.echo(
-            f"split {name}: {sp['count']} samples in {len(sp['shards'])} shards, {sp['bytes'] / 1e6:.1f} MB; "
-            f"skipped: {reasons}"
-        )
+        size = sp.get("bytes") or sum(f.get("bytes", 0) for s in sp["shards"] for f in s.get("files", {}).values())
+        extra = f", {sp['tokens']:,} tokens" if "tokens" in sp else ""
+        click.echo(f"split {name}: {sp['count']} samples{extra} in {len(sp['shards'])} shards, {size / 1e6:.1f} MB; skipped: {reasons}")
         if skipped:
             for r in sp.get("skipped", []):
                 click.echo(f"    {r['source']}: {r['reason']}" + (f" ({r['detail']})" if r.get("detail") else ""))

@@ -16,7 +16,7 @@ def _shape(ctx, param, value):
 
 
 @click.command()
-@click.argument("pack", type=click.Path(exists=True, file_okay=False), required=False)
+@click.argument("pack", type=click.Path(exists=True), required=False)
 @click.option("--split", default="train", show_default=True)
 @click.option("--shape", callback=_shape, help="Image shape per sample, e.g. 512x512x3 (instead of a PACK).")
 @click.option("--dtype", default="uint8", show_default=True, help="Image dtype as served.")
