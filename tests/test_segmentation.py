@@ -301,3 +301,34 @@ def test_builds_are_byte_identical_across_workers_and_resume(scenes, tmp_path):
     s = build_segmentation(src, tmp_path / "b", BuildSettings(ImageSettings(**settings), workers=2, shard_size=5, resume=True))
     assert files(tmp_path / "a") == files(tmp_path / "b")
     assert s.splits[0].reused == 2 and s.splits[0].shards == 3
+
+
+def test_multi_resolution_segmentation_packs(scenes, tmp_path):
+    """--sizes: images and masks at every size from one decode, each mask nearest from the full-size one,
+    aligned with its image; the dataset switches resolution with its masks."""
+    from dataprep.data.progressive import ResolutionBatchSampler, Schedule
+
+    build_segmentation(pair_by_stem(*scenes), tmp_path / "p",
+                       BuildSettings(ImageSettings(sizes=(96, 48), resize="center-crop", mode="raw"), workers=2))
+    man = json.loads((tmp_path / "p" / "manifest.json").read_text())
+    assert man["resolutions"] == [48, 96] and {"mask@48", "mask@96", "image@48", "image@96"} <= set(man["fields"])
+    ds = SegmentationDataset(tmp_path / "p", as_numpy=True, keep_resolutions=2)
+    for size in (96, 48):
+        ds.use(size)
+        for i in range(len(ds)):
+            img, msk = ds[i]
+            src = np.asarray(Image.open(scenes[1] / ds.mask_sources[i]))
+            assert img.shape == (size, size, 3) and msk.shape == (size, size)
+            assert set(np.unique(msk).tolist()) <= set(np.unique(src).tolist())
+            inner = _interior(msk, 1)
+            err = np.abs(img.astype(int) - SEG_PALETTE[msk].astype(int)).max(-1)
+            assert (err[inner] <= 12).mean() >= 0.99
+    sampler = ResolutionBatchSampler(len(ds), 4, Schedule.table([48, 96], {0: 48, 1: 96}), shuffle=False)
+    loader = torch.utils.data.DataLoader(SegmentationDataset(tmp_path / "p"), batch_sampler=sampler)
+    x, y = next(iter(loader))
+    assert x.shape == (4, 3, 48, 48) and y.shape == (4, 48, 48)
+    from click.testing import CliRunner
+
+    r = CliRunner().invoke(main, ["plan", str(tmp_path / "p"), "-b", "2", "-w", "1"])
+    assert r.exit_code == 0 and "mask" in r.output and "96x96" in r.output, r.output
+    assert CliRunner().invoke(main, ["verify", str(tmp_path / "p")]).exit_code == 0

@@ -125,7 +125,9 @@ def parts_from_pack(pack: str | Path, split: str = "train") -> tuple[list[Part],
             raise PackError(f"{pack}: plan knows image, segmentation and volume packs; this is a {m['kind']!r} pack")
         if split not in m["splits"]:
             raise PackError(f"{pack}: no split {split!r}; the pack has {sorted(m['splits'])}")
-        f = ImageField.from_manifest(m["fields"][image_field_key(m, None, Path(pack))], Path(pack))
+        key = image_field_key(m, None, Path(pack))
+        f = ImageField.from_manifest(m["fields"][key], Path(pack))
+        mask_spec = m["fields"].get(key.replace("image", "mask", 1))
         plans = source.plans(split)
         name = f.name(f.keys[2])
         shapes = source.global_slice(split, name, 0, plans[name].total_rows) if name in plans else np.zeros((0, 3), np.int32)
@@ -139,8 +141,8 @@ def parts_from_pack(pack: str | Path, split: str = "train") -> tuple[list[Part],
         shape = tuple(int(v) for v in shapes[k]) if len(shapes) else (0, 0, f.channels or 0)
         notes.append(f"{f.role}s vary in size: planned with the largest, {'x'.join(map(str, shape))}")
     parts = [Part(f.role, shape, f.np_dtype.newbyteorder("=").name, "float32")]
-    if "mask" in m["fields"]:
-        mask = ImageField.from_manifest(m["fields"]["mask"], Path(pack))
+    if mask_spec:
+        mask = ImageField.from_manifest(mask_spec, Path(pack))
         parts.append(Part("mask", shape[:2], mask.np_dtype.newbyteorder("=").name, "int64"))
     if "label" in m["fields"]:
         parts.append(Part("label", (), "int64"))

@@ -45,7 +45,7 @@ def info(pack, as_json, skipped):
         click.echo(f"volumes:   {vol['dtype']}, shape {shape}" + (f" ({v.get('resample')})" if v.get("shape") else "")
                    + (f", window {v['window'][0]:g}..{v['window'][1]:g}" if v.get("window") else "")
                    + (f"; labels {m['fields']['label']['dtype']}" if "label" in m["fields"] else "; unlabelled"))
-    mask = m["fields"].get("mask")
+    mask = next((spec for k, spec in m["fields"].items() if k.split("@")[0] == "mask"), None)
     if mask:
         how = m.get("mask", {})
         click.echo(f"masks:     {mask['dtype']} ({how.get('chosen_by', '?')}), pad value {mask.get('pad_value')}, "

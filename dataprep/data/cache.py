@@ -118,7 +118,8 @@ def open_split(pack: str | os.PathLike, split: str, cache: str = "ram", verify: 
         raise PackError(f"{pack}: no split {split!r}; the pack has {sorted(m['splits'])}")
     key = image_field_key(m, resolution, pack)
     img = ImageField.from_manifest(m["fields"][key], pack / MANIFEST)
-    mask = ImageField.from_manifest(m["fields"]["mask"], pack / MANIFEST) if "mask" in m["fields"] else None
+    mask_key = key.replace("image", "mask", 1)  # "mask", or "mask@R" beside "image@R"
+    mask = ImageField.from_manifest(m["fields"][mask_key], pack / MANIFEST) if mask_key in m["fields"] else None
     if mask is not None and mask.role != "mask":
         raise PackError(f"{pack / MANIFEST}: the mask field describes a {mask.role!r}")
     fields = [img] + ([mask] if mask else [])

@@ -22,7 +22,8 @@ class SegmentationDataset(InMemoryImageDataset):
     """A segmentation pack's split, held in RAM (one copy for every worker, as InMemoryImageDataset).
 
     Args:
-        pack, split, decode, as_numpy, verify, cache, progress: as for InMemoryImageDataset.
+        pack, split, decode, as_numpy, verify, cache, progress, resolution, keep_resolutions: as for
+            InMemoryImageDataset (a multi-resolution pack has masks at every size, served with the images).
         transform: a joint transform `(image HWC, mask HW) -> (image, mask)` (see data/joint.py), applied
             before conversion to tensors, so crops and flips keep the two aligned.
 
@@ -34,9 +35,10 @@ class SegmentationDataset(InMemoryImageDataset):
 
     def __init__(self, pack: str | os.PathLike, split: str = "train", decode: str = "cv2",
                  transform: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None,
-                 as_numpy: bool = False, verify: bool = False, cache: str = "ram", progress: bool | None = None):
+                 as_numpy: bool = False, verify: bool = False, cache: str = "ram", progress: bool | None = None,
+                 resolution: int | None = None, keep_resolutions: int = 1):
         self.joint = transform
-        super().__init__(pack, split, decode, None, as_numpy, verify, cache, progress)
+        super().__init__(pack, split, decode, None, as_numpy, verify, cache, progress, resolution, keep_resolutions)
 
     def _switch(self, resolution: int | None) -> None:
         super()._switch(resolution)
@@ -44,7 +46,7 @@ class SegmentationDataset(InMemoryImageDataset):
         self.mask_field = c.mask_field
         self._mask_arrays = c.arrays
         self.mask_sources = Strings(c.arrays["mask_sources"], c.arrays["mask_source_offsets"])
-        spec = c.manifest["fields"]["mask"]
+        spec = c.manifest["fields"][f"mask@{self.resolution}" if c.manifest.get("resolutions") else "mask"]
         self.ignore_index: int | None = spec.get("ignore")
         self.num_classes: int | None = spec.get("num_classes")
 
@@ -68,12 +70,18 @@ class SegmentationDataset(InMemoryImageDataset):
         return torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1), torch.from_numpy(np.ascontiguousarray(msk))
 
     def __getitem__(self, index):
+        if isinstance(index, tuple) and len(index) == 2:  # (resolution, index) from a ResolutionBatchSampler
+            self.use(int(index[0]))
+            index = index[1]
         if isinstance(index, (Sequence, np.ndarray, torch.Tensor)) and not isinstance(index, (str, bytes)):
             if not (isinstance(index, (np.ndarray, torch.Tensor)) and index.ndim == 0):
                 return self.batch(index)
         return self._pair(self._check(index))
 
     def __getitems__(self, indices: Sequence[int]) -> list[tuple[Any, Any]]:
+        if len(indices) and isinstance(indices[0], tuple):
+            self.use(int(indices[0][0]))
+            indices = [i for _, i in indices]
         return [self._pair(self._check(i)) for i in indices]
 
     def batch(self, indices) -> tuple[Any, Any]:

@@ -43,7 +43,7 @@ def verify_pack(pack: str | os.PathLike, decode: bool = False, progress: Callabl
             raise PackError(f"{pack / MANIFEST}: no image, mask or volume field")
         label = m["fields"].get("label")
         ldt, ncls = (np.dtype(label["dtype"]), int(label["num_classes"])) if label else (None, 0)
-        mask_spec = m["fields"].get("mask") or {}
+        mask_spec = next((spec for key, spec in m["fields"].items() if key.split("@")[0] == "mask"), {})
         from .backends import open_source
 
         source = open_source(pack, m)

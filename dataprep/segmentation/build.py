@@ -20,7 +20,7 @@ import numpy as np
 
 from ..build import BuildSummary, build_shards, image_fields, pack_header
 from ..engine import LocalEngine
-from ..errors import DataprepError, ImageDecodeError, SourceError
+from ..errors import ImageDecodeError, SourceError
 from ..images.process import read_source
 from ..pack.fields import ImageField, blob_arrays
 from ..pack.manifest import FORMAT_VERSION, write_manifest
@@ -51,22 +51,29 @@ class PairShardTask:
         return h.hexdigest()
 
 
-def mask_field(mask: MaskSettings, image: ImageSettings) -> ImageField:
-    return ImageField("raw", image.fixed_shape()[:2] + (1,) if image.fixed_shape() else None, 1, dtype=mask.dtype, role="mask")
+def mask_fields(mask: MaskSettings, image: ImageSettings) -> dict[str, ImageField]:
+    """The manifest's mask fields, one per image field ("mask", or "mask@R" beside "image@R")."""
+    out = {}
+    for key, f in image_fields(image).items():
+        shape = f.shape[:2] + (1,) if f.shape else None
+        out[key.replace("image", "mask", 1)] = ImageField("raw", shape, 1, f.suffix, mask.dtype, "mask")
+    return out
 
 
 def process_pair(image_path: str, mask_path: str, image: ImageSettings, mask: MaskSettings):
-    """One pair into what the pack stores: (the image's Processed, the mask HxW in the stored dtype), the
-    mask taken through the geometry planned from the image."""
+    """One pair into what the pack stores at every size (largest first): [(the image's Processed, the mask
+    HxW in the stored dtype)], each mask taken from the full-size mask through that size's geometry,
+    planned from the image."""
     from ..images.process import process_levels
 
     ids = decode_mask(read_source(mask_path), mask_path, mask.labels.colors if mask.labels else None)
-    done = process_levels(image_path, image)[0]
-    geom = done.geometry
-    if ids.shape != geom.source:
+    levels = process_levels(image_path, image)
+    src = levels[0].geometry.source
+    if ids.shape != src:
         raise ImageDecodeError(mask_path, "size mismatch",
-                               f"mask is {ids.shape[1]}x{ids.shape[0]}, image {geom.source[1]}x{geom.source[0]} ({os.path.basename(image_path)})")
-    return done, resize_mask(check_values(ids, mask, mask_path), geom, mask.pad_value)
+                               f"mask is {ids.shape[1]}x{ids.shape[0]}, image {src[1]}x{src[0]} ({os.path.basename(image_path)})")
+    stored = check_values(ids, mask, mask_path)
+    return [(done, resize_mask(stored, done.geometry, mask.pad_value)) for done in levels]
 
 
 def build_pair_shard(task: PairShardTask) -> dict[str, Any]:
@@ -75,34 +82,37 @@ def build_pair_shard(task: PairShardTask) -> dict[str, Any]:
         rec = reusable_shard(Path(task.split_dir), task.index, fp)
         if rec is not None:
             return {"name": shard_name(task.index), "files": rec["files"], **{k: rec[k] for k in _META}, "reused": True}
-    img_field = next(iter(image_fields(task.image).values()))
-    msk_field = mask_field(task.mask, task.image)
-    images, shapes, masks, mshapes, sources, msources, skipped = [], [], [], [], [], [], []
+    img_fields = list(image_fields(task.image).values())
+    msk_fields = list(mask_fields(task.mask, task.image).values())
+    images, shapes, masks, mshapes = ([[] for _ in img_fields] for _ in range(4))
+    sources, msources, skipped = [], [], []
     kept = source_bytes = 0
     for rel, mrel in zip(task.images, task.masks):
         ipath, mpath = os.path.join(task.image_root, rel), os.path.join(task.mask_root, mrel)
         try:
-            done, m = process_pair(ipath, mpath, task.image, task.mask)
+            levels = process_pair(ipath, mpath, task.image, task.mask)
         except ImageDecodeError as e:
             if task.strict:
                 raise
             skipped.append({"source": rel, "reason": e.reason, "detail": f"{os.path.basename(e.path)}: {e.detail}" if e.detail else os.path.basename(e.path)})
             continue
-        images.append(done.data)
-        shapes.append(done.shape)
-        masks.append(m[:, :, None])  # (H, W, 1): the field's shapes are three ints, as for images
-        mshapes.append((m.shape[0], m.shape[1], 1))
+        for k, (done, m) in enumerate(levels):
+            images[k].append(done.data)
+            shapes[k].append(done.shape)
+            masks[k].append(m[:, :, None])  # (H, W, 1): the field's shapes are three ints, as for images
+            mshapes[k].append((m.shape[0], m.shape[1], 1))
         sources.append(np.frombuffer(rel.encode("utf-8", "surrogateescape"), np.uint8))
         msources.append(np.frombuffer(mrel.encode("utf-8", "surrogateescape"), np.uint8))
-        kept += done.kept
-        source_bytes += done.source_bytes
-    arrays = {
-        **img_field.shard_arrays(images, shapes),
-        **msk_field.shard_arrays(masks, mshapes),
-        **blob_arrays(sources, "sources", "source_offsets"),
-        **blob_arrays(msources, "mask_sources", "mask_source_offsets"),
-    }
-    meta = {"count": len(images), "skipped": skipped, "kept_jpeg": kept, "source_bytes": source_bytes}
+        kept += levels[0][0].kept
+        source_bytes += levels[0][0].source_bytes
+    arrays = {}
+    for k, (fi, fm) in enumerate(zip(img_fields, msk_fields)):
+        arrays.update(fi.shard_arrays(images[k], shapes[k]))
+        arrays.update(fm.shard_arrays(masks[k], mshapes[k]))
+    arrays.update({**blob_arrays(sources, "sources", "source_offsets"),
+                   **blob_arrays(msources, "mask_sources", "mask_source_offsets")})
+    n = len(sources)
+    meta = {"count": n, "skipped": skipped, "kept_jpeg": kept, "source_bytes": source_bytes}
     files = write_shard(Path(task.split_dir), task.index, arrays, {"fingerprint": fp, **meta})
     return {"name": shard_name(task.index), "files": files, **meta, "reused": False}
 
@@ -164,8 +174,6 @@ def build_segmentation(
 ) -> BuildSummary:
     """Build a segmentation pack from image/mask pairs; `mask_dtype` ("uint8"/"uint16") overrides the choice."""
     out = Path(out)
-    if settings.image.multires:
-        raise DataprepError("segmentation packs are built at one size: pass --size, not --sizes")
     unpaired = [u for s in source.splits for u in s.unpaired]
     if settings.strict and unpaired:
         u = unpaired[0]
@@ -185,16 +193,16 @@ def build_segmentation(
                              tuple(split.masks[start:stop]), settings.image, mask, settings.strict, settings.resume)
 
     summaries, entries, seconds = build_shards(out, settings, splits, make_task, build_pair_shard, progress, engine)
-    img = next(iter(image_fields(settings.image).values()))
+    extra = {"pad_value": pad, "ignore": labels.ignore if labels else None, "num_classes": num_classes}
     write_manifest(out, {
         **pack_header("segmentation", settings, {"layout": source.layout, "root": str(source.root.resolve()),
                                                  "mask_root": str(source.mask_root.resolve())}, seconds),
         "mask": {**mask.to_dict(), **how},
         "classes": list(labels.classes) if labels is not None and labels.classes else None,
+        **({"resolutions": sorted(settings.image.all_sizes)} if settings.image.multires else {}),
         "fields": {
-            "image": img.to_manifest(),
-            "mask": {**mask_field(mask, settings.image).to_manifest(), "pad_value": pad, "ignore": labels.ignore if labels else None,
-                     "num_classes": num_classes},
+            **{k: f.to_manifest() for k, f in image_fields(settings.image).items()},
+            **{k: {**f.to_manifest(), **extra} for k, f in mask_fields(mask, settings.image).items()},
             "source": {"encoding": "utf-8", "relative_to": "source.root", "arrays": ["sources", "source_offsets"]},
             "mask_source": {"encoding": "utf-8", "relative_to": "source.mask_root", "arrays": ["mask_sources", "mask_source_offsets"]},
         },
