@@ -113,7 +113,7 @@ class MemoryPlan:
 def parts_from_pack(pack: str | Path, split: str = "train") -> tuple[list[Part], int, list[str]]:
     """The served sample of a pack (its largest image or volume; its mask; its label as int64), and the
     split's size in bytes. Reads only the manifest and the shapes array, whatever the backend."""
-    from ..data.cache import image_field_key
+    from ..data.cache import image_field_key, mask_key_of
     from ..errors import PackError
     from ..pack.backends import open_source
     from ..pack.fields import ImageField
@@ -127,7 +127,7 @@ def parts_from_pack(pack: str | Path, split: str = "train") -> tuple[list[Part],
             raise PackError(f"{pack}: no split {split!r}; the pack has {sorted(m['splits'])}")
         key = image_field_key(m, None, Path(pack))
         f = ImageField.from_manifest(m["fields"][key], Path(pack))
-        mask_spec = m["fields"].get(key.replace("image", "mask", 1))
+        mask_spec = m["fields"].get(mask_key_of(key))
         plans = source.plans(split)
         name = f.name(f.keys[2])
         shapes = source.global_slice(split, name, 0, plans[name].total_rows) if name in plans else np.zeros((0, 3), np.int32)

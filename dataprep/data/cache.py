@@ -104,6 +104,11 @@ def image_field_key(m: dict[str, Any], resolution: int | None, where: Path) -> s
     return f"{base}@{resolution}"
 
 
+def mask_key_of(key: str) -> str | None:
+    """The mask field beside an image field: "mask" for "image", "mask@R" for "image@R"."""
+    return "mask" + key[len("image"):] if key.split("@")[0] == "image" else None
+
+
 def open_split(pack: str | os.PathLike, split: str, cache: str = "ram", verify: bool = False,
                progress: bool | None = None, resolution: int | None = None, kinds: tuple[str, ...] = ("images",)) -> CachedSplit:
     """Bring a split of a pack whose kind is one of `kinds` (at one resolution) into memory according to
@@ -118,7 +123,7 @@ def open_split(pack: str | os.PathLike, split: str, cache: str = "ram", verify: 
         raise PackError(f"{pack}: no split {split!r}; the pack has {sorted(m['splits'])}")
     key = image_field_key(m, resolution, pack)
     img = ImageField.from_manifest(m["fields"][key], pack / MANIFEST)
-    mask_key = key.replace("image", "mask", 1)  # "mask", or "mask@R" beside "image@R"
+    mask_key = mask_key_of(key)
     mask = ImageField.from_manifest(m["fields"][mask_key], pack / MANIFEST) if mask_key in m["fields"] else None
     if mask is not None and mask.role != "mask":
         raise PackError(f"{pack / MANIFEST}: the mask field describes a {mask.role!r}")
