@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -27,6 +27,15 @@ from .pack.manifest import FORMAT_VERSION, MANIFEST, is_pack, write_manifest
 from .pack.shard import remove_temporaries, reusable_shard, shard_name, write_shard
 from .settings import BuildSettings, ImageSettings
 from .sources import Source
+
+
+def task_fingerprint(head: list, rows: Iterable[tuple]) -> str:
+    """The digest a shard task's output depends on: the format version and `head` (settings, shard
+    number), then each input row (paths, labels) in order. Every shard kind's resume check uses it."""
+    h = hashlib.sha256(json.dumps([FORMAT_VERSION, *head]).encode())
+    for row in rows:
+        h.update(b"\0".join(str(x).encode("utf-8", "surrogateescape") for x in row) + b"\n")
+    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -45,11 +54,8 @@ class ShardTask:
 
     def fingerprint(self) -> str:
         """A digest of everything the shard's bytes depend on (its inputs, their order, the settings)."""
-        h = hashlib.sha256()
-        h.update(json.dumps([FORMAT_VERSION, self.index, self.image.to_dict(), self.label_dtype, self.strict]).encode())
-        for rel, label in zip(self.paths, self.labels.tolist()):
-            h.update(rel.encode("utf-8", "surrogateescape") + b"\0" + str(label).encode() + b"\n")
-        return h.hexdigest()
+        return task_fingerprint([self.index, self.image.to_dict(), self.label_dtype, self.strict],
+                                zip(self.paths, self.labels.tolist()))
 
 
 _META = ("count", "skipped", "kept_jpeg", "source_bytes")

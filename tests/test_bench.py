@@ -41,12 +41,12 @@ def check_outputs(out, paths):
 def test_quick_bench_on_the_corpus_pack(tmp_path):
     r = cli("build", "imagenet", corpus_dir("images"), "--size", "256", "--out", tmp_path / "p", "-j", "2")
     assert r.exit_code == 0
-    t0 = time.time()
     r = cli("bench", tmp_path / "p", "--quick", "--out", tmp_path / "b")
     assert r.exit_code == 0, r.output
-    assert time.time() - t0 < 90
-    check_outputs(tmp_path / "b", ["cv2", "pil"])
-    assert "decode-bound" in r.output or "worker-starved" in r.output
+    rep = check_outputs(tmp_path / "b", ["cv2", "pil"])
+    # which bound it names depends on the machine's load at the time: the printed verdict must be the measured one
+    for path in ("cv2", "pil"):
+        assert f": {rep['verdicts'][path]['bound']}. Use" in r.output
 
 
 def test_bench_of_a_decoded_pack(index_tree, tmp_path):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from typing import Any, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import torch

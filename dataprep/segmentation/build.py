@@ -9,8 +9,6 @@ the build under `strict`.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +16,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..build import BuildSummary, build_shards, image_fields, pack_header
+from ..build import BuildSummary, build_shards, image_fields, pack_header, task_fingerprint
 from ..engine import LocalEngine
 from ..errors import ImageDecodeError, SourceError
 from ..images.process import read_source
 from ..pack.fields import ImageField, blob_arrays
-from ..pack.manifest import FORMAT_VERSION, write_manifest
+from ..pack.manifest import write_manifest
 from ..pack.shard import reusable_shard, shard_name, write_shard
 from ..settings import BuildSettings, ImageSettings
 from .masks import LabelMap, MaskSettings, check_values, decode_mask, resize_mask
@@ -44,11 +42,8 @@ class PairShardTask:
     resume: bool = False
 
     def fingerprint(self) -> str:
-        h = hashlib.sha256()
-        h.update(json.dumps([FORMAT_VERSION, "segmentation", self.index, self.image.to_dict(), self.mask.to_dict(), self.strict]).encode())
-        for img, msk in zip(self.images, self.masks):
-            h.update(img.encode("utf-8", "surrogateescape") + b"\0" + msk.encode("utf-8", "surrogateescape") + b"\n")
-        return h.hexdigest()
+        return task_fingerprint(["segmentation", self.index, self.image.to_dict(), self.mask.to_dict(), self.strict],
+                                zip(self.images, self.masks))
 
 
 def mask_fields(mask: MaskSettings, image: ImageSettings) -> dict[str, ImageField]:

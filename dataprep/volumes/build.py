@@ -5,8 +5,6 @@ shape is given), labels when the source has class folders, source paths; in shar
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,10 +12,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..build import BuildSummary, build_shards, pack_header
+from ..build import BuildSummary, build_shards, pack_header, task_fingerprint
 from ..errors import DataprepError, ImageDecodeError
 from ..pack.fields import ImageField, blob_arrays, label_dtype
-from ..pack.manifest import FORMAT_VERSION, write_manifest
+from ..pack.manifest import write_manifest
 from ..pack.shard import reusable_shard, shard_name, write_shard
 from ..sources import Source
 from .read import read_volume, to_stored
@@ -67,11 +65,8 @@ class VolumeShardTask:
     resume: bool = False
 
     def fingerprint(self) -> str:
-        h = hashlib.sha256()
-        h.update(json.dumps([FORMAT_VERSION, "volumes", self.index, self.volume.to_dict(), self.label_dtype, self.strict]).encode())
-        for rel, label in zip(self.paths, self.labels.tolist()):
-            h.update(rel.encode("utf-8", "surrogateescape") + b"\0" + str(label).encode() + b"\n")
-        return h.hexdigest()
+        return task_fingerprint(["volumes", self.index, self.volume.to_dict(), self.label_dtype, self.strict],
+                                zip(self.paths, self.labels.tolist()))
 
 
 def process_volume(path: str, settings: VolumeSettings) -> np.ndarray:
