@@ -59,6 +59,13 @@ def npy_packs(tmp_path_factory, index_tree) -> dict[str, Path]:
     packs["volumes"] = base / "volumes"
     build_volumes(scan_files(base / "vol_src", "train", VOLUME_EXTENSIONS), packs["volumes"],
                   BuildSettings(ImageSettings(), workers=1, shard_size=2), VolumeSettings())
+    (base / "vol_masks" / "a").mkdir(parents=True)
+    (base / "vol_masks" / "b").mkdir()
+    for k in range(5):
+        np.save(base / "vol_masks" / "ab"[k % 2] / f"{k}.npy", rng.integers(0, 4, (3 + k, 6, 7), dtype=np.uint8))
+    packs["volume_masks"] = base / "volume_masks"
+    build_volumes(scan_files(base / "vol_src", "train", VOLUME_EXTENSIONS), packs["volume_masks"],
+                  BuildSettings(ImageSettings(), workers=1, shard_size=2), VolumeSettings(shape=(4, 5, 6)), masks=base / "vol_masks")
     text = base / "text"
     text.mkdir()
     for k in range(3):
@@ -96,7 +103,7 @@ def _samples(kind: str, pack: Path, cache: str = "ram") -> list:
         elif kind == "segmentation":
             ds = SegmentationDataset(pack, split, cache=cache, as_numpy=True)
             out += [(*ds[i], ds.mask_sources[i]) for i in range(len(ds))]
-        elif kind == "volumes":
+        elif kind in ("volumes", "volume_masks"):
             ds = VolumeDataset(pack, split, cache=cache, as_numpy=True)
             out += [ds[i] for i in range(len(ds))]
         elif kind == "tokens":
@@ -118,7 +125,7 @@ def _same(a, b) -> bool:
     return a == b
 
 
-@pytest.mark.parametrize("kind", ["encoded", "multires", "segmentation", "volumes", "tokens", "table"])
+@pytest.mark.parametrize("kind", ["encoded", "multires", "segmentation", "volumes", "volume_masks", "tokens", "table"])
 @pytest.mark.parametrize("fmt,compress", VARIANTS)
 def test_every_backend_holds_the_same_arrays_and_serves_the_same_samples(npy_packs, tmp_path, kind, fmt, compress):
     src = npy_packs[kind]
@@ -129,7 +136,7 @@ def test_every_backend_holds_the_same_arrays_and_serves_the_same_samples(npy_pac
     assert verify_pack(out).ok
     want = _samples(kind, src)
     assert _same(_samples(kind, out), want)
-    if kind in ("encoded", "segmentation", "volumes"):
+    if kind in ("encoded", "segmentation", "volumes", "volume_masks"):
         assert _same(_samples(kind, out, "shm"), want)
     mappable = fmt == "hdf5" and compress == "none"
     if mappable:
@@ -146,7 +153,7 @@ def _same_tree(a: Path, b: Path) -> None:
     assert not mismatch, mismatch[:5]
 
 
-@pytest.mark.parametrize("kind", ["encoded", "segmentation", "tokens"])
+@pytest.mark.parametrize("kind", ["encoded", "segmentation", "volume_masks", "tokens"])
 def test_npy_to_hdf5_to_zarr_to_npy_round_trips_exactly(npy_packs, tmp_path, kind):
     src = npy_packs[kind]
     convert(src, tmp_path / "a.h5", "hdf5")
@@ -230,7 +237,7 @@ def test_damaged_files_are_clear_errors(npy_packs, tmp_path):
     assert r.exit_code == 2 and "parquet" in r.output
 
 
-@pytest.mark.parametrize("kind", ["encoded", "multires", "segmentation", "volumes", "tokens", "table"])
+@pytest.mark.parametrize("kind", ["encoded", "multires", "segmentation", "volumes", "volume_masks", "tokens", "table"])
 def test_info_verify_and_plan_on_every_kind_and_backend(npy_packs, tmp_path, kind):
     convert(npy_packs[kind], tmp_path / "p.zarr", "zarr", "zstd")
     for pack, backend in ((npy_packs[kind], "npy"), (tmp_path / "p.zarr", "zarr, zstd")):

@@ -162,3 +162,66 @@ def test_unlabelled_volumes_and_the_cli(tmp_path):
     assert r.exit_code == 0 and "volume" in r.output and "3x4x5 uint16" in r.output.replace("  ", " ")
     r = CliRunner().invoke(main, ["build", "volumes", str(tmp_path), "--out", str(tmp_path / "q"), "--shape", "1,2"])
     assert r.exit_code == 2 and "D,H,W" in r.output
+
+
+def _scan_pairs(root: Path) -> tuple[Path, Path]:
+    """Scans whose intensity is 1000 x their label, and the label volumes (a label above 255 among them)."""
+    rng = np.random.default_rng(5)
+    for cls in ("a", "b"):
+        (root / "scans" / cls).mkdir(parents=True)
+        (root / "labels" / cls).mkdir(parents=True)
+    ids = np.array([0, 2, 5, 300], np.uint16)
+    for k in range(5):
+        cls = "ab"[k % 2]
+        lab = np.zeros((8 + k, 24, 20), np.uint16)
+        for _ in range(4):  # boxes of random classes
+            z, y, x = (int(rng.integers(0, n - 3)) for n in lab.shape)
+            lab[z : z + 6, y : y + 12, x : x + 10] = ids[int(rng.integers(0, 4))]
+        np.save(root / "scans" / cls / f"s{k}.npy", (lab.astype(np.int32) * 100).astype(np.uint16))
+        np.save(root / "labels" / cls / f"s{k}.npy", lab)
+    np.save(root / "scans" / "a" / "orphan.npy", np.zeros((4, 4, 4), np.uint16))  # no label volume
+    np.save(root / "scans" / "b" / "odd.npy", np.zeros((4, 4, 4), np.uint16))
+    np.save(root / "labels" / "b" / "odd.npy", np.zeros((4, 4, 5), np.uint8))  # another shape
+    return root / "scans", root / "labels"
+
+
+def test_label_volumes_stay_aligned_and_keep_their_values(tmp_path):
+    scans, labels = _scan_pairs(tmp_path)
+    s = build_volumes(scan_files(scans, "train", VOLUME_EXTENSIONS), tmp_path / "p", BuildSettings(ImageSettings(), workers=2),
+                      VolumeSettings(shape=(6, 16, 16)), masks=labels)
+    assert s.splits[0].written == 5 and s.splits[0].skipped == {"no mask": 1, "size mismatch": 1}
+    m = json.loads((tmp_path / "p" / "manifest.json").read_text())
+    assert m["fields"]["volume_mask"]["dtype"] == "<u2"  # a label of 300 was found
+    ds = VolumeDataset(tmp_path / "p", as_numpy=True)
+    for i in range(len(ds)):
+        vol, mask, label = ds[i]
+        src = np.load(labels / ds.sources[i])
+        assert mask.shape == vol.shape == (6, 16, 16) and mask.dtype == np.uint16
+        assert label == ds.classes.index(ds.sources[i].split("/")[0])
+        idx = [((2 * np.arange(n) + 1) * s_) // (2 * n) for n, s_ in zip(mask.shape, src.shape)]
+        assert np.array_equal(mask, src[np.ix_(*idx)])  # nearest by voxel centres, values never blended
+        # alignment: where the source labels under an output voxel's averaging window are one class, the
+        # averaged scan there is exactly 100 x the nearest-sampled label
+        checked = 0
+        for z, y, x in np.ndindex(*mask.shape):
+            win = src[tuple(slice(i * n // o, -(-(i + 1) * n // o)) for i, n, o in zip((z, y, x), src.shape, mask.shape))]
+            if (win == win.flat[0]).all():
+                assert mask[z, y, x] == win.flat[0] and abs(int(vol[z, y, x]) - 100 * int(win.flat[0])) <= 1
+                checked += 1
+        assert checked > mask.size // 2
+    torch.manual_seed(0)
+    t = VolumeDataset(tmp_path / "p", transform=lambda v, m: RandomFlip3d(p=1.0)(*RandomCrop3d((4, 8, 8))(v, m)), as_numpy=True)
+    v, mk, _ = t[0]
+    assert v.shape == mk.shape == (4, 8, 8) and np.all((v.astype(int) - mk.astype(int) * 100) ** 2 < 200 ** 2)
+    with Loader(VolumeDataset(tmp_path / "p"), batch_size=2, num_workers=2) as loader:
+        batches = list(loader)
+    assert [tuple(b[1].shape) for b in batches][0] == (2, 6, 16, 16) and sum(len(b[0]) for b in batches) == 5
+    assert torch.equal(batches[0][1][1], torch.from_numpy(ds[1][1]))
+    from click.testing import CliRunner
+
+    from dataprep.cli import main
+
+    r = CliRunner().invoke(main, ["plan", str(tmp_path / "p"), "-b", "2", "-w", "1"])
+    assert r.exit_code == 0 and "6x16x16 uint16" in " ".join(r.output.split()), r.output
+    r = CliRunner().invoke(main, ["build", "volumes", str(scans), "--masks", str(labels), "--out", str(tmp_path / "s"), "--strict"])
+    assert r.exit_code == 1 and "no mask" in r.output

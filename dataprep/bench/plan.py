@@ -143,7 +143,7 @@ def parts_from_pack(pack: str | Path, split: str = "train") -> tuple[list[Part],
     parts = [Part(f.role, shape, f.np_dtype.newbyteorder("=").name, "float32")]
     if mask_spec:
         mask = ImageField.from_manifest(mask_spec, Path(pack))
-        parts.append(Part("mask", shape[:2], mask.np_dtype.newbyteorder("=").name, "int64"))
+        parts.append(Part("mask", shape if f.role == "volume" else shape[:2], mask.np_dtype.newbyteorder("=").name, "int64"))
     if "label" in m["fields"]:
         parts.append(Part("label", (), "int64"))
     size = sum(f["bytes"] for s in m["splits"][split]["shards"] for f in s["files"].values())

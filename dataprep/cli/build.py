@@ -211,6 +211,11 @@ def _dhw(ctx, param, value):
 @click.option("--depth", type=click.Choice(["8", "16"]), default="16", show_default=True, help="Bits per voxel stored.")
 @click.option("--window", callback=_window, default=None,
               help="LO,HI source values mapped linearly onto the stored range (needed for float and negative values).")
+@click.option("--masks", type=click.Path(file_okay=False), default=None,
+              help="Label volumes, paired by relative path and stem (MASKS/a/x.npy for SRC/a/x.tif); stored beside the "
+                   "volumes, resampled nearest.")
+@click.option("--mask-dtype", type=click.Choice(["auto", "uint8", "uint16"]), default="auto", show_default=True,
+              help="auto: uint8 unless a label above 255 occurs.")
 @click.option("--split", default="train", show_default=True, help="Name of the split to write.")
 @click.option("--workers", "-j", type=click.IntRange(1), default=None, help="Processes [default: all cores].")
 @click.option("--limit", type=click.IntRange(1), default=None, help="Build only N volumes.")
@@ -223,8 +228,8 @@ def _dhw(ctx, param, value):
 @profile_option
 @engine_options
 @storage_options
-def volumes(src, out, shape, resample, depth, window, split, workers, limit, shard_size, strict, overwrite, resume, progress,
-            engine, address, scheduler_file, fmt, compress):
+def volumes(src, out, shape, resample, depth, window, masks, mask_dtype, split, workers, limit, shard_size, strict, overwrite,
+            resume, progress, engine, address, scheduler_file, fmt, compress):
     """Pack 3-D volumes: SRC/<class>/**/*.npy|*.tif (labelled) or SRC/**/*.npy|*.tif (unlabelled); .npy
     arrays and multi-page TIFF stacks, stored as uint16 (or uint8) with their shapes."""
     import functools
@@ -239,5 +244,5 @@ def volumes(src, out, shape, resample, depth, window, split, workers, limit, sha
 
     settings = BuildSettings(ImageSettings(), workers=workers or os.cpu_count() or 1, limit=limit, shard_size=shard_size,
                              strict=strict, overwrite=overwrite, resume=resume)
-    run_build(source, out, progress, functools.partial(build_volumes, volume=vs), settings, engine, address, scheduler_file,
-              fmt, compress)
+    fn = functools.partial(build_volumes, volume=vs, masks=masks, mask_dtype=None if mask_dtype == "auto" else mask_dtype)
+    run_build(source, out, progress, fn, settings, engine, address, scheduler_file, fmt, compress)

@@ -45,6 +45,9 @@ def info(pack, as_json, skipped):
         click.echo(f"volumes:   {vol['dtype']}, shape {shape}" + (f" ({v.get('resample')})" if v.get("shape") else "")
                    + (f", window {v['window'][0]:g}..{v['window'][1]:g}" if v.get("window") else "")
                    + (f"; labels {m['fields']['label']['dtype']}" if "label" in m["fields"] else "; unlabelled"))
+    vmask = m["fields"].get("volume_mask")
+    if vmask:
+        click.echo(f"labels:    label volumes {vmask['dtype']}, resampled nearest")
     mask = next((spec for k, spec in m["fields"].items() if k.split("@")[0] == "mask"), None)
     if mask:
         how = m.get("mask", {})

@@ -105,8 +105,10 @@ def image_field_key(m: dict[str, Any], resolution: int | None, where: Path) -> s
 
 
 def mask_key_of(key: str) -> str | None:
-    """The mask field beside an image field: "mask" for "image", "mask@R" for "image@R"."""
-    return "mask" + key[len("image"):] if key.split("@")[0] == "image" else None
+    """The mask field beside a served field: "mask" for "image", "mask@R" for "image@R", "volume_mask"
+    for "volume"."""
+    base = key.split("@")[0]
+    return "mask" + key[len("image"):] if base == "image" else ("volume_mask" if base == "volume" else None)
 
 
 def open_split(pack: str | os.PathLike, split: str, cache: str = "ram", verify: bool = False,
@@ -125,7 +127,7 @@ def open_split(pack: str | os.PathLike, split: str, cache: str = "ram", verify: 
     img = ImageField.from_manifest(m["fields"][key], pack / MANIFEST)
     mask_key = mask_key_of(key)
     mask = ImageField.from_manifest(m["fields"][mask_key], pack / MANIFEST) if mask_key in m["fields"] else None
-    if mask is not None and mask.role != "mask":
+    if mask is not None and mask.role != ("volume_mask" if img.role == "volume" else "mask"):
         raise PackError(f"{pack / MANIFEST}: the mask field describes a {mask.role!r}")
     fields = [img] + ([mask] if mask else [])
     plan = layout(pack, split, m, fields)
@@ -149,14 +151,15 @@ def open_split(pack: str | os.PathLike, split: str, cache: str = "ram", verify: 
         a.setflags(write=False)  # the cache is shared: nobody may scribble on it
     n = len(arrays[img.keys[2]])
     entry = m["splits"][split]
-    if n != entry["count"] or (mask and len(arrays["mask_shapes"]) != n) or ("labels" in arrays and len(arrays["labels"]) != n):
+    if n != entry["count"] or (mask and len(arrays[mask.keys[2]]) != n) or ("labels" in arrays and len(arrays["labels"]) != n):
         raise PackError(f"{pack / split}: manifest counts {entry['count']} samples, shards hold {n}")
     if "labels" in arrays:
         ncls = int(m["fields"]["label"]["num_classes"])
         if n and int(arrays["labels"].max()) >= ncls:
             raise PackError(f"{pack / split}: a label is {int(arrays['labels'].max())}, but the pack has {ncls} classes")
-    if mask and n and not np.array_equal(np.asarray(arrays["mask_shapes"])[:, :2], np.asarray(arrays["shapes"])[:, :2]):
-        raise PackError(f"{pack / split}: masks and images differ in size")
+    axes = 3 if img.role == "volume" else 2  # (H, W) of images; (D, H, W) of volumes
+    if mask and n and not np.array_equal(np.asarray(arrays[mask.keys[2]])[:, :axes], np.asarray(arrays[img.keys[2]])[:, :axes]):
+        raise PackError(f"{pack / split}: masks and {img.role}s differ in size")
     return CachedSplit(m, img, arrays, Strings(arrays["sources"], arrays["source_offsets"]), segment, mask)
 
 

@@ -23,8 +23,11 @@ class VolumeDataset(Dataset):
         transform: called on each volume (a (D, H, W) numpy array; see `RandomCrop3d`, `RandomFlip3d`).
         as_numpy: return numpy arrays instead of tensors.
 
-    `dataset[i]` gives `(volume, label)` when the pack has labels (class folders), else the volume;
-    volumes are uint8 or uint16 (D, H, W). Convert to float on the GPU.
+    `dataset[i]` gives the volume, then its label volume when the pack has them (`--masks`), then its
+    label when the pack has class folders: `volume`, `(volume, mask)`, `(volume, label)` or
+    `(volume, mask, label)`. Volumes are uint8 or uint16 (D, H, W); label volumes uint8 or uint16, never
+    interpolated. With label volumes, `transform(volume, mask)` is called jointly (RandomCrop3d and
+    RandomFlip3d take both). Convert to float on the GPU.
     """
 
     def __init__(self, pack: str | os.PathLike, split: str = "train", transform: Callable[[np.ndarray], np.ndarray] | None = None,
@@ -40,6 +43,7 @@ class VolumeDataset(Dataset):
             raise PackError(f"{self.pack}/manifest.json: malformed ({type(e).__name__}: {e})") from None
         self._store = c  # keeps a shared-memory segment attached
         self.field = c.field
+        self.mask_field = c.mask_field
         self._arrays = c.arrays
         self._labels = c.arrays.get("labels")
         self.sources = c.sources
@@ -74,6 +78,12 @@ class VolumeDataset(Dataset):
         """Volume i, (D, H, W), a private copy."""
         return np.array(self.field.sample(self._arrays, i), self.dtype)
 
+    def mask(self, i: int) -> np.ndarray:
+        """Volume i's label volume, (D, H, W), a private copy."""
+        if self.mask_field is None:
+            raise DataprepError(f"{self.pack}: the pack has no label volumes (build with --masks)")
+        return np.array(self.mask_field.sample(self._arrays, i), self.mask_field.np_dtype.newbyteorder("="))
+
     def _check(self, i) -> int:
         n = len(self)
         i = int(i)
@@ -83,11 +93,14 @@ class VolumeDataset(Dataset):
 
     def __getitem__(self, index):
         i = self._check(index)
-        v = self.volume(i)
+        out = [self.volume(i)] + ([self.mask(i)] if self.mask_field is not None else [])
         if self.transform is not None:
-            v = self.transform(v)
-        v = np.ascontiguousarray(v) if self.as_numpy else torch.from_numpy(np.ascontiguousarray(v))
-        return (v, int(self._labels[i])) if self._labels is not None else v
+            t = self.transform(*out)
+            out = list(t) if isinstance(t, tuple) else [t]
+        out = [np.ascontiguousarray(a) if self.as_numpy else torch.from_numpy(np.ascontiguousarray(a)) for a in out]
+        if self._labels is not None:
+            out.append(int(self._labels[i]))
+        return out[0] if len(out) == 1 else tuple(out)
 
     # -- the batch-fetch protocol of the fast Loader ---------------------------------------------
     def batch_layout(self, crop: tuple[int, int, int] | None = None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -100,6 +113,8 @@ class VolumeDataset(Dataset):
                 raise DataprepError(f"{self.pack}/{self.split}: volumes have {len(shapes)} shapes; pass crop=(D, H, W)")
             shape = shapes.pop()
         out = {"volumes": (shape, self.dtype)}
+        if self.mask_field is not None:
+            out["masks"] = (shape, self.mask_field.np_dtype.newbyteorder("="))
         if self._labels is not None:
             out["labels"] = ((), np.dtype(np.int64))
         return out
@@ -110,12 +125,14 @@ class VolumeDataset(Dataset):
         vols, n = out["volumes"], len(idx)
         if "labels" in out:
             out["labels"][:n] = self._labels[idx]
-        data = self._arrays["volumes"]
-        if self.field.fixed and vols.shape[1:] == data.shape[1:]:
-            take_rows(data, idx, vols[:n])
-            return
-        for k, i in enumerate(idx):
-            _center_into(self.field.sample(self._arrays, int(i)), vols[k])
+        pairs = [(self.field, vols)] + ([(self.mask_field, out["masks"])] if self.mask_field is not None else [])
+        for field, dst in pairs:
+            data = self._arrays[field.keys[0]]
+            if field.fixed and dst.shape[1:] == data.shape[1:]:
+                take_rows(data, idx, dst[:n])
+                continue
+            for k, i in enumerate(idx):
+                _center_into(field.sample(self._arrays, int(i)), dst[k])
 
 
 def _center_into(src: np.ndarray, out: np.ndarray) -> None:

@@ -250,6 +250,7 @@ ROLE_ARRAYS = {
     "image": ("images", "offsets", "shapes"),
     "mask": ("masks", "mask_offsets", "mask_shapes"),
     "volume": ("volumes", "volume_offsets", "volume_shapes"),
+    "volume_mask": ("volume_masks", "volume_mask_offsets", "volume_mask_shapes"),  # label volumes beside volumes
 }
 PIXEL_DTYPES = ("|u1", "<u2")
 
@@ -308,7 +309,7 @@ class ImageField:
         except (KeyError, TypeError, ValueError) as e:
             raise PackError(f"{where}: malformed image field description ({e})") from None
         if (enc not in ("jpeg", "raw") or role not in ROLE_ARRAYS or dtype not in PIXEL_DTYPES
-                or channels not in ((None,) if role == "volume" else (1, 3))
+                or channels not in ((None,) if role.startswith("volume") else (1, 3))
                 or (suffix and not re.fullmatch(r"_r\d+", suffix)) or (enc == "jpeg" and dtype != "|u1")):
             raise PackError(f"{where}: unknown {role} field: encoding {enc!r}, dtype {dtype!r}, channel count "
                             f"{channels} or suffix {suffix!r}")

@@ -38,7 +38,7 @@ def verify_pack(pack: str | os.PathLike, decode: bool = False, progress: Callabl
         if m["kind"] not in ("images", "segmentation", "volumes"):
             return _verify_arrays(pack, m, rep, progress)
         fields = [ImageField.from_manifest(spec, pack / MANIFEST) for key, spec in m["fields"].items()
-                  if key.split("@")[0] in ("image", "mask", "volume")]
+                  if key.split("@")[0] in ("image", "mask", "volume", "volume_mask")]
         if not fields:
             raise PackError(f"{pack / MANIFEST}: no image, mask or volume field")
         label = m["fields"].get("label")

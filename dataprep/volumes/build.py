@@ -13,7 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..build import BuildSummary, build_shards, pack_header, task_fingerprint
-from ..errors import DataprepError, ImageDecodeError
+from ..errors import DataprepError, ImageDecodeError, SourceError
 from ..pack.fields import ImageField, blob_arrays, label_dtype
 from ..pack.manifest import write_manifest
 from ..pack.shard import reusable_shard, shard_name, write_shard
@@ -63,15 +63,39 @@ class VolumeShardTask:
     volume: VolumeSettings
     strict: bool
     resume: bool = False
+    mask_root: str | None = None  # label volumes, paired with `paths` by `masks`
+    masks: tuple[str, ...] = ()
+    mask_dtype: str | None = None
 
     def fingerprint(self) -> str:
-        return task_fingerprint(["volumes", self.index, self.volume.to_dict(), self.label_dtype, self.strict],
-                                zip(self.paths, self.labels.tolist()))
+        return task_fingerprint(["volumes", self.index, self.volume.to_dict(), self.label_dtype, self.strict, self.mask_dtype],
+                                zip(self.paths, self.labels.tolist(), self.masks or [""] * len(self.paths)))
 
 
-def process_volume(path: str, settings: VolumeSettings) -> np.ndarray:
-    vol = to_stored(read_volume(path), settings.depth, settings.window, path)
-    return resample(vol, settings.shape, settings.resample) if settings.shape else vol
+def process_volume(path: str, settings: VolumeSettings, mask_path: str | None = None,
+                   mask_dtype: str | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """A volume in the stored dtype and shape, and its label volume (same source shape, values kept,
+    resampled nearest) when `mask_path` is given."""
+    src = read_volume(path)
+    vol = to_stored(src, settings.depth, settings.window, path)
+    vol = resample(vol, settings.shape, settings.resample) if settings.shape else vol
+    if mask_path is None:
+        return vol, None
+    m = read_volume(mask_path)
+    if m.shape != src.shape:
+        raise ImageDecodeError(mask_path, "size mismatch", f"label volume is {m.shape}, the volume {src.shape}")
+    if not (m.dtype == np.bool_ or np.issubdtype(m.dtype, np.integer)):
+        raise ImageDecodeError(mask_path, "not a label volume", f"{m.dtype} values are not labels")
+    lo, hi = (int(m.min()), int(m.max())) if m.size else (0, 0)
+    top = int(np.iinfo(np.dtype(mask_dtype)).max)
+    if lo < 0 or hi > top:
+        raise ImageDecodeError(mask_path, "label out of range", f"values {lo}..{hi} do not fit {np.dtype(mask_dtype).name}")
+    m = m.astype(np.dtype(mask_dtype).newbyteorder("="))
+    return vol, (resample(m, settings.shape, "nearest") if settings.shape else m)
+
+
+def mask_field(volume: VolumeSettings, dtype: str) -> ImageField:
+    return ImageField("raw", tuple(volume.shape) if volume.shape else None, None, dtype=dtype, role="volume_mask")
 
 
 def build_volume_shard(task: VolumeShardTask) -> dict[str, Any]:
@@ -82,12 +106,13 @@ def build_volume_shard(task: VolumeShardTask) -> dict[str, Any]:
             return {"name": shard_name(task.index), "files": rec["files"],
                     **{k: rec[k] for k in ("count", "skipped", "kept_jpeg", "source_bytes")}, "reused": True}
     field = task.volume.field()
-    vols, shapes, labels, sources, skipped = [], [], [], [], []
+    vols, shapes, labels, sources, skipped, masks = [], [], [], [], [], []
     source_bytes = 0
-    for rel, label in zip(task.paths, task.labels):
+    for k, (rel, label) in enumerate(zip(task.paths, task.labels)):
         path = os.path.join(task.root, rel)
+        mpath = os.path.join(task.mask_root, task.masks[k]) if task.mask_root else None
         try:
-            vol = process_volume(path, task.volume)
+            vol, mask = process_volume(path, task.volume, mpath, task.mask_dtype)
             source_bytes += os.path.getsize(path)
         except ImageDecodeError as e:
             if task.strict:
@@ -101,32 +126,112 @@ def build_volume_shard(task: VolumeShardTask) -> dict[str, Any]:
             continue
         vols.append(vol)
         shapes.append(vol.shape)
+        if mask is not None:
+            masks.append(mask)
         labels.append(label)
         sources.append(np.frombuffer(rel.encode("utf-8", "surrogateescape"), np.uint8))
     arrays = {**field.shard_arrays(vols, shapes), **blob_arrays(sources, "sources", "source_offsets")}
     if task.label_dtype:
         arrays["labels"] = np.asarray(labels, np.int64).astype(task.label_dtype)
+    if task.mask_root:
+        arrays.update(mask_field(task.volume, task.mask_dtype).shard_arrays(masks, shapes))
     meta = {"count": len(vols), "skipped": skipped, "kept_jpeg": 0, "source_bytes": source_bytes}
     files = write_shard(Path(task.split_dir), task.index, arrays, {"fingerprint": fp, **meta})
     return {"name": shard_name(task.index), "files": files, **meta, "reused": False}
 
 
+@dataclass
+class VolumeSplit:
+    """A split's volumes that have a label volume, and those that do not (skipped with the reason)."""
+
+    name: str
+    paths: list[str]
+    labels: np.ndarray
+    masks: list[str]
+    unpaired: list[dict]
+
+    def limited(self, limit: int | None) -> "VolumeSplit":
+        if limit is None or limit >= len(self.paths):
+            return self
+        idx = np.unique(np.linspace(0, len(self.paths) - 1, limit).round().astype(np.int64)).tolist()
+        return VolumeSplit(self.name, [self.paths[i] for i in idx], self.labels[idx], [self.masks[i] for i in idx], [])
+
+    def skipped_before(self) -> list[dict]:
+        return self.unpaired
+
+
+def pair_label_volumes(source: Source, mask_root: Path) -> list[VolumeSplit]:
+    """Each volume's label volume: the file under `mask_root` with the same relative path and stem."""
+    from .read import VOLUME_EXTENSIONS
+
+    if not mask_root.is_dir():
+        raise SourceError(f"{mask_root}: the label volume directory does not exist")
+    found = {os.path.splitext(str(p.relative_to(mask_root)))[0]: str(p.relative_to(mask_root))
+             for p in sorted(mask_root.rglob("*")) if p.is_file() and p.suffix.lower() in VOLUME_EXTENSIONS}
+    out = []
+    for s in source.splits:
+        keep, masks, unpaired = [], [], []
+        for k, rel in enumerate(s.paths):
+            m = found.get(os.path.splitext(rel)[0])
+            if m is None:
+                unpaired.append({"source": rel, "reason": "no mask", "detail": f"no label volume for it under {mask_root}"})
+            else:
+                keep.append(k)
+                masks.append(m)
+        out.append(VolumeSplit(s.name, [s.paths[k] for k in keep], s.labels[keep], masks, unpaired + s.skipped_before()))
+    return out
+
+
+def _max_label(paths: list[str]) -> int:
+    top = 0
+    for p in paths:
+        try:
+            m = read_volume(p)
+            top = max(top, int(m.max()) if m.size else 0)
+        except (ImageDecodeError, ValueError, TypeError):
+            pass  # reported by the build
+    return top
+
+
 def build_volumes(source: Source, out: str | os.PathLike, settings, volume: VolumeSettings,
-                  progress: Callable[[int], None] | None = None, engine=None) -> BuildSummary:
-    """Build a volume pack; `settings` is a BuildSettings (its image part is not used)."""
+                  progress: Callable[[int], None] | None = None, engine=None, masks: str | os.PathLike | None = None,
+                  mask_dtype: str | None = None) -> BuildSummary:
+    """Build a volume pack; `settings` is a BuildSettings (its image part is not used). With `masks`, each
+    volume's label volume (same relative path and stem under `masks`) is stored beside it, uint8 unless a
+    value above 255 occurs (or `mask_dtype` "uint8"/"uint16")."""
+    from ..engine import LocalEngine
+
     out = Path(out)
     ldt = label_dtype(len(source.classes)).str if source.classes else None
+    engine = engine or LocalEngine(settings.workers)
+    if masks is not None:
+        splits = [s.limited(settings.limit) for s in pair_label_volumes(source, Path(masks))]
+        if settings.strict and any(s.unpaired for s in splits):
+            u = next(u for s in splits for u in s.unpaired)
+            raise SourceError(f"{u['source']}: {u['reason']} ({u['detail']})")
+        if mask_dtype is None:
+            paths = [os.path.join(masks, m) for s in splits for m in s.masks]
+            top = max(engine.map(_max_label, [paths[i : i + 16] for i in range(0, len(paths), 16)]), default=0)
+            mdt = "|u1" if top <= 255 else "<u2"
+        else:
+            mdt = {"uint8": "|u1", "uint16": "<u2"}[mask_dtype]
+    else:
+        splits, mdt = [s.limited(settings.limit) for s in source.splits], None
 
     def make_task(split, k: int, start: int, stop: int) -> VolumeShardTask:
         return VolumeShardTask(str(source.root), str(out / split.name), k, tuple(split.paths[start:stop]),
-                               split.labels[start:stop], ldt, volume, settings.strict, settings.resume)
+                               split.labels[start:stop], ldt, volume, settings.strict, settings.resume,
+                               str(masks) if masks is not None else None,
+                               tuple(split.masks[start:stop]) if masks is not None else (), mdt)
 
-    splits = [s.limited(settings.limit) for s in source.splits]
     summaries, entries, seconds = build_shards(out, settings, splits, make_task, build_volume_shard, progress, engine)
-    header = pack_header("volumes", settings, {"layout": source.layout, "root": str(source.root.resolve())}, seconds)
+    header = pack_header("volumes", settings, {"layout": source.layout, "root": str(source.root.resolve()),
+                                               **({"mask_root": str(Path(masks).resolve())} if masks else {})}, seconds)
     header["settings"] = {**{k: v for k, v in header["settings"].items() if k != "image"}, "volume": volume.to_dict()}
     fields = {"volume": volume.field().to_manifest(),
               "source": {"encoding": "utf-8", "relative_to": "source.root", "arrays": ["sources", "source_offsets"]}}
+    if mdt:
+        fields["volume_mask"] = {**mask_field(volume, mdt).to_manifest(), "resample": "nearest"}
     if ldt:
         fields["label"] = {"dtype": ldt, "num_classes": len(source.classes), "arrays": ["labels"]}
     write_manifest(out, {**header, "classes": source.classes, "fields": fields, "splits": entries})

@@ -27,7 +27,8 @@ HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 
 # offsets arrays and the arrays they index (before any resolution suffix "_rNNN")
 OFFSETS_OF = {"offsets": "images", "source_offsets": "sources", "mask_offsets": "masks",
-              "mask_source_offsets": "mask_sources", "volume_offsets": "volumes", "doc_offsets": "tokens"}
+              "mask_source_offsets": "mask_sources", "volume_offsets": "volumes", "doc_offsets": "tokens",
+              "volume_mask_offsets": "volume_masks"}
 
 
 def split_suffix(name: str) -> tuple[str, str]:
