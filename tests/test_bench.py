@@ -53,7 +53,15 @@ def test_bench_of_a_decoded_pack(index_tree, tmp_path):
     build_images(scan_imagenet(index_tree), tmp_path / "p", BuildSettings(ImageSettings(size=32, resize="center-crop", mode="raw")))
     r = cli("bench", tmp_path / "p", "--workers", "0,1", "--batch-sizes", "8", "--seconds", "0.3", "--out", tmp_path / "b")
     assert r.exit_code == 0, r.output
-    check_outputs(tmp_path / "b", ["pixels"])
+    rep = check_outputs(tmp_path / "b", ["pixels"])
+    from dataprep.pack.convert import convert
+
+    convert(tmp_path / "p", tmp_path / "p.h5", "hdf5")
+    r = cli("bench", tmp_path / "p.h5", "--workers", "0", "--batch-sizes", "8", "--seconds", "0.3", "--out", tmp_path / "h")
+    assert r.exit_code == 0, r.output
+    h5 = check_outputs(tmp_path / "h", ["pixels"])
+    assert h5["limits"]["read_mb_s"] > 0  # the one .h5 file is what is read
+    assert h5["limits"]["stored_bytes_per_sample"] >= 0.9 * rep["limits"]["stored_bytes_per_sample"]
 
 
 def test_a_slowed_decoder_is_reported_decode_bound(index_tree, tmp_path, monkeypatch):

@@ -130,7 +130,8 @@ def limits(ds, decoders: list[str], batch: int, crop, pack: Path) -> dict[str, f
                     fn(b, ds.field.channels)
                 passes.append(k / (time.perf_counter() - t0))
             out[f"decode_{name}_samples_s"] = statistics.median(passes[1:])
-    files = [p for p in pack.rglob("*.npy")]
+    # the pack's files: shard .npy files, one HDF5 file, or a Zarr group's chunk files
+    files = [pack] if pack.is_file() else [p for p in pack.rglob("*") if p.is_file() and p.suffix != ".json"]
     total = sum(p.stat().st_size for p in files)
     buf = bytearray(1 << 22)
     t0 = time.perf_counter()

@@ -15,7 +15,7 @@ def _ints(value):
 
 
 @click.command()
-@click.argument("pack", type=click.Path(exists=True, file_okay=False))
+@click.argument("pack", type=click.Path(exists=True))
 @click.option("--workers", default=None, help="num_workers values, e.g. 0,1,2 [default: 0 up to the cores].")
 @click.option("--batch-sizes", default=None, help="e.g. 64,256 [default: 64,256; 64 with --quick].")
 @click.option("--paths", default=None, help="Serving paths: pixels, or decoders such as cv2,pil [default: all that apply].")
