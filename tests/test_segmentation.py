@@ -332,3 +332,23 @@ def test_multi_resolution_segmentation_packs(scenes, tmp_path):
     r = CliRunner().invoke(main, ["plan", str(tmp_path / "p"), "-b", "2", "-w", "1"])
     assert r.exit_code == 0 and "mask" in r.output and "96x96" in r.output, r.output
     assert CliRunner().invoke(main, ["verify", str(tmp_path / "p")]).exit_code == 0
+
+
+def test_16_bit_images_with_their_masks(tmp_path):
+    """Depth data: 16-bit grey PNGs keep every value with --depth 16, beside their masks."""
+    (tmp_path / "i").mkdir(), (tmp_path / "m").mkdir()
+    rng = np.random.default_rng(2)
+    want = {}
+    for k in range(3):
+        depth = rng.integers(0, 65536, (30, 40), dtype=np.uint16)
+        assert cv2.imwrite(str(tmp_path / "i" / f"{k}.png"), depth)
+        Image.fromarray((depth > 30000).astype(np.uint8) * (k + 1)).save(tmp_path / "m" / f"{k}.png")
+        want[f"{k}.png"] = depth
+    build_segmentation(pair_by_stem(tmp_path / "i", tmp_path / "m"), tmp_path / "p",
+                       BuildSettings(ImageSettings(size=64, mode="raw", depth=16, grayscale=True), workers=1))
+    ds = SegmentationDataset(tmp_path / "p", as_numpy=True)
+    for i in range(len(ds)):
+        img, msk = ds[i]
+        depth = want[Path(ds.sources[i]).name]
+        assert img.dtype == np.uint16 and np.array_equal(img[:, :, 0], depth)
+        assert np.array_equal(msk > 0, depth > 30000)
