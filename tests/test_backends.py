@@ -248,3 +248,36 @@ def test_info_verify_and_plan_on_every_kind_and_backend(npy_packs, tmp_path, kin
         if kind not in ("tokens", "table"):
             r = _run("plan", pack, "-b", 4, "-w", 1)
             assert r.exit_code == 0 and "per batch of 4" in r.output, r.output
+
+
+@pytest.mark.parametrize("fmt", ["hdf5", "zarr"])
+def test_damaged_bytes_load_or_raise_pack_error_never_anything_else(npy_packs, tmp_path, fmt):
+    """Flipped or cut bytes anywhere in an HDF5 file or a Zarr group's files: the dataset either loads
+    (damage inside JPEG bytes, which `verify` finds by checksum) or raises a DataprepError; nothing else."""
+    from dataprep.errors import DataprepError
+
+    good = tmp_path / ("p.h5" if fmt == "hdf5" else "p.zarr")
+    convert(npy_packs["encoded"], good, fmt)
+    files = [good] if fmt == "hdf5" else sorted(p for p in good.rglob("*") if p.is_file())
+    rng = np.random.default_rng(7)
+    outcomes = {"loaded": 0, "refused": 0}
+    for trial in range(40):
+        bad = tmp_path / f"bad{trial}{good.suffix}"
+        shutil.copytree(good, bad) if good.is_dir() else shutil.copy(good, bad)
+        f = bad if fmt == "hdf5" else bad / files[int(rng.integers(len(files)))].relative_to(good)
+        data = bytearray(f.read_bytes())
+        if trial % 3 == 0:
+            data = data[: int(rng.integers(0, max(1, len(data))))]
+        else:
+            for pos in rng.integers(0, max(1, len(data)), 6):
+                data[pos] ^= 0xA5
+        f.write_bytes(bytes(data))
+        try:
+            ds = InMemoryImageDataset(bad, as_numpy=True)
+            for i in range(len(ds)):
+                ds[i]
+            outcomes["loaded"] += 1
+        except DataprepError:
+            outcomes["refused"] += 1
+        shutil.rmtree(bad) if bad.is_dir() else bad.unlink()
+    assert outcomes["refused"] > 0
