@@ -173,6 +173,12 @@ def test_builds_write_any_format_directly(tmp_path, index_tree):
         assert _all_arrays(tmp_path / name) == _all_arrays(tmp_path / "npy")
     r = _run("build", "imagenet", index_tree, "--out", tmp_path / "p.h5", "--format", "hdf5")
     assert r.exit_code == 1 and "--overwrite" in r.output
+    csv = tmp_path / "t.txt"
+    csv.write_text("a,b,y\n" + "".join(f"{k},{k * 2},{k % 2}\n" for k in range(20)))
+    for fmt, name in (("npy", "t"), ("hdf5", "t.h5")):
+        r = _run("table", csv, "--input-format", "csv", "--target", "y", "--out", tmp_path / name, "--format", fmt)
+        assert r.exit_code == 0, r.output
+    assert _same(_samples("table", tmp_path / "t.h5"), _samples("table", tmp_path / "t"))
     r = _run("build", "imagenet", index_tree, "--out", tmp_path / "x", "--compress", "zstd")
     assert r.exit_code == 1 and "not compressed" in r.output
 

@@ -13,9 +13,12 @@ from ..pack.backends import BACKENDS
 COMPRESSIONS = ("none", "gzip", "lzf", "zstd", "blosc")
 
 
-def storage_options(f):
+def storage_options(f=None, *, dest: str = "fmt"):
+    """Add `--format` (passed as `dest`) and `--compress`; `@storage_options` or `@storage_options(dest=...)`."""
+    if f is None:
+        return lambda g: storage_options(g, dest=dest)
     opts = [
-        click.option("--format", "fmt", type=click.Choice(BACKENDS), default="npy", show_default=True,
+        click.option("--format", dest, type=click.Choice(BACKENDS), default="npy", show_default=True,
                      help="npy: a directory of shard files; hdf5: one .h5 file; zarr: a Zarr v3 group. Any of them serves the same samples."),
         click.option("--compress", type=click.Choice(COMPRESSIONS), default="none", show_default=True,
                      help="hdf5: gzip or lzf; zarr: zstd or blosc (JPEG bytes stay as they are); compressed packs cannot be mapped."),

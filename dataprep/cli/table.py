@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import click
 
-from ..pack.backends import BACKENDS
 from ..tables.columns import MISSING
 from ..tables.read import READERS
 from .config import config_option
 from .engine import engine_for, engine_options
-from .storage import COMPRESSIONS, staged_output
+from .storage import staged_output, storage_options
 
 
 def _list(value) -> tuple[str, ...]:
@@ -21,7 +20,8 @@ def _list(value) -> tuple[str, ...]:
 @click.option("--out", "-o", required=True, type=click.Path(), help="Pack to create: a directory (npy, zarr) or an .h5 file (hdf5).")
 @click.option("--task", type=click.Choice(["auto", "classification", "regression"]), default="auto", show_default=True,
               help="auto: text, integer and boolean targets are classes; float targets are regression.")
-@click.option("--format", "fmt", type=click.Choice(sorted(READERS)), default=None, help="[default: from the file name]")
+@click.option("--input-format", "fmt", type=click.Choice(sorted(READERS)), default=None,
+              help="How to parse the files [default: from the file name].")
 @click.option("--sep", default="auto", show_default=True, help="CSV separator: a character, 'space', or 'auto' to sniff.")
 @click.option("--header", default="infer", show_default=True, help="'infer', 'none', or the header's line number.")
 @click.option("--skip-rows", type=click.IntRange(0), default=0, help="Lines to skip first (e.g. a line that is not column names).")
@@ -45,13 +45,10 @@ def _list(value) -> tuple[str, ...]:
               help="Processes reading files for the local engine (one file per task), or the local Dask cluster's size.")
 @config_option
 @engine_options
-@click.option("--store", "store", type=click.Choice(BACKENDS), default="npy", show_default=True,
-              help="Storage backend: npy (shard files), hdf5 (one .h5 file) or zarr (a Zarr v3 group).")
-@click.option("--compress", type=click.Choice(COMPRESSIONS), default="none", show_default=True,
-              help="hdf5: gzip or lzf; zarr: zstd or blosc.")
+@storage_options(dest="store_fmt")
 def table(src, target, out, task, fmt, sep, header, skip_rows, names, target_file, missing, fill_value, float_dtype, dt,
           categorical, numeric, dates, drop, val_fraction, split_column, seed, overwrite, workers, engine, address, scheduler_file,
-          store, compress):
+          store_fmt, compress):
     """Convert tables to typed arrays: floats, integer codes with vocabularies, statistics, splits."""
     from ..tables.build import build_table
     from ..tables.columns import TableSettings
@@ -60,7 +57,7 @@ def table(src, target, out, task, fmt, sep, header, skip_rows, names, target_fil
                              categorical=_list(categorical), numeric=_list(numeric), dates=_list(dates), drop=_list(drop),
                              val_fraction=val_fraction, split_column=split_column, seed=seed)
     read = {"fmt": fmt, "sep": sep, "header": header, "skip_rows": skip_rows, "names": list(_list(names)) or None}
-    with engine_for(engine, workers, address, scheduler_file) as eng, staged_output(out, store, compress, overwrite, eng) as target_dir:
+    with engine_for(engine, workers, address, scheduler_file) as eng, staged_output(out, store_fmt, compress, overwrite, eng) as target_dir:
         r = build_table(list(src), target_dir, settings, read, target_file, overwrite, engine=eng)
     t = r["target"]
     click.echo(f"pack: {out}")
