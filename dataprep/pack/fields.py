@@ -7,6 +7,7 @@ which is what lets forked DataLoader workers share the cache without copy-on-rea
 """
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,12 +40,13 @@ def blob_arrays(chunks: Sequence[np.ndarray], blob: str, offsets: str) -> dict[s
     return {blob: data.astype(BYTES, copy=False), offsets: off}
 
 
-def _shard_file(split_dir: Path, shard: dict[str, Any], name: str) -> tuple[Path, dict[str, Any]]:
+def _shard_file(split_dir: Path, shard: dict[str, Any], name: str) -> tuple[str, dict[str, Any]]:
+    """A shard file's path (a str: thousands are made per load, and pathlib is slow at it) and record."""
     fname = f"{name}.npy"
     rec = shard.get("files", {}).get(fname)
     if not isinstance(rec, dict) or not isinstance(rec.get("shape"), list) or not rec["shape"]:
         raise PackError(f"{split_dir / str(shard.get('name'))}: manifest lists no usable {fname}")
-    return split_dir / str(shard["name"]) / fname, rec
+    return os.path.join(split_dir, str(shard["name"]), fname), rec
 
 
 def _alloc(key: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -124,7 +126,7 @@ def load_blob(split_dir: Path, shards: list[dict], blob: str, offsets: str, ctx:
             raise PackError(f"{opath}: holds {orec['shape']} offsets for {n} samples")
         local = ctx.read(opath, orec)
         if local[0] != 0 or local[-1] != size or (n and np.any(np.diff(local) < 0)):
-            raise PackError(f"{opath}: offsets are not monotonic within the {size}-byte blob {path.name}")
+            raise PackError(f"{opath}: offsets are not monotonic within the {size}-byte blob {os.path.basename(path)}")
         offs[start : start + n] = local[:-1] + pos
         pos += size
         start += n

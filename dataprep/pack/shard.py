@@ -11,6 +11,7 @@ import errno
 import functools
 import hashlib
 import io
+import math
 import json
 import os
 import shutil
@@ -167,7 +168,7 @@ def open_npy(path: Path, record: dict[str, Any]) -> tuple[Any, int, tuple[int, .
     ):
         raise PackError(f"{path}: malformed file record in the manifest")
     try:
-        f = open(path, "rb")
+        f = open(path, "rb", buffering=0)  # raw: readinto goes straight to the caller's buffer
     except OSError as e:
         raise PackError(f"{path}: cannot open shard file ({e.strerror or e})") from None
     try:
@@ -191,7 +192,7 @@ def open_npy(path: Path, record: dict[str, Any]) -> tuple[Any, int, tuple[int, .
                 f"{path}: holds {dtype.str} {list(shape)}, manifest says {record['dtype']} {record['shape']}"
             )
         offset = f.tell()
-        if offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize != size:
+        if offset + math.prod(shape) * dtype.itemsize != size:
             raise PackError(f"{path}: header and file size disagree")
         return f, offset, tuple(shape), dtype
     except BaseException:
@@ -207,7 +208,7 @@ def read_npy_into(path: Path, record: dict[str, Any], out: np.ndarray | None = N
     """
     f, offset, shape, dtype = open_npy(path, record)
     with f:
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize
         if out is None:
             out = np.empty(shape, dtype)
         elif out.nbytes != nbytes:
@@ -236,7 +237,7 @@ def map_npy(path: Path, record: dict[str, Any], verify: bool = False) -> np.ndar
     f.close()
     if verify and file_sha256(path) != record["sha256"]:
         raise PackError(f"{path}: checksum mismatch")
-    if int(np.prod(shape, dtype=np.int64)) == 0:
+    if math.prod(shape) == 0:
         return np.empty(shape, dtype)  # mmap cannot map zero bytes
     return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
 

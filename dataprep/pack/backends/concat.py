@@ -83,7 +83,8 @@ class ConcatSource:
         p = self.plans(split)[name]
         return self._map(group_path(split, name), 0, p.total_rows)
 
-    def _locate(self, path: Path) -> tuple[str, int, ArrayPlan]:
+    def _locate(self, path: str | Path) -> tuple[str, int, ArrayPlan]:
+        path = Path(path)
         split, shard, name = path.parent.parent.name, path.parent.name, path.stem
         try:
             k = self._index[split][shard]
