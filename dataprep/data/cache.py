@@ -32,7 +32,7 @@ import numpy as np
 from ..errors import DataprepError, PackError
 from ..pack.fields import BYTES, OFFSETS, ImageField, LoadContext, Strings, blob_shapes, load_blob, load_rows, rows_shape
 from ..pack.backends import open_source
-from ..pack.manifest import MANIFEST, read_manifest
+from ..pack.manifest import MANIFEST
 
 CACHE_MODES = ("ram", "mmap", "shm")
 SHM_DIR = Path(os.environ.get("DATAPREP_SHM_DIR", "/dev/shm"))
@@ -55,10 +55,6 @@ class CachedSplit:
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.arrays.values())
-
-    @property
-    def fields(self) -> list[ImageField]:
-        return [self.field] + ([self.mask_field] if self.mask_field else [])
 
 
 def layout(pack: Path, split: str, m: dict[str, Any], fields: list[ImageField]) -> list[tuple[str, tuple[int, ...], np.dtype]]:
@@ -118,7 +114,8 @@ def open_split(pack: str | os.PathLike, split: str, cache: str = "ram", verify: 
     if cache not in CACHE_MODES:
         raise DataprepError(f"unknown cache mode {cache!r}; choose one of {list(CACHE_MODES)}")
     pack = Path(pack)
-    m = read_manifest(pack)
+    source = open_source(pack)  # opened once: its manifest, then its arrays
+    m = source.manifest
     if m["kind"] not in kinds:
         raise PackError(f"{pack}: a {m['kind']!r} pack, not {' or '.join(repr(k) for k in kinds)}")
     if split not in m["splits"]:
@@ -135,7 +132,6 @@ def open_split(pack: str | os.PathLike, split: str, cache: str = "ram", verify: 
     if cache == "ram":
         _check_ram(pack, total)
     report = _Progress(f"{pack}/{split}", cache, total) if (progress or (progress is None and total >= PROGRESS_BYTES)) else None
-    source = open_source(pack, m)
     ctx = LoadContext(verify=verify, map_images=cache == "mmap", progress=report.add if report else None, source=source)
     segment = None
     if cache == "shm":

@@ -16,7 +16,7 @@ from torch.utils.data import Dataset
 from ..errors import DataprepError, PackError
 from ..pack.backends import open_source
 from ..pack.fields import LoadContext, counts, load_rows
-from ..pack.manifest import read_manifest
+
 
 ARRAYS = ("features", "categorical", "mask", "datetimes", "target")
 
@@ -42,13 +42,14 @@ class TabularDataset(Dataset):
         self._load()
 
     def _load(self) -> None:
-        m = read_manifest(self.pack)
+        source = open_source(self.pack)
+        m = source.manifest
         if m["kind"] != "table":
             raise PackError(f"{self.pack}: a {m['kind']!r} pack, not a table pack")
         if self.split not in m["splits"]:
             raise PackError(f"{self.pack}: no split {self.split!r}; the pack has {sorted(m['splits'])}")
         shards = m["splits"][self.split]["shards"]
-        ctx = LoadContext(source=open_source(self.pack, m))
+        ctx = LoadContext(source=source)
         self.arrays: dict[str, np.ndarray] = {}
         try:
             for name in ARRAYS:

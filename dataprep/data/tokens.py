@@ -16,7 +16,6 @@ from torch.utils.data import Dataset
 from ..errors import DataprepError, PackError
 from ..pack.backends import open_source
 from ..pack.fields import LoadContext, _shard_file
-from ..pack.manifest import read_manifest
 
 
 class _TokenSplit:
@@ -24,7 +23,8 @@ class _TokenSplit:
         if cache not in ("ram", "mmap"):
             raise DataprepError(f"a token pack is served with cache 'ram' or 'mmap', not {cache!r}")
         self.pack, self.split = Path(pack), split
-        m = read_manifest(self.pack)
+        source = open_source(self.pack)
+        m = source.manifest
         if m["kind"] != "tokens":
             raise PackError(f"{self.pack}: a {m['kind']!r} pack, not a token pack")
         if split not in m["splits"]:
@@ -32,7 +32,7 @@ class _TokenSplit:
         shards = m["splits"][split]["shards"]
         sdir = self.pack / split
         dtype = np.dtype(m["fields"]["tokens"]["dtype"])
-        ctx = LoadContext(source=open_source(self.pack, m))
+        ctx = LoadContext(source=source)
         sizes = [int(_shard_file(sdir, s, "tokens")[1]["shape"][0]) for s in shards]
         if cache == "mmap" and len(shards) == 1:
             path, rec = _shard_file(sdir, shards[0], "tokens")

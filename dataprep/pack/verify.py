@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import PackError
 from .fields import ImageField, LoadContext, Strings, load_blob, load_rows
-from .manifest import MANIFEST, read_manifest
+from .manifest import MANIFEST
 
 
 @dataclass
@@ -34,9 +34,12 @@ def verify_pack(pack: str | os.PathLike, decode: bool = False, progress: Callabl
     rep = Report()
     where = pack / MANIFEST if pack.is_dir() and not (pack / "zarr.json").exists() else pack
     try:
-        m = read_manifest(pack)
+        from .backends import open_source
+
+        source = open_source(pack)
+        m = source.manifest
         if m["kind"] not in ("images", "segmentation", "volumes"):
-            return _verify_arrays(pack, m, rep, progress)
+            return _verify_arrays(pack, source, rep, progress)
         fields = [ImageField.from_manifest(spec, pack / MANIFEST) for key, spec in m["fields"].items()
                   if key.split("@")[0] in ("image", "mask", "volume", "volume_mask")]
         if not fields:
@@ -44,9 +47,6 @@ def verify_pack(pack: str | os.PathLike, decode: bool = False, progress: Callabl
         label = m["fields"].get("label")
         ldt, ncls = (np.dtype(label["dtype"]), int(label["num_classes"])) if label else (None, 0)
         mask_spec = next((spec for key, spec in m["fields"].items() if key.split("@")[0] == "mask"), {})
-        from .backends import open_source
-
-        source = open_source(pack, m)
     except (PackError, KeyError, TypeError, ValueError) as e:
         rep.problems.append((str(where), str(e)))
         return rep
@@ -91,11 +91,9 @@ def verify_pack(pack: str | os.PathLike, decode: bool = False, progress: Callabl
     return rep
 
 
-def _verify_arrays(pack: Path, m: dict, rep: Report, progress) -> Report:
+def _verify_arrays(pack: Path, source, rep: Report, progress) -> Report:
     """Token and table packs: every shard array's checksum and the sample counts."""
-    from .backends import open_source
-
-    source = open_source(pack, m)
+    m = source.manifest
     for split, entry in m["splits"].items():
         for k, shard in enumerate(entry.get("shards", [])):
             where = f"{pack}/{split}/{shard.get('name')}"

@@ -115,13 +115,13 @@ def detect(path: str | os.PathLike) -> str:
     raise PackError(f"{path}: not a pack of a known backend ({', '.join(BACKENDS)})")
 
 
-def open_source(path: str | os.PathLike, manifest: dict[str, Any] | None = None):
-    """The reader of the pack at `path`, whatever its backend."""
+def open_source(path: str | os.PathLike):
+    """The reader of the pack at `path`, whatever its backend; `.manifest` is its checked manifest."""
     kind = detect(path)
     if kind == "npy":
         from .npy import NpySource
 
-        return NpySource(Path(path), manifest)
+        return NpySource(Path(path))
     if kind == "hdf5":
         from .hdf5 import Hdf5Source
 
@@ -138,4 +138,6 @@ def read_manifest_any(path: str | os.PathLike) -> dict[str, Any]:
         from ..manifest import read_manifest_file
 
         return read_manifest_file(Path(path))
-    return open_source(path).manifest
+    source = open_source(path)
+    source.close()
+    return source.manifest

@@ -18,7 +18,6 @@ ATTACHMENTS = "_files"
 
 class ConcatSource:
     name = "?"
-    can_map = False
     why_no_map = ""
 
     def __init__(self, root: Path, manifest: dict[str, Any]):

@@ -71,7 +71,6 @@ class Hdf5Source(ConcatSource):
         except (TypeError, ValueError) as e:
             raise PackError(f"{root}: the dataprep_manifest attribute is not JSON ({e})") from None
         super().__init__(root, check_manifest(manifest, root))
-        self.can_map = True
 
     def _attachment_names(self) -> list[str]:
         return sorted(self.f[ATTACHMENTS].keys()) if ATTACHMENTS in self.f else []

@@ -12,13 +12,12 @@ from . import ArrayPlan, plan_arrays
 
 class NpySource:
     name = "npy"
-    can_map = True
 
-    def __init__(self, root: Path, manifest: dict[str, Any] | None = None):
+    def __init__(self, root: Path):
         from ..manifest import read_manifest_file
 
         self.root = root
-        self.manifest = manifest if manifest is not None else read_manifest_file(root)
+        self.manifest = read_manifest_file(root)
         self._plans: dict[str, dict[str, ArrayPlan]] = {}
 
     def plans(self, split: str) -> dict[str, ArrayPlan]:
