@@ -22,6 +22,14 @@ SYNSET_MAPPING = "LOC_synset_mapping.txt"
 KAGGLE_VAL_LABELS = "LOC_val_solution.csv"
 
 
+def spread(n: int, limit: int | None) -> np.ndarray | None:
+    """Indices of `limit` of n items spread evenly from first to last (None: take them all). Every
+    split kind's `limited` uses it, so --limit samples the same way for every build."""
+    if limit is None or limit >= n:
+        return None
+    return np.unique(np.linspace(0, n - 1, limit).round().astype(np.int64))
+
+
 @dataclass
 class SplitSource:
     """One split: paths relative to the source root, and their labels, in pack order."""
@@ -33,9 +41,9 @@ class SplitSource:
 
     def limited(self, limit: int | None) -> "SplitSource":
         """A deterministic sample of `limit` files spread evenly over the split (so every class shows up)."""
-        if limit is None or limit >= len(self.paths):
+        idx = spread(len(self.paths), limit)
+        if idx is None:
             return self
-        idx = np.unique(np.linspace(0, len(self.paths) - 1, limit).round().astype(np.int64))
         return SplitSource(self.name, [self.paths[i] for i in idx], self.labels[idx], [])
 
     def skipped_before(self) -> list[dict]:

@@ -30,7 +30,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import DataprepError, PackError
-from ..pack.fields import BYTES, OFFSETS, ImageField, LoadContext, Strings, blob_shapes, load_blob, load_rows, rows_shape
+from ..pack.fields import (BYTES, OFFSETS, ImageField, LoadContext, Strings, blob_shapes, load_blob, load_rows, mask_key_of,
+                           rows_shape)
 from ..pack.backends import open_source
 from ..pack.manifest import MANIFEST
 
@@ -98,13 +99,6 @@ def image_field_key(m: dict[str, Any], resolution: int | None, where: Path) -> s
     if resolution not in have:
         raise PackError(f"{where}: no resolution {resolution}; the pack has {sorted(have)}")
     return f"{base}@{resolution}"
-
-
-def mask_key_of(key: str) -> str | None:
-    """The mask field beside a served field: "mask" for "image", "mask@R" for "image@R", "volume_mask"
-    for "volume"."""
-    base = key.split("@")[0]
-    return "mask" + key[len("image"):] if base == "image" else ("volume_mask" if base == "volume" else None)
 
 
 def open_split(pack: str | os.PathLike, split: str, cache: str = "ram", verify: bool = False,

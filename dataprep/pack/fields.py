@@ -257,6 +257,13 @@ ROLE_ARRAYS = {
 PIXEL_DTYPES = ("|u1", "<u2")
 
 
+def mask_key_of(key: str) -> str | None:
+    """The manifest's mask field beside a served field: "mask" for "image", "mask@R" for "image@R",
+    "volume_mask" for "volume"."""
+    base = key.split("@")[0]
+    return "mask" + key[len("image"):] if base == "image" else ("volume_mask" if base == "volume" else None)
+
+
 @dataclass(frozen=True)
 class ImageField:
     """Images (or masks, or volumes), stored as JPEG bytes (`jpeg`) or decoded pixels (`raw`, uint8 or

@@ -20,7 +20,7 @@ from ..build import BuildSummary, build_shards, image_fields, pack_header, task_
 from ..engine import LocalEngine
 from ..errors import ImageDecodeError, SourceError
 from ..images.process import read_source
-from ..pack.fields import ImageField, blob_arrays
+from ..pack.fields import ImageField, blob_arrays, mask_key_of
 from ..pack.manifest import write_manifest
 from ..pack.shard import reusable_shard, shard_name, write_shard
 from ..settings import BuildSettings, ImageSettings
@@ -51,7 +51,7 @@ def mask_fields(mask: MaskSettings, image: ImageSettings) -> dict[str, ImageFiel
     out = {}
     for key, f in image_fields(image).items():
         shape = f.shape[:2] + (1,) if f.shape else None
-        out[key.replace("image", "mask", 1)] = ImageField("raw", shape, 1, f.suffix, mask.dtype, "mask")
+        out[mask_key_of(key)] = ImageField("raw", shape, 1, f.suffix, mask.dtype, "mask")
     return out
 
 

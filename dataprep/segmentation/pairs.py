@@ -14,10 +14,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from ..errors import SourceError
-from ..sources import walk_images
+from ..sources import spread, walk_images
 
 SPLIT_NAMES = ("train", "val", "validation", "valid", "test")
 
@@ -31,9 +29,9 @@ class PairSplit:
 
     def limited(self, limit: int | None) -> "PairSplit":
         """A deterministic sample of `limit` pairs spread evenly over the split."""
-        if limit is None or limit >= len(self.paths):
+        idx = spread(len(self.paths), limit)
+        if idx is None:
             return self
-        idx = np.unique(np.linspace(0, len(self.paths) - 1, limit).round().astype(np.int64)).tolist()
         return PairSplit(self.name, [self.paths[i] for i in idx], [self.masks[i] for i in idx], [])
 
     def skipped_before(self) -> list[dict]:

@@ -17,7 +17,7 @@ from ..errors import DataprepError, ImageDecodeError, SourceError
 from ..pack.fields import ImageField, blob_arrays, label_dtype
 from ..pack.manifest import write_manifest
 from ..pack.shard import reusable_shard, shard_name, write_shard
-from ..sources import Source
+from ..sources import Source, spread
 from .read import read_volume, to_stored
 from .resample import RESAMPLE_MODES, resample
 
@@ -151,9 +151,9 @@ class VolumeSplit:
     unpaired: list[dict]
 
     def limited(self, limit: int | None) -> "VolumeSplit":
-        if limit is None or limit >= len(self.paths):
+        idx = spread(len(self.paths), limit)
+        if idx is None:
             return self
-        idx = np.unique(np.linspace(0, len(self.paths) - 1, limit).round().astype(np.int64)).tolist()
         return VolumeSplit(self.name, [self.paths[i] for i in idx], self.labels[idx], [self.masks[i] for i in idx], [])
 
     def skipped_before(self) -> list[dict]:
