@@ -61,14 +61,33 @@ class ShardTask:
 _META = ("count", "skipped", "kept_jpeg", "source_bytes")
 
 
+def reused_shard(task, fp: str) -> dict[str, Any] | None:
+    """With `task.resume`: the record of the task's shard when it is finished, made from the same inputs
+    and settings (`fp`) and intact by checksum; else None (build it). Every shard kind starts here."""
+    if not task.resume:
+        return None
+    rec = reusable_shard(Path(task.split_dir), task.index, fp)
+    if rec is None:
+        return None
+    return {"name": shard_name(task.index), "files": rec["files"], **{k: rec[k] for k in _META}, "reused": True}
+
+
+def finish_shard(task, fp: str, arrays: dict[str, np.ndarray], count: int, skipped: list[dict], kept_jpeg: int,
+                 source_bytes: int) -> dict[str, Any]:
+    """Write a task's shard (atomically, with its fingerprint for --resume) and give the record the
+    driver collects. Every shard kind ends here."""
+    meta = {"count": count, "skipped": skipped, "kept_jpeg": kept_jpeg, "source_bytes": source_bytes}
+    files = write_shard(Path(task.split_dir), task.index, arrays, {"fingerprint": fp, **meta})
+    return {"name": shard_name(task.index), "files": files, **meta, "reused": False}
+
+
 def build_image_shard(task: ShardTask) -> dict[str, Any]:
     """Process one shard's images and write the shard; return its record (`reused` when a resumed
     build found it finished and intact)."""
     fp = task.fingerprint()
-    if task.resume:
-        rec = reusable_shard(Path(task.split_dir), task.index, fp)
-        if rec is not None:
-            return {"name": shard_name(task.index), "files": rec["files"], **{k: rec[k] for k in _META}, "reused": True}
+    rec = reused_shard(task, fp)
+    if rec is not None:
+        return rec
     fields = image_fields(task.image)
     levels: list[list] = [[] for _ in fields]
     shapes: list[list] = [[] for _ in fields]
@@ -96,9 +115,7 @@ def build_image_shard(task: ShardTask) -> dict[str, Any]:
         "labels": np.asarray(labels, np.int64).astype(task.label_dtype),
         **blob_arrays(sources, "sources", "source_offsets"),
     })
-    meta = {"count": len(labels), "skipped": skipped, "kept_jpeg": kept, "source_bytes": source_bytes}
-    files = write_shard(Path(task.split_dir), task.index, arrays, {"fingerprint": fp, **meta})
-    return {"name": shard_name(task.index), "files": files, **meta, "reused": False}
+    return finish_shard(task, fp, arrays, len(labels), skipped, kept, source_bytes)
 
 
 def _process(path: str, settings: ImageSettings):

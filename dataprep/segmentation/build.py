@@ -16,13 +16,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..build import BuildSummary, build_shards, image_fields, pack_header, task_fingerprint
+from ..build import BuildSummary, build_shards, finish_shard, image_fields, pack_header, reused_shard, task_fingerprint
 from ..engine import LocalEngine
 from ..errors import ImageDecodeError, SourceError
 from ..images.process import read_source
 from ..pack.fields import ImageField, blob_arrays, mask_key_of
 from ..pack.manifest import write_manifest
-from ..pack.shard import reusable_shard, shard_name, write_shard
 from ..settings import BuildSettings, ImageSettings
 from .masks import LabelMap, MaskSettings, check_values, decode_mask, resize_mask
 from .pairs import PairSource
@@ -73,10 +72,9 @@ def process_pair(image_path: str, mask_path: str, image: ImageSettings, mask: Ma
 
 def build_pair_shard(task: PairShardTask) -> dict[str, Any]:
     fp = task.fingerprint()
-    if task.resume:
-        rec = reusable_shard(Path(task.split_dir), task.index, fp)
-        if rec is not None:
-            return {"name": shard_name(task.index), "files": rec["files"], **{k: rec[k] for k in _META}, "reused": True}
+    rec = reused_shard(task, fp)
+    if rec is not None:
+        return rec
     img_fields = list(image_fields(task.image).values())
     msk_fields = list(mask_fields(task.mask, task.image).values())
     images, shapes, masks, mshapes = ([[] for _ in img_fields] for _ in range(4))
@@ -107,12 +105,7 @@ def build_pair_shard(task: PairShardTask) -> dict[str, Any]:
     arrays.update({**blob_arrays(sources, "sources", "source_offsets"),
                    **blob_arrays(msources, "mask_sources", "mask_source_offsets")})
     n = len(sources)
-    meta = {"count": n, "skipped": skipped, "kept_jpeg": kept, "source_bytes": source_bytes}
-    files = write_shard(Path(task.split_dir), task.index, arrays, {"fingerprint": fp, **meta})
-    return {"name": shard_name(task.index), "files": files, **meta, "reused": False}
-
-
-_META = ("count", "skipped", "kept_jpeg", "source_bytes")
+    return finish_shard(task, fp, arrays, n, skipped, kept, source_bytes)
 
 
 def _header_depth(path: str) -> int:

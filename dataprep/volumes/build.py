@@ -12,11 +12,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..build import BuildSummary, build_shards, pack_header, task_fingerprint
+from ..build import BuildSummary, build_shards, finish_shard, pack_header, reused_shard, task_fingerprint
 from ..errors import DataprepError, ImageDecodeError, SourceError
 from ..pack.fields import ImageField, blob_arrays, label_dtype
 from ..pack.manifest import write_manifest
-from ..pack.shard import reusable_shard, shard_name, write_shard
 from ..sources import Source, spread
 from .read import read_volume, to_stored
 from .resample import RESAMPLE_MODES, resample
@@ -100,11 +99,9 @@ def mask_field(volume: VolumeSettings, dtype: str) -> ImageField:
 
 def build_volume_shard(task: VolumeShardTask) -> dict[str, Any]:
     fp = task.fingerprint()
-    if task.resume:
-        rec = reusable_shard(Path(task.split_dir), task.index, fp)
-        if rec is not None:
-            return {"name": shard_name(task.index), "files": rec["files"],
-                    **{k: rec[k] for k in ("count", "skipped", "kept_jpeg", "source_bytes")}, "reused": True}
+    rec = reused_shard(task, fp)
+    if rec is not None:
+        return rec
     field = task.volume.field()
     vols, shapes, labels, sources, skipped, masks = [], [], [], [], [], []
     source_bytes = 0
@@ -135,9 +132,7 @@ def build_volume_shard(task: VolumeShardTask) -> dict[str, Any]:
         arrays["labels"] = np.asarray(labels, np.int64).astype(task.label_dtype)
     if task.mask_root:
         arrays.update(mask_field(task.volume, task.mask_dtype).shard_arrays(masks, shapes))
-    meta = {"count": len(vols), "skipped": skipped, "kept_jpeg": 0, "source_bytes": source_bytes}
-    files = write_shard(Path(task.split_dir), task.index, arrays, {"fingerprint": fp, **meta})
-    return {"name": shard_name(task.index), "files": files, **meta, "reused": False}
+    return finish_shard(task, fp, arrays, len(vols), skipped, 0, source_bytes)
 
 
 @dataclass
