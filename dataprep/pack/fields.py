@@ -53,6 +53,16 @@ def _alloc(key: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return np.empty(shape, dtype)
 
 
+class _NpyFiles:
+    """Reads shard files as they lie on disk (the npy backend's reads, without a pack around them)."""
+
+    read = staticmethod(read_npy_into)
+    map = staticmethod(map_npy)
+
+
+NPY_FILES = _NpyFiles()
+
+
 @dataclass
 class LoadContext:
     """How a split's arrays are brought in: where buffers come from (`alloc(key, shape, dtype)`: private
@@ -64,19 +74,20 @@ class LoadContext:
     alloc: Callable[[str, tuple[int, ...], np.dtype], np.ndarray] = _alloc
     map_images: bool = False
     progress: Callable[[int], None] | None = None
-    source: Any = None  # the pack's backend reader (pack/backends); None: npy shard files
+    source: Any = None  # the pack's backend reader (pack/backends); default: npy shard files
+
+    def __post_init__(self) -> None:
+        if self.source is None:
+            self.source = NPY_FILES
 
     def read(self, path: Path, rec: dict[str, Any], out: np.ndarray | None = None) -> np.ndarray:
-        if self.source is not None:
-            arr = self.source.read(path, rec, out, self.verify)
-        else:
-            arr = read_npy_into(path, rec, out, self.verify)
+        arr = self.source.read(path, rec, out, self.verify)
         if self.progress:
             self.progress(arr.nbytes)
         return arr
 
     def map(self, path: Path, rec: dict[str, Any]) -> np.ndarray:
-        arr = self.source.map(path, rec, self.verify) if self.source is not None else map_npy(path, rec, self.verify)
+        arr = self.source.map(path, rec, self.verify)
         if self.progress:
             self.progress(arr.nbytes)
         return arr

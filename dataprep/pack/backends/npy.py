@@ -26,11 +26,8 @@ class NpySource:
         return self._plans[split]
 
     # the hooks LoadContext calls with a shard file's path and record
-    def read(self, path: Path, rec: dict[str, Any], out: np.ndarray | None = None, verify: bool = False) -> np.ndarray:
-        return read_npy_into(path, rec, out, verify)
-
-    def map(self, path: Path, rec: dict[str, Any], verify: bool = False) -> np.ndarray:
-        return map_npy(path, rec, verify)
+    read = staticmethod(read_npy_into)
+    map = staticmethod(map_npy)
 
     def _shard(self, split: str, k: int) -> tuple[Path, dict[str, Any]]:
         s = self.manifest["splits"][split]["shards"][k]
