@@ -110,7 +110,7 @@ def epoch_peak(ds, epochs: int = 1) -> tuple[int, float]:
 DDP = """
 import sys, torch, torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
-from dataprep.data.images import InMemoryImageDataset
+from dataprep.images.dataset import InMemoryImageDataset
 
 class Blank(Dataset):  # the loader's own cost, no data held
     def __init__(self, like):
@@ -142,10 +142,11 @@ def main() -> int:
     ap.add_argument("--json", default=str(HERE / "results" / "bench_cache.json"))
     a = ap.parse_args()
 
-    from dataprep.build import build_images
-    from dataprep.data.images import InMemoryImageDataset
+    from dataprep.images.build import build_images
+    from dataprep.images.dataset import InMemoryImageDataset
     from dataprep.pack.manifest import is_pack
-    from dataprep.settings import BuildSettings, ImageSettings
+    from dataprep.settings import BuildSettings
+    from dataprep.images.settings import ImageSettings
     from dataprep.sources import scan_imagenet
     from dataprep.synthetic import write_tree
 

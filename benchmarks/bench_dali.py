@@ -24,10 +24,11 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from dataprep.build import build_images  # noqa: E402
-from dataprep.data.images import InMemoryImageDataset  # noqa: E402
-from dataprep.loader import Loader  # noqa: E402
-from dataprep.settings import BuildSettings, ImageSettings  # noqa: E402
+from dataprep.images.build import build_images  # noqa: E402
+from dataprep.images.dataset import InMemoryImageDataset  # noqa: E402
+from dataprep.serve.loader import Loader  # noqa: E402
+from dataprep.settings import BuildSettings  # noqa: E402
+from dataprep.images.settings import ImageSettings  # noqa: E402
 from dataprep.sources import scan_imagenet  # noqa: E402
 from dataprep.synthetic import write_tree  # noqa: E402
 
@@ -57,7 +58,7 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--gpu", action="store_true", help="also run the mixed (nvJPEG) pipeline and check it")
     a = ap.parse_args()
-    from dataprep.data.dali import DaliImageLoader
+    from dataprep.images.dali import DaliImageLoader
 
     print(f"load average at start: {os.getloadavg()[0]:.2f}; {a.workers} workers/threads, batch {a.batch}")
     with tempfile.TemporaryDirectory() as tmp:

@@ -22,10 +22,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from dataprep.build import build_images  # noqa: E402
+from dataprep.images.build import build_images  # noqa: E402
 from dataprep.engine import LocalEngine  # noqa: E402
 from dataprep.engine.dask import DaskEngine  # noqa: E402
-from dataprep.settings import BuildSettings, ImageSettings  # noqa: E402
+from dataprep.settings import BuildSettings  # noqa: E402
+from dataprep.images.settings import ImageSettings  # noqa: E402
 from dataprep.sources import scan_imagenet  # noqa: E402
 
 

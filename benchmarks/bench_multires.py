@@ -21,9 +21,10 @@ sys.path.insert(0, str(HERE.parent))
 import cv2  # noqa: E402
 import numpy as np  # noqa: E402
 
-from dataprep.build import build_images  # noqa: E402
-from dataprep.data.images import InMemoryImageDataset  # noqa: E402
-from dataprep.settings import BuildSettings, ImageSettings  # noqa: E402
+from dataprep.images.build import build_images  # noqa: E402
+from dataprep.images.dataset import InMemoryImageDataset  # noqa: E402
+from dataprep.settings import BuildSettings  # noqa: E402
+from dataprep.images.settings import ImageSettings  # noqa: E402
 from dataprep.sources import scan_imagenet  # noqa: E402
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import os
 import shutil
 import time
 from collections import Counter
@@ -21,12 +20,10 @@ import numpy as np
 
 from . import __version__
 from .engine import Engine, LocalEngine
-from .errors import ImageDecodeError, PackExistsError
-from .pack.fields import ImageField, blob_arrays, label_dtype
-from .pack.manifest import FORMAT_VERSION, MANIFEST, is_pack, write_manifest
+from .errors import PackExistsError
+from .pack.manifest import FORMAT_VERSION, MANIFEST, is_pack
 from .pack.shard import remove_temporaries, reusable_shard, shard_name, write_shard
-from .settings import BuildSettings, ImageSettings
-from .sources import Source
+from .settings import BuildSettings
 
 
 def task_fingerprint(head: list, rows: Iterable[tuple]) -> str:
@@ -36,26 +33,6 @@ def task_fingerprint(head: list, rows: Iterable[tuple]) -> str:
     for row in rows:
         h.update(b"\0".join(str(x).encode("utf-8", "surrogateescape") for x in row) + b"\n")
     return h.hexdigest()
-
-
-@dataclass(frozen=True)
-class ShardTask:
-    """Everything one worker needs to make one shard: a pure function of these fields."""
-
-    root: str
-    split_dir: str
-    index: int
-    paths: tuple[str, ...]
-    labels: np.ndarray
-    label_dtype: str
-    image: ImageSettings
-    strict: bool
-    resume: bool = False
-
-    def fingerprint(self) -> str:
-        """A digest of everything the shard's bytes depend on (its inputs, their order, the settings)."""
-        return task_fingerprint([self.index, self.image.to_dict(), self.label_dtype, self.strict],
-                                zip(self.paths, self.labels.tolist()))
 
 
 _META = ("count", "skipped", "kept_jpeg", "source_bytes")
@@ -79,57 +56,6 @@ def finish_shard(task, fp: str, arrays: dict[str, np.ndarray], count: int, skipp
     meta = {"count": count, "skipped": skipped, "kept_jpeg": kept_jpeg, "source_bytes": source_bytes}
     files = write_shard(Path(task.split_dir), task.index, arrays, {"fingerprint": fp, **meta})
     return {"name": shard_name(task.index), "files": files, **meta, "reused": False}
-
-
-def build_image_shard(task: ShardTask) -> dict[str, Any]:
-    """Process one shard's images and write the shard; return its record (`reused` when a resumed
-    build found it finished and intact)."""
-    fp = task.fingerprint()
-    rec = reused_shard(task, fp)
-    if rec is not None:
-        return rec
-    fields = image_fields(task.image)
-    levels: list[list] = [[] for _ in fields]
-    shapes: list[list] = [[] for _ in fields]
-    labels, sources, skipped = [], [], []
-    kept = source_bytes = 0
-    for rel, label in zip(task.paths, task.labels):
-        try:
-            done = _process(os.path.join(task.root, rel), task.image)
-        except ImageDecodeError as e:
-            if task.strict:
-                raise ImageDecodeError(os.path.join(task.root, rel), e.reason, e.detail) from None
-            skipped.append({"source": rel, "reason": e.reason, "detail": e.detail})
-            continue  # skipped at one size is skipped at all: the sizes come from one decode
-        for k, p in enumerate(done):
-            levels[k].append(p.data)
-            shapes[k].append(p.shape)
-        labels.append(label)
-        sources.append(np.frombuffer(rel.encode("utf-8", "surrogateescape"), np.uint8))
-        kept += done[0].kept
-        source_bytes += done[0].source_bytes
-    arrays = {}
-    for k, f in enumerate(fields.values()):
-        arrays.update(f.shard_arrays(levels[k], shapes[k]))
-    arrays.update({
-        "labels": np.asarray(labels, np.int64).astype(task.label_dtype),
-        **blob_arrays(sources, "sources", "source_offsets"),
-    })
-    return finish_shard(task, fp, arrays, len(labels), skipped, kept, source_bytes)
-
-
-def _process(path: str, settings: ImageSettings):
-    from .images.process import process_levels
-
-    return process_levels(path, settings)
-
-
-def image_fields(image: ImageSettings) -> dict[str, ImageField]:
-    """The manifest's image fields: "image", or "image@R" for every resolution of a multi-resolution build."""
-    enc = "raw" if image.mode == "raw" else "jpeg"
-    if not image.multires:
-        return {"image": ImageField(enc, image.fixed_shape(), image.channels, dtype=image.dtype)}
-    return {f"image@{s}": ImageField(enc, image.fixed_shape(s), image.channels, f"_r{s}", image.dtype) for s in image.all_sizes}
 
 
 @dataclass
@@ -282,39 +208,3 @@ def pack_header(kind: str, settings: BuildSettings, source: dict[str, Any], seco
         "settings": settings.to_dict(),
         "build": {"seconds": round(seconds, 3), "workers": settings.workers},
     }
-
-
-def build_images(
-    source: Source,
-    out: str | os.PathLike,
-    settings: BuildSettings,
-    progress: Callable[[int], None] | None = None,
-    engine: Engine | None = None,
-) -> BuildSummary:
-    """Build an image pack from `source` into `out`; return the summary. `progress(n)` is told of n more
-    images; `engine` runs the shards (default: a local pool of settings.workers processes)."""
-    out = Path(out)
-    ldt = label_dtype(len(source.classes)).str
-
-    def make_task(split, k: int, start: int, stop: int) -> ShardTask:
-        return ShardTask(str(source.root), str(out / split.name), k, tuple(split.paths[start:stop]),
-                         split.labels[start:stop], ldt, settings.image, settings.strict, settings.resume)
-
-    splits = [s.limited(settings.limit) for s in source.splits]
-    summaries, split_entries, seconds = build_shards(out, settings, splits, make_task, build_image_shard, progress, engine)
-    write_manifest(
-        out,
-        {
-            **pack_header("images", settings, {"layout": source.layout, "root": str(source.root.resolve())}, seconds),
-            "classes": source.classes,
-            "class_names": source.class_names,
-            **({"resolutions": sorted(settings.image.all_sizes)} if settings.image.multires else {}),
-            "fields": {
-                **{k: f.to_manifest() for k, f in image_fields(settings.image).items()},
-                "label": {"dtype": ldt, "num_classes": len(source.classes), "arrays": ["labels"]},
-                "source": {"encoding": "utf-8", "relative_to": "source.root", "arrays": ["sources", "source_offsets"]},
-            },
-            "splits": split_entries,
-        },
-    )
-    return BuildSummary(out, summaries, seconds)

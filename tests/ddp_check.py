@@ -6,7 +6,7 @@ import sys
 import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 
-from dataprep.data.images import InMemoryImageDataset
+from dataprep.images.dataset import InMemoryImageDataset
 from dataprep.synthetic import decode_index
 
 pack, mode, out = sys.argv[1], sys.argv[2], sys.argv[3]

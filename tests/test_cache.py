@@ -12,12 +12,13 @@ import torch
 from torch.utils.data import DataLoader
 
 from dataprep.pack.manifest import read_manifest
-from dataprep.build import build_images
-from dataprep.data import cache as cache_mod
-from dataprep.data.images import InMemoryImageDataset
+from dataprep.images.build import build_images
+from dataprep.serve import cache as cache_mod
+from dataprep.images.dataset import InMemoryImageDataset
 from dataprep.errors import DataprepError, PackError
 from dataprep.pack.fields import Segments
-from dataprep.settings import BuildSettings, ImageSettings
+from dataprep.settings import BuildSettings
+from dataprep.images.settings import ImageSettings
 from dataprep.sources import scan_imagenet
 from dataprep.synthetic import decode_index
 
@@ -96,7 +97,7 @@ def test_shm_is_one_segment_per_pack_and_the_last_user_removes_it(packs):
 
 CRASH = """
 import os, sys
-from dataprep.data.images import InMemoryImageDataset
+from dataprep.images.dataset import InMemoryImageDataset
 ds = InMemoryImageDataset(sys.argv[1], cache="shm")
 print(ds.segment, flush=True)
 os.kill(os.getpid(), 9)
@@ -176,7 +177,7 @@ def test_progress_is_reported_when_asked(packs, capsys):
 
 RACE = """
 import sys, time
-from dataprep.data.images import InMemoryImageDataset
+from dataprep.images.dataset import InMemoryImageDataset
 start = float(sys.argv[2])
 time.sleep(max(0.0, start - time.time()))  # all racers attach at the same moment
 ds = InMemoryImageDataset(sys.argv[1], cache="shm")

@@ -101,7 +101,7 @@ def test_real_photos_build_and_load(tmp_path):
     src = corpus_dir("images")
     r = run("build", "imagenet", src, "--out", tmp_path / "p", "--size", 128, "-j", 2, "--no-progress")
     assert r.exit_code == 0, r.output
-    from dataprep.data.images import InMemoryImageDataset
+    from dataprep.images.dataset import InMemoryImageDataset
 
     ds = InMemoryImageDataset(tmp_path / "p")
     assert len(ds) == 356 and ds.classes == ["lomiri", "mate", "opencv", "scenetext", "sklearn"]

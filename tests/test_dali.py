@@ -9,15 +9,16 @@ import pytest
 import torch
 
 from dataprep import InMemoryImageDataset
-from dataprep.build import build_images
+from dataprep.images.build import build_images
 from dataprep.errors import DataprepError
-from dataprep.settings import BuildSettings, ImageSettings
+from dataprep.settings import BuildSettings
+from dataprep.images.settings import ImageSettings
 from dataprep.sources import scan_imagenet
 from dataprep.synthetic import decode_index
 
 from .conftest import corpus_dir
 
-from dataprep.data.dali import DaliImageLoader, gpu_count  # noqa: E402  (imports no DALI itself)
+from dataprep.images.dali import DaliImageLoader, gpu_count  # noqa: E402
 
 try:
     import nvidia.dali  # noqa: F401
@@ -166,7 +167,7 @@ def test_missing_extra_names_the_install_command(monkeypatch):
         return real(name, *a, **kw)
 
     monkeypatch.setattr(builtins, "__import__", no_dali)
-    from dataprep.data import dali as mod
+    from dataprep.images import dali as mod
 
     with pytest.raises(DataprepError, match=r"pip install 'dataprep\[dali\]'"):
         mod._dali()

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from dataprep.build import build_images
+from dataprep.images.build import build_images
 from dataprep.cli import main
 from dataprep.errors import DataprepError
-from dataprep.pack.verify import verify_pack
-from dataprep.settings import BuildSettings, ImageSettings
+from dataprep.verify import verify_pack
+from dataprep.settings import BuildSettings
+from dataprep.images.settings import ImageSettings
 from dataprep.sources import scan_imagenet
 
 from .conftest import corpus_dir

@@ -7,10 +7,11 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
-from dataprep.build import build_images
-from dataprep.data.images import InMemoryImageDataset
+from dataprep.images.build import build_images
+from dataprep.images.dataset import InMemoryImageDataset
 from dataprep.errors import DataprepError, FormatVersionError, PackError
-from dataprep.settings import BuildSettings, ImageSettings
+from dataprep.settings import BuildSettings
+from dataprep.images.settings import ImageSettings
 from dataprep.sources import scan_imagenet
 from dataprep.synthetic import decode_index
 

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from dataprep.build import build_images
-from dataprep.data import cache as cache_mod
-from dataprep.settings import BuildSettings, ImageSettings
+from dataprep.images.build import build_images
+from dataprep.serve import cache as cache_mod
+from dataprep.settings import BuildSettings
+from dataprep.images.settings import ImageSettings
 from dataprep.sources import scan_imagenet
 
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dataprep.data.decoders import decode_cv2, decode_pil
+from dataprep.images.codec import decode_cv2, decode_pil
 from dataprep.errors import ImageDecodeError
 from dataprep.images.decode import decode_source, sniff
 from dataprep.images.process import process_image
-from dataprep.settings import ImageSettings
+from dataprep.images.settings import ImageSettings
 from dataprep.synthetic import photo_like
 
 from .conftest import corpus_dir

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from dataprep.cli import main
-from dataprep.data.images import InMemoryImageDataset
+from dataprep.images.dataset import InMemoryImageDataset
 from dataprep.pack.manifest import read_manifest
 from dataprep.synthetic import write_tree
 

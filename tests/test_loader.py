@@ -8,11 +8,12 @@ import pytest
 import torch
 from torch.utils.data import DistributedSampler
 
-from dataprep.build import build_images
-from dataprep.data.images import InMemoryImageDataset
+from dataprep.images.build import build_images
+from dataprep.images.dataset import InMemoryImageDataset
 from dataprep.errors import DataprepError, WorkerError
-from dataprep.loader import Loader
-from dataprep.settings import BuildSettings, ImageSettings
+from dataprep.serve.loader import Loader
+from dataprep.settings import BuildSettings
+from dataprep.images.settings import ImageSettings
 from dataprep.sources import scan_imagenet
 from dataprep.synthetic import decode_index
 
@@ -135,8 +136,8 @@ def test_leaving_early_stops_the_workers(packs):
 
 CTRL_C = """
 import sys, time
-from dataprep.data.images import InMemoryImageDataset
-from dataprep.loader import Loader
+from dataprep.images.dataset import InMemoryImageDataset
+from dataprep.serve.loader import Loader
 
 class Slow(InMemoryImageDataset):
     def fill_batch(self, idx, out):

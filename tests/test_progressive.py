@@ -7,13 +7,14 @@ import pytest
 from click.testing import CliRunner
 from torch.utils.data import DataLoader
 
-from dataprep.build import build_images
+from dataprep.images.build import build_images
 from dataprep.cli import main
-from dataprep.data.images import InMemoryImageDataset
-from dataprep.data.progressive import ResolutionBatchSampler, Schedule
+from dataprep.images.dataset import InMemoryImageDataset
+from dataprep.serve.progressive import ResolutionBatchSampler, Schedule
 from dataprep.errors import DataprepError, PackError
 from dataprep.pack.manifest import read_manifest
-from dataprep.settings import BuildSettings, ImageSettings
+from dataprep.settings import BuildSettings
+from dataprep.images.settings import ImageSettings
 from dataprep.sources import scan_folder, scan_imagenet
 from dataprep.synthetic import decode_index
 
@@ -78,7 +79,7 @@ def test_keep_resolutions_lets_the_previous_one_go(multires):
 
 @pytest.mark.parametrize("cache", ["mmap", "shm"])
 def test_progressive_run_reaches_persistent_workers(multires, cache):
-    from dataprep.data.cache import list_segments
+    from dataprep.serve.cache import list_segments
 
     before = set(list_segments())
     ds = InMemoryImageDataset(multires, resolution=16, cache=cache)

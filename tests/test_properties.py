@@ -8,13 +8,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dataprep.build import build_images
-from dataprep.data.images import InMemoryImageDataset
+from dataprep.images.build import build_images
+from dataprep.images.dataset import InMemoryImageDataset
 from dataprep.errors import PackError
 from dataprep.pack.fields import LoadContext, load_blob
 from dataprep.pack.manifest import read_manifest
 from dataprep.pack.shard import write_shard
-from dataprep.settings import BuildSettings, ImageSettings
+from dataprep.settings import BuildSettings
+from dataprep.images.settings import ImageSettings
 from dataprep.sources import scan_imagenet
 
 json_values = st.recursive(

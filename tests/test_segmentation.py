@@ -13,14 +13,15 @@ import torch
 from PIL import Image
 
 from dataprep.cli import main
-from dataprep.data import joint
-from dataprep.data.segmentation import SegmentationDataset
+from dataprep.segmentation import transforms as joint
+from dataprep.segmentation.dataset import SegmentationDataset
 from dataprep.errors import DataprepError, ImageDecodeError, SourceError
-from dataprep.loader import Loader
+from dataprep.serve.loader import Loader
 from dataprep.segmentation.build import build_segmentation
 from dataprep.segmentation.masks import LabelMap
 from dataprep.segmentation.pairs import pair_by_stem, pair_from_file
-from dataprep.settings import BuildSettings, ImageSettings
+from dataprep.settings import BuildSettings
+from dataprep.images.settings import ImageSettings
 from dataprep.synthetic import SEG_PALETTE, write_segmentation_tree
 
 from .conftest import corpus_dir
@@ -306,7 +307,7 @@ def test_builds_are_byte_identical_across_workers_and_resume(scenes, tmp_path):
 def test_multi_resolution_segmentation_packs(scenes, tmp_path):
     """--sizes: images and masks at every size from one decode, each mask nearest from the full-size one,
     aligned with its image; the dataset switches resolution with its masks."""
-    from dataprep.data.progressive import ResolutionBatchSampler, Schedule
+    from dataprep.serve.progressive import ResolutionBatchSampler, Schedule
 
     build_segmentation(pair_by_stem(*scenes), tmp_path / "p",
                        BuildSettings(ImageSettings(sizes=(96, 48), resize="center-crop", mode="raw"), workers=2))

@@ -6,9 +6,9 @@ import torch
 from click.testing import CliRunner
 
 from dataprep.cli import main
-from dataprep.data.tables import TabularDataset
+from dataprep.tables.dataset import TabularDataset
 from dataprep.errors import DataprepError
-from dataprep.loader import Loader
+from dataprep.serve.loader import Loader
 from dataprep.pack.manifest import read_manifest
 from dataprep.tables.build import build_table
 from dataprep.tables.columns import TableSettings

@@ -9,11 +9,11 @@ import torch
 from click.testing import CliRunner
 
 from dataprep.cli import main
-from dataprep.data.tokens import DocumentDataset, TokenDataset
+from dataprep.tokens.dataset import DocumentDataset, TokenDataset
 from dataprep.errors import DataprepError, SourceError
 from dataprep.pack.manifest import read_manifest
-from dataprep.text.read import expand
-from dataprep.text.tokenize import TokenizeSettings, load_tokenizer, token_dtype, tokenize
+from dataprep.tokens.read import expand
+from dataprep.tokens.tokenize import TokenizeSettings, load_tokenizer, token_dtype, tokenize
 
 from .conftest import corpus_dir
 
@@ -70,7 +70,7 @@ def test_windows(bpe_pack):
 
 
 def test_the_fast_loader_serves_windows(bpe_pack):
-    from dataprep.loader import Loader
+    from dataprep.serve.loader import Loader
 
     seq = TokenDataset(bpe_pack, context=8, mode="sequential")
     got = [(x.clone(), y.clone()) for x, y in Loader(seq, 4, num_workers=2)]

@@ -10,10 +10,12 @@ import pytest
 import torch
 from PIL import Image
 
-from dataprep.data.volumes import RandomCrop3d, RandomFlip3d, VolumeDataset
+from dataprep.volumes.transforms import RandomCrop3d, RandomFlip3d
+from dataprep.volumes.dataset import VolumeDataset
 from dataprep.errors import DataprepError, ImageDecodeError
-from dataprep.loader import Loader
-from dataprep.settings import BuildSettings, ImageSettings
+from dataprep.serve.loader import Loader
+from dataprep.settings import BuildSettings
+from dataprep.images.settings import ImageSettings
 from dataprep.sources import scan_files
 from dataprep.volumes.build import VolumeSettings, build_volumes
 from dataprep.volumes.read import VOLUME_EXTENSIONS

@@ -113,10 +113,10 @@ class MemoryPlan:
 def parts_from_pack(pack: str | Path, split: str = "train") -> tuple[list[Part], int, list[str]]:
     """The served sample of a pack (its largest image or volume; its mask; its label as int64), and the
     split's size in bytes. Reads only the manifest and the shapes array, whatever the backend."""
-    from ..data.cache import image_field_key
+    from ..serve.cache import image_field_key
     from ..errors import PackError
     from ..pack.backends import open_source
-    from ..pack.fields import ImageField, mask_key_of
+    from ..images.field import ImageField, mask_key_of
 
     source = open_source(pack)
     try:

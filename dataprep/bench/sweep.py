@@ -71,7 +71,7 @@ def _cycle(loader):
 
 
 def measure(ds, path: str, workers: int, batch: int, seconds: float, warmup: float, crop) -> Run:
-    from ..loader import Loader
+    from ..serve.loader import Loader
 
     loader = Loader(ds, batch, shuffle=True, num_workers=workers, crop=crop)
     sample_bytes = sum(int(np.prod(s)) * d.itemsize for s, d in loader._spec.values())
@@ -103,7 +103,7 @@ def measure(ds, path: str, workers: int, batch: int, seconds: float, warmup: flo
 def limits(ds, decoders: list[str], batch: int, crop, pack: Path) -> dict[str, float]:
     """This machine's limits for this pack: gather (samples/s into a preallocated batch, one core),
     single-core decode rate per decoder, and file read bandwidth (MB/s)."""
-    from ..data.decoders import DECODERS
+    from ..images.codec import DECODERS
 
     out: dict[str, float] = {}
     spec = ds.batch_layout(crop) if crop else ds.batch_layout()
@@ -175,8 +175,8 @@ def verdict(path: str, runs: list[Run], lim: dict[str, float], cores: int) -> di
 def run_bench(pack: str | os.PathLike, workers: list[int] | None = None, batches: list[int] | None = None,
               paths: list[str] | None = None, seconds: float = 2.0, warmup: float = 0.5, crop=None,
               cache: str = "ram") -> Report:
-    from ..data.decoders import DECODERS
-    from ..data.images import InMemoryImageDataset
+    from ..images.codec import DECODERS
+    from ..images.dataset import InMemoryImageDataset
 
     pack = Path(pack)
     cores = os.cpu_count() or 1

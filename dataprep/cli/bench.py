@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..data.cache import CACHE_MODES
+from ..serve.cache import CACHE_MODES
 from .profile import profile_option
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..images.resize import RESIZE_MODES
-from ..settings import IMAGE_MODES
+from ..images.settings import IMAGE_MODES
 from .config import config_option
 from .engine import engine_for, engine_options
 from .profile import profile_option
@@ -70,7 +70,8 @@ def image_build_options(f):
 
 def build_settings(size, sizes, resize, upscale, grayscale, mode, depth, quality, keep_jpeg, workers, limit,
                    shard_size, strict, overwrite, resume):
-    from ..settings import BuildSettings, ImageSettings
+    from ..settings import BuildSettings
+    from ..images.settings import ImageSettings
 
     return BuildSettings(
         ImageSettings(size=size, sizes=sizes, resize=resize, upscale=upscale, grayscale=grayscale, mode=mode,
@@ -85,7 +86,7 @@ def run_build(source, out, progress, build_fn=None, settings=None, engine="local
     """Run a build (`build_fn(source, out, settings, progress=..., engine=...)`, default build_images;
     `settings` a BuildSettings, or made from the image options in `kw`) on the chosen engine under a
     progress bar; print the summary; exit 130 on Ctrl-C after saying how to resume."""
-    from ..build import build_images
+    from ..images.build import build_images
     settings = settings or build_settings(**kw)
     total = source.planned(settings.limit)
     # default: click shows the bar only on a terminal
@@ -240,7 +241,8 @@ def volumes(src, out, shape, resample, depth, window, masks, mask_dtype, split, 
 
     vs = VolumeSettings(shape, int(depth), window, resample)
     source = scan_files(src, split, VOLUME_EXTENSIONS)
-    from ..settings import BuildSettings, ImageSettings
+    from ..settings import BuildSettings
+    from ..images.settings import ImageSettings
 
     settings = BuildSettings(ImageSettings(), workers=workers or os.cpu_count() or 1, limit=limit, shard_size=shard_size,
                              strict=strict, overwrite=overwrite, resume=resume)

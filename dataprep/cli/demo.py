@@ -27,9 +27,10 @@ def demo(out, images, size, workers):
 
 def _run(base: Path, images: int, size: int, workers: int) -> None:
     from ..bench.serving import FileImageDataset, epoch_rate
-    from ..build import build_images
-    from ..data.images import InMemoryImageDataset
-    from ..settings import BuildSettings, ImageSettings
+    from ..images.build import build_images
+    from ..images.dataset import InMemoryImageDataset
+    from ..settings import BuildSettings
+    from ..images.settings import ImageSettings
     from ..sources import scan_imagenet
     from ..synthetic import write_tree
 
@@ -74,7 +75,7 @@ def _loader_rate(ds, workers: int, epochs: int = 3) -> float:
     """Images/s of dataprep.Loader: the median of a few epochs (its workers persist between them)."""
     import statistics
 
-    from ..loader import Loader
+    from ..serve.loader import Loader
 
     loader = Loader(ds, 64, shuffle=True, num_workers=workers)
     times = []

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from ..data.cache import CACHE_MODES
+from ..serve.cache import CACHE_MODES
 
 
 def _shape(ctx, param, value):
@@ -31,7 +31,7 @@ def _shape(ctx, param, value):
 def plan(pack, split, shape, dtype, mask_shape, mask_dtype, samples, batch_size, workers, prefetch, cache, ranks):
     """Bytes per sample and batch, in flight across workers, the cache, the total, and whether it fits."""
     from ..bench.plan import MemoryPlan, Part, parts_from_pack
-    from ..data.cache import available_ram
+    from ..serve.cache import available_ram
 
     notes: list[str] = []
     if pack:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from ..text.read import SPLITS
+from ..tokens.read import SPLITS
 from .engine import engine_for, engine_options
 from .profile import profile_option
 from .storage import staged_output, storage_options
@@ -34,8 +34,8 @@ from .storage import staged_output, storage_options
 def tokenize(src, out, tokenizer, train_bpe, split_docs, text_field, eot, eot_id, val_fraction, seed, chunk_mb, strict, overwrite,
              workers, task_mb, engine, address, scheduler_file, fmt, compress):
     """Tokenize text into uint16/uint32 token arrays with a document index."""
-    from ..text.read import expand
-    from ..text.tokenize import TokenizeSettings, tokenize as run
+    from ..tokens.read import expand
+    from ..tokens.tokenize import TokenizeSettings, tokenize as run
 
     settings = TokenizeSettings(split=split_docs, text_field=text_field, eot=eot, eot_id=eot_id, val_fraction=val_fraction,
                                 seed=seed, chunk_bytes=chunk_mb << 20, task_bytes=task_mb << 20, strict=strict)

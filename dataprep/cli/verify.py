@@ -10,7 +10,7 @@ import click
 @click.pass_context
 def verify(ctx, pack, decode):
     """Check the manifest, every shard file's sha256, headers, offsets, shapes and label range."""
-    from ..pack.verify import verify_pack
+    from ..verify import verify_pack
 
     rep = verify_pack(pack, decode=decode)
     for path, what in rep.problems:

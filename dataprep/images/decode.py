@@ -16,7 +16,7 @@ import numpy as np
 from PIL import Image, ImageFile
 
 from ..errors import ImageDecodeError
-from ..settings import ImageSettings
+from .settings import ImageSettings
 from . import resize
 
 ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated file is an error, never a grey half-image

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ImageDecodeError
-from ..settings import ImageSettings
+from .settings import ImageSettings
 from . import resize
 from .decode import decode_source
-from .encode import encode_jpeg
+from .codec import encode_jpeg
 
 
 @dataclass

@@ -109,3 +109,9 @@ def center_crop_into(pixels: np.ndarray, out: np.ndarray, fill: int = 0) -> None
     out[...] = fill
     y, x = (oh - sh) // 2, (ow - sw) // 2
     out[y : y + sh, x : x + sw] = src
+
+
+def nearest_index(n_out: int, n_in: int) -> np.ndarray:
+    """Source index of each output pixel: the source pixel under the output pixel's centre,
+    floor((i + 1/2) n_in / n_out), in exact integer arithmetic (ties are never decided by rounding error)."""
+    return ((2 * np.arange(n_out, dtype=np.int64) + 1) * n_in) // (2 * n_out)

@@ -16,13 +16,16 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..build import BuildSummary, build_shards, finish_shard, image_fields, pack_header, reused_shard, task_fingerprint
+from ..build import BuildSummary, build_shards, finish_shard, pack_header, reused_shard, task_fingerprint
+from ..images.build import image_fields
 from ..engine import LocalEngine
 from ..errors import ImageDecodeError, SourceError
 from ..images.process import read_source
-from ..pack.fields import ImageField, blob_arrays, mask_key_of
+from ..images.field import ImageField, mask_key_of
+from ..pack.fields import blob_arrays
 from ..pack.manifest import write_manifest
-from ..settings import BuildSettings, ImageSettings
+from ..settings import BuildSettings
+from ..images.settings import ImageSettings
 from .masks import LabelMap, MaskSettings, check_values, decode_mask, resize_mask
 from .pairs import PairSource
 

@@ -189,16 +189,10 @@ def check_values(ids: np.ndarray, settings: MaskSettings, path: str) -> np.ndarr
     return ids.astype(np.dtype(settings.dtype))
 
 
-def nearest_index(n_out: int, n_in: int) -> np.ndarray:
-    """Source index of each output pixel: the source pixel under the output pixel's centre,
-    floor((i + 1/2) n_in / n_out), in exact integer arithmetic (ties are never decided by rounding error)."""
-    return ((2 * np.arange(n_out, dtype=np.int64) + 1) * n_in) // (2 * n_out)
-
-
 def resize_mask(mask: np.ndarray, geom: resize.Geometry, pad_value: int) -> np.ndarray:
     """Nearest-neighbour to `geom.scaled` by pixel centres (the convention of the area filter that scales
     the image), then the image's crop and pad (padding with `pad_value`)."""
     h, w = geom.scaled
     if mask.shape[:2] != (h, w):
-        mask = mask[nearest_index(h, mask.shape[0])][:, nearest_index(w, mask.shape[1])]
+        mask = mask[resize.nearest_index(h, mask.shape[0])][:, resize.nearest_index(w, mask.shape[1])]
     return resize.crop_pad(mask[:, :, None], geom, pad_value)[:, :, 0]

@@ -14,7 +14,8 @@ import numpy as np
 
 from ..build import BuildSummary, build_shards, finish_shard, pack_header, reused_shard, task_fingerprint
 from ..errors import DataprepError, ImageDecodeError, SourceError
-from ..pack.fields import ImageField, blob_arrays, label_dtype
+from ..images.field import ImageField
+from ..pack.fields import blob_arrays, label_dtype
 from ..pack.manifest import write_manifest
 from ..sources import Source, spread
 from .read import read_volume, to_stored

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..segmentation.masks import nearest_index
+from ..images.resize import nearest_index
 
 RESAMPLE_MODES = ("linear", "nearest")
 

@@ -27,7 +27,7 @@ from typing import Iterable, Iterator
 import numpy as np
 import torch
 
-from .errors import DataprepError, WorkerError
+from ..errors import DataprepError, WorkerError
 
 
 class Loader:

@@ -15,7 +15,7 @@ import torch
 from ..errors import DataprepError
 from ..images.resize import center_crop_into
 from ..pack.fields import Strings, take_rows
-from .images import InMemoryImageDataset
+from ..images.dataset import InMemoryImageDataset
 
 
 class SegmentationDataset(InMemoryImageDataset):
@@ -24,7 +24,7 @@ class SegmentationDataset(InMemoryImageDataset):
     Args:
         pack, split, decode, as_numpy, verify, cache, progress, resolution, keep_resolutions: as for
             InMemoryImageDataset (a multi-resolution pack has masks at every size, served with the images).
-        transform: a joint transform `(image HWC, mask HW) -> (image, mask)` (see data/joint.py), applied
+        transform: a joint transform `(image HWC, mask HW) -> (image, mask)` (see segmentation/transforms.py), applied
             before conversion to tensors, so crops and flips keep the two aligned.
 
     `dataset[i]` gives `(image C x H x W uint8, mask H x W uint8 or uint16)`; `dataset[[i, j]]` a batch

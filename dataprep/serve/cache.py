@@ -30,8 +30,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import DataprepError, PackError
-from ..pack.fields import (BYTES, OFFSETS, ImageField, LoadContext, Strings, blob_shapes, load_blob, load_rows, mask_key_of,
-                           rows_shape)
+from ..pack.fields import BYTES, OFFSETS, LoadContext, Strings, blob_shapes, load_blob, load_rows, rows_shape
+from ..images.field import ImageField, mask_key_of
 from ..pack.backends import open_source
 from ..pack.manifest import MANIFEST
 

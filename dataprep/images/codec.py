@@ -1,4 +1,5 @@
-"""Serving-time decoders: take a sample's stored JPEG bytes (a uint8 view of the RAM cache), give HWC uint8 pixels.
+"""JPEG both ways: `encode_jpeg` takes HWC uint8 pixels and gives the bytes a pack stores; the serving-time
+decoders take a sample's stored JPEG bytes (a uint8 view of the RAM cache) and give HWC uint8 pixels.
 
 `DECODERS` is the registry the datasets' `decode=` argument is checked against.
 """
@@ -8,6 +9,17 @@ import io
 from typing import Callable
 
 import numpy as np
+
+
+def encode_jpeg(pixels: np.ndarray, quality: int) -> np.ndarray:
+    """JPEG-encode RGB or L pixels with OpenCV (4:2:0, as Pillow's default); returns a uint8 byte array."""
+    import cv2
+
+    img = pixels[:, :, 0] if pixels.shape[2] == 1 else cv2.cvtColor(pixels, cv2.COLOR_RGB2BGR)
+    ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
+    if not ok:  # pragma: no cover - OpenCV only fails here on invalid input shapes
+        raise ValueError(f"OpenCV could not encode a {pixels.shape} image")
+    return buf.reshape(-1)
 
 
 def decode_cv2(buf: np.ndarray, channels: int) -> np.ndarray | None:

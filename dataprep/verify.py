@@ -9,9 +9,10 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import PackError
-from .fields import ImageField, LoadContext, Strings, load_blob, load_rows
-from .manifest import MANIFEST
+from .errors import PackError
+from .images.field import ImageField
+from .pack.fields import LoadContext, Strings, load_blob, load_rows
+from .pack.manifest import MANIFEST
 
 
 @dataclass
@@ -34,7 +35,7 @@ def verify_pack(pack: str | os.PathLike, decode: bool = False, progress: Callabl
     rep = Report()
     where = pack / MANIFEST if pack.is_dir() and not (pack / "zarr.json").exists() else pack
     try:
-        from .backends import open_source
+        from .pack.backends import open_source
 
         source = open_source(pack)
         m = source.manifest
@@ -119,7 +120,7 @@ def _check_mask_values(data: np.ndarray, num_classes: int, ignore: int | None, w
 
 
 def _decode_all(arrays, channels: int, sources: Strings, where: Path, rep: Report) -> int:
-    from ..data.decoders import decode_cv2
+    from .images.codec import decode_cv2
 
     blob, offsets, shapes = arrays["images"], arrays["offsets"], arrays["shapes"]
     for k in range(len(offsets) - 1):

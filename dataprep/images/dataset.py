@@ -15,10 +15,10 @@ import torch
 from torch.utils.data import Dataset
 
 from ..errors import DataprepError, PackError
-from ..images.resize import center_crop_into
+from .resize import center_crop_into
 from ..pack.fields import take_rows
-from .cache import open_split
-from .decoders import DECODERS
+from ..serve.cache import open_split
+from .codec import DECODERS
 
 
 class InMemoryImageDataset(Dataset):
@@ -28,7 +28,7 @@ class InMemoryImageDataset(Dataset):
         pack: the pack directory.
         split: which split to serve ("train", "val", ...).
         decode: "cv2" or "pil" to decode JPEG packs, "none" for the stored bytes (a 1-D uint8 array).
-            For GPU decoding with nvJPEG, serve the dataset with `DaliImageLoader` (data/dali.py), which
+            For GPU decoding with nvJPEG, serve the dataset with `DaliImageLoader` (images/dali.py), which
             decodes whole batches; `decode="dali"` says so.
             Decoded (raw) packs are served without decoding whatever this says.
         transform: called on each image (a CHW uint8 tensor, or HWC numpy with `as_numpy`).
@@ -36,10 +36,10 @@ class InMemoryImageDataset(Dataset):
         verify: check every shard file's sha256 against the manifest while loading.
         cache: where the split lives: "ram" (this process, shared by forked workers), "mmap" (the
             pack's files mapped: the page cache is one copy for all workers and ranks) or "shm"
-            (one copy in /dev/shm per machine, shared by every process and rank); see data/cache.py.
+            (one copy in /dev/shm per machine, shared by every process and rank); see serve/cache.py.
         progress: report loading progress on stderr [default: for splits of 1 GiB or more].
         resolution: which size of a multi-resolution pack to serve [default: the largest]; `use(R)`
-            switches, and so does indexing with `(R, i)` (see data/progressive.py).
+            switches, and so does indexing with `(R, i)` (see serve/progressive.py).
         keep_resolutions: how many resolutions stay loaded at once (the least recent is let go).
 
     `dataset[i]` gives `(image, label)`; `dataset[[i, j, ...]]` gives one collated batch

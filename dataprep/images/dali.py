@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..errors import DataprepError
-from ..gpu import IMAGENET_MEAN, IMAGENET_STD
+from ..serve.gpu import IMAGENET_MEAN, IMAGENET_STD
 
 INSTALL = ("DALI is not installed: pip install 'dataprep[dali]' (the CUDA 12 wheel, nvidia-dali-cuda120; "
            "for CUDA 13 drivers: pip install nvidia-dali-cuda130)")
@@ -83,7 +83,7 @@ class DaliImageLoader:
                  prefetch: int = 2, random_area: tuple[float, float] = (0.08, 1.0),
                  random_aspect_ratio: tuple[float, float] = (3 / 4, 4 / 3), split: str = "train", cache: str = "ram"):
         _dali()
-        from .images import InMemoryImageDataset
+        from .dataset import InMemoryImageDataset
 
         if not isinstance(dataset, InMemoryImageDataset):
             dataset = InMemoryImageDataset(dataset, split, decode="none", cache=cache)
