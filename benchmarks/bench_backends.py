@@ -80,7 +80,7 @@ def main() -> int:
         for kind, image in (("raw 256x256x3", dict(size=256, resize="center-crop", mode="raw")),
                             ("JPEG q90", dict(size=256, resize="center-crop", mode="encoded"))):
             base = tmp / kind.split()[0]
-            build_images(scan_imagenet(src), base / "npy", BuildSettings(ImageSettings(**image), workers=2))
+            build_images(scan_imagenet(src), base / "npy", BuildSettings(workers=2), ImageSettings(**image))
             packs = {"npy/none": base / "npy"}
             for fmt, comp in VARIANTS[1:]:
                 out = base / f"{fmt}-{comp}{'.h5' if fmt == 'hdf5' else '.zarr'}"

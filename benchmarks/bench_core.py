@@ -54,7 +54,7 @@ def pillow_build(files, out: Path, size: int, workers: int) -> float:
 
 def ours_build(root: Path, out: Path, size: int, workers: int, **image) -> float:
     source = scan_imagenet(root)
-    s = build_images(source, out, BuildSettings(ImageSettings(size=size, **image), workers=workers, overwrite=True))
+    s = build_images(source, out, BuildSettings(workers=workers, overwrite=True), ImageSettings(size=size, **image))
     return s.written / s.seconds
 
 

@@ -67,7 +67,7 @@ def main() -> int:
         if not (root / "train").is_dir():
             root = write_tree(tmp / "src", classes=8, per_class=max(1, a.images // 8), sizes=((375, 500), (480, 640), (768, 1024)))
             print(f"corpus absent: {a.images} synthetic photos")
-        build_images(scan_imagenet(root), tmp / "pack", BuildSettings(ImageSettings(size=256, resize="center-crop"), workers=a.workers))
+        build_images(scan_imagenet(root), tmp / "pack", BuildSettings(workers=a.workers), ImageSettings(size=256, resize="center-crop"))
         ds = InMemoryImageDataset(tmp / "pack", decode="none")
         print(f"pack: {len(ds)} JPEGs at 256x256, {ds.nbytes / 1e6:.1f} MB in RAM")
         eval_kw = dict(preset="eval", resize=None, size=224, mean=(0, 0, 0), std=(1, 1, 1), dtype=torch.uint8, last_batch="partial")

@@ -43,7 +43,7 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=256)
     a = ap.parse_args()
     source = scan_imagenet(a.corpus)
-    settings = BuildSettings(ImageSettings(size=a.size), workers=a.workers, overwrite=True, shard_size=16)
+    settings, image = BuildSettings(workers=a.workers, overwrite=True, shard_size=16), ImageSettings(size=a.size)
     print(f"load average at start: {os.getloadavg()[0]:.2f}; {source.planned()} images at {a.size} px, "
           f"{a.workers} processes, shards of 16")
     with tempfile.TemporaryDirectory() as tmp:
@@ -61,15 +61,15 @@ def main() -> int:
             rates: dict[str, list[float]] = {"local process pool": [], "dask, local cluster (started per build)": [],
                                               "dask, existing scheduler + workers": []}
             for r in range(a.rounds):
-                s = build_images(source, tmp / "local", settings, engine=LocalEngine(a.workers))
+                s = build_images(source, tmp / "local", settings, image, engine=LocalEngine(a.workers))
                 rates["local process pool"].append(s.written / s.seconds)
                 t0 = time.perf_counter()
                 with DaskEngine(workers=a.workers) as eng:
-                    s = build_images(source, tmp / "dask_local", settings, engine=eng)
+                    s = build_images(source, tmp / "dask_local", settings, image, engine=eng)
                 rates["dask, local cluster (started per build)"].append(s.written / (time.perf_counter() - t0))
                 with DaskEngine(address=address) as eng:
                     eng.client.wait_for_workers(a.workers, timeout=60)
-                    s = build_images(source, tmp / "dask_remote", settings, engine=eng)
+                    s = build_images(source, tmp / "dask_remote", settings, image, engine=eng)
                 rates["dask, existing scheduler + workers"].append(s.written / s.seconds)
             ok = same_shards(tmp / "local", tmp / "dask_local") and same_shards(tmp / "local", tmp / "dask_remote")
             base = statistics.median(rates["local process pool"])

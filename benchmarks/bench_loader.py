@@ -85,7 +85,7 @@ def main() -> int:
     try:
         # -- decoded 256x256x3 pack ------------------------------------------------------------
         write_tree(tmp / "src", classes=10, per_class=a.images // 10, sizes=((256, 256),), kind="index", ext=".png")
-        build_images(scan_imagenet(tmp / "src"), tmp / "raw", BuildSettings(ImageSettings(size=256, resize="center-crop", mode="raw"), workers=2))
+        build_images(scan_imagenet(tmp / "src"), tmp / "raw", BuildSettings(workers=2), ImageSettings(size=256, resize="center-crop", mode="raw"))
         raw = InMemoryImageDataset(tmp / "raw")
         pix = raw._pixels
         out = np.empty((BATCH, 256, 256, 3), np.uint8)
@@ -113,7 +113,7 @@ def main() -> int:
         corpus = Path(a.corpus)
         checks_enc = []
         if (corpus / "train").is_dir():
-            build_images(scan_imagenet(corpus), tmp / "enc", BuildSettings(ImageSettings(size=256), workers=2))
+            build_images(scan_imagenet(corpus), tmp / "enc", BuildSettings(workers=2), ImageSettings(size=256))
             enc = InMemoryImageDataset(tmp / "enc", as_numpy=True, transform=Crop(256))
             bufs = [enc._blob[enc._offsets[i] : enc._offsets[i + 1]] for i in range(len(enc))]
             decs = []

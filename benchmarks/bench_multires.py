@@ -29,7 +29,7 @@ from dataprep.sources import scan_imagenet  # noqa: E402
 
 
 def build(source, out: Path, workers: int, **image) -> float:
-    return build_images(source, out, BuildSettings(ImageSettings(**image), workers=workers, overwrite=True)).seconds
+    return build_images(source, out, BuildSettings(workers=workers, overwrite=True), ImageSettings(**image)).seconds
 
 
 def main() -> int:

@@ -113,8 +113,8 @@ def main() -> None:
             with ProcessPoolExecutor(a.workers) as pool:
                 sum(pool.map(pillow_pair, jobs, chunksize=8))
             base.append(n / (time.perf_counter() - t0))
-            s = build_segmentation(pair_by_stem(img, msk), tmp / "pack", BuildSettings(
-                ImageSettings(size=256, resize="shorter", mode="encoded"), workers=a.workers, overwrite=True))
+            s = build_segmentation(pair_by_stem(img, msk), tmp / "pack", BuildSettings(workers=a.workers, overwrite=True),
+                                   ImageSettings(size=256, resize="shorter", mode="encoded"))
             ours.append(s.written / s.seconds)
         b, o = statistics.median(base), statistics.median(ours)
         print(f"build {n} pairs at 256 px, {a.workers} processes: Pillow script {b:.0f} pairs/s, dataprep {o:.0f} pairs/s: {o / b:.2f}x")

@@ -22,7 +22,7 @@ _LAZY = {
     "build_images": ("dataprep.images.build", "build_images"),
     "build_segmentation": ("dataprep.segmentation.build", "build_segmentation"),
     "build_volumes": ("dataprep.volumes.build", "build_volumes"),
-    "read_manifest": ("dataprep.pack.manifest", "read_manifest"),
+    "read_manifest": ("dataprep.pack.backends", "read_manifest"),
 }
 
 __all__ = ["DataprepError", "PackError", "__version__", *_LAZY]

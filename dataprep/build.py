@@ -21,7 +21,8 @@ import numpy as np
 from . import __version__
 from .engine import Engine, LocalEngine
 from .errors import PackExistsError
-from .pack.manifest import FORMAT_VERSION, MANIFEST, is_pack
+from .pack.backends import is_pack
+from .pack.manifest import FORMAT_VERSION, MANIFEST
 from .pack.shard import remove_temporaries, reusable_shard, shard_name, write_shard
 from .settings import BuildSettings
 
@@ -198,13 +199,15 @@ def build_shards(
     return summaries, split_entries, time.perf_counter() - t0
 
 
-def pack_header(kind: str, settings: BuildSettings, source: dict[str, Any], seconds: float) -> dict[str, Any]:
-    """The manifest entries every built pack has."""
+def pack_header(kind: str, settings: BuildSettings, source: dict[str, Any], seconds: float,
+                kind_settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The manifest entries every built pack has; `kind_settings` (e.g. {"image": ...}) go into "settings"
+    beside the build's own."""
     return {
         "kind": kind,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "dataprep_version": __version__,
         "source": source,
-        "settings": settings.to_dict(),
+        "settings": {**(kind_settings or {}), **settings.to_dict()},
         "build": {"seconds": round(seconds, 3), "workers": settings.workers},
     }

@@ -1,4 +1,5 @@
-"""Frozen, validated settings objects: the CLI builds them, the stages read them, the manifest records them."""
+"""Build settings, the same for every pack kind: how a build is cut into shards, how much of the source it
+takes, and how strict it is. Each kind keeps its own settings beside it (images/settings.py, ...)."""
 from __future__ import annotations
 
 import dataclasses
@@ -6,14 +7,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import DataprepError
-from .images.settings import ImageSettings
 
 
 @dataclass(frozen=True)
 class BuildSettings:
     """How a build is laid out in shards and how strict it is; `workers` alone does not change the output."""
 
-    image: ImageSettings
     workers: int = 1
     limit: int | None = None
     shard_size: int | None = None
@@ -42,5 +41,5 @@ class BuildSettings:
         return max(16, min(1024, -(-count // 64)))
 
     def to_dict(self) -> dict[str, Any]:
-        d = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("image", "workers", "overwrite", "resume")}
-        return {"image": self.image.to_dict(), **d}
+        """What the manifest records: what changes the pack's bytes (not workers, overwrite or resume)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("workers", "overwrite", "resume")}

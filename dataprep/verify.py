@@ -1,5 +1,8 @@
-"""Verify stage: takes a pack, gives every problem found in it, by file (manifest, checksums, headers,
-offsets, shapes, label range, and optionally whether every image decodes)."""
+"""Verify stage: takes a pack of any kind and backend, gives every problem found in it, by file: the manifest,
+every shard file's checksum, headers, offsets, shapes and counts, and what each of the kind's fields checks
+(label range, mask values, token ids; with `decode`, whether every stored JPEG decodes to its shape).
+
+It knows no kind: the kind registry gives the pack's fields, and every shard is loaded through them."""
 from __future__ import annotations
 
 import os
@@ -7,11 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-
 from .errors import PackError
-from .images.field import ImageField
-from .pack.fields import LoadContext, Strings, load_blob, load_rows
+from .kinds import kind_of
+from .pack.backends import open_reader
+from .pack.fields import LoadContext
 from .pack.manifest import MANIFEST
 
 
@@ -35,98 +37,73 @@ def verify_pack(pack: str | os.PathLike, decode: bool = False, progress: Callabl
     rep = Report()
     where = pack / MANIFEST if pack.is_dir() and not (pack / "zarr.json").exists() else pack
     try:
-        from .pack.backends import open_source
-
-        source = open_source(pack)
-        m = source.manifest
-        if m["kind"] not in ("images", "segmentation", "volumes"):
-            return _verify_arrays(pack, source, rep, progress)
-        fields = [ImageField.from_manifest(spec, pack / MANIFEST) for key, spec in m["fields"].items()
-                  if key.split("@")[0] in ("image", "mask", "volume", "volume_mask")]
-        if not fields:
-            raise PackError(f"{pack / MANIFEST}: no image, mask or volume field")
-        label = m["fields"].get("label")
-        ldt, ncls = (np.dtype(label["dtype"]), int(label["num_classes"])) if label else (None, 0)
-        mask_spec = next((spec for key, spec in m["fields"].items() if key.split("@")[0] == "mask"), {})
+        reader = open_reader(pack)
+        m = reader.manifest
+        fields = kind_of(m, where).fields_of(m, where)
     except (PackError, KeyError, TypeError, ValueError) as e:
         rep.problems.append((str(where), str(e)))
         return rep
-    for split, entry in m["splits"].items():
-        split_dir = pack / split
-        counted = 0
-        for shard in entry.get("shards", []):
-            where = split_dir / str(shard.get("name"))
-            n = None
+    try:
+        for split, entry in m["splits"].items():
+            counted = 0
+            for k, shard in enumerate(entry.get("shards", [])):
+                counted += _verify_shard(pack, reader, fields, split, k, shard, decode, rep)
+                if progress:
+                    progress(1)
+            if counted != entry.get("count"):
+                rep.problems.append((str(pack / split), f"split {split}: shards hold {counted} samples, the split says {entry.get('count')}"))
+    finally:
+        reader.close()
+    return rep
+
+
+def _verify_shard(pack: Path, reader, fields: dict, split: str, k: int, shard: dict, decode: bool, rep: Report) -> int:
+    """Load one shard through every field, checksums checked; record what is wrong; give its recorded count."""
+    split_dir = pack / split
+    where = split_dir / str(shard.get("name"))
+    files = shard.get("files", {}) if isinstance(shard.get("files"), dict) else {}
+    try:
+        count = int(shard.get("count", 0))
+    except (TypeError, ValueError):
+        count = 0
+    ctx = LoadContext(verify=True, reader=reader)
+    covered: set[str] = set()
+    ok = True
+    loaded = {}
+    for key, f in fields.items():
+        covered |= set(f.stored())
+        try:
+            arrays = f.load(split_dir, [shard], ctx)
+        except (PackError, KeyError, TypeError, ValueError) as e:
+            rep.problems.append((str(where), str(e)))
+            ok = False
+            continue
+        loaded[key] = arrays
+        if f.count(arrays) != count:
+            rep.problems.append((str(where / f"{next(iter(f.stored()))}.npy"), f"holds {f.count(arrays)} samples, the shard says {count}"))
+            ok = False
+        for what in f.check(arrays, deep=decode):
+            rep.problems.append((str(where), what))
+    strings = next((f.strings(loaded[key]) for key, f in fields.items() if key == "source" and key in loaded), None)
+    if decode:
+        for key, f in fields.items():
+            found = f.decode_check(loaded[key]) if key in loaded and hasattr(f, "decode_check") else None
+            if found is None:
+                continue
+            rep.decoded += f.count(loaded[key])
+            for i, what in found:
+                name = f" ({strings[i]})" if strings is not None else ""
+                rep.problems.append((str(where), f"sample {i}{name}: {what}"))
+    for fname in files:  # anything a field did not read is still checked against its checksum
+        if fname.endswith(".npy") and fname[:-4] not in covered:
             try:
-                ctx = LoadContext(verify=True, source=source)
-                sources = Strings(*load_blob(split_dir, [shard], "sources", "source_offsets", ctx))
-                n = len(sources)
-                if ldt is not None:
-                    labels = load_rows(split_dir, [shard], "labels", ldt, (), ctx)
-                    if len(labels) != n:
-                        rep.problems.append((str(where / "labels.npy"), "sample count differs from sources.npy"))
-                    if len(labels) and int(labels.max()) >= ncls:
-                        rep.problems.append((str(where / "labels.npy"), f"label {int(labels.max())} >= {ncls} classes"))
-                for f in fields:
-                    arrays = f.load(split_dir, [shard], ctx)
-                    if len(arrays[f.keys[2]]) != n:
-                        rep.problems.append((str(where / f"{f.name(f.keys[2])}.npy"), "sample count differs from sources.npy"))
-                    if decode and f.encoding == "jpeg":
-                        rep.decoded += _decode_all(arrays, f.channels, sources, where / f.name("images"), rep)
-                    if f.role == "mask" and mask_spec.get("num_classes") and len(arrays["masks"]):
-                        _check_mask_values(np.asarray(arrays["masks"]), int(mask_spec["num_classes"]), mask_spec.get("ignore"),
-                                           where / f"{f.name('masks')}.npy", rep)
+                reader.shard_array(split, k, fname[:-4], verify=True)
             except (PackError, KeyError, TypeError, ValueError) as e:
                 rep.problems.append((str(where), str(e)))
-            else:
-                rep.samples += n
-            files = shard.get("files", {}) if isinstance(shard.get("files"), dict) else {}
-            rep.shards += 1
-            rep.files += len(files)
-            rep.bytes += sum(int(f.get("bytes", 0)) for f in files.values() if isinstance(f, dict))
-            counted += int(shard.get("count", 0))
-            if progress:
-                progress(1)
-        if counted != entry.get("count"):
-            rep.problems.append((str(where), f"split {split}: shards hold {counted} samples, the split says {entry.get('count')}"))
-    return rep
-
-
-def _verify_arrays(pack: Path, source, rep: Report, progress) -> Report:
-    """Token and table packs: every shard array's checksum and the sample counts."""
-    m = source.manifest
-    for split, entry in m["splits"].items():
-        for k, shard in enumerate(entry.get("shards", [])):
-            where = f"{pack}/{split}/{shard.get('name')}"
-            try:
-                for fname, rec in shard["files"].items():
-                    source.shard_array(split, k, fname[:-4], verify=True)
-                    rep.files += 1
-                    rep.bytes += int(rec.get("bytes", 0))
-                rep.samples += int(shard["count"])
-            except (PackError, KeyError, TypeError, ValueError) as e:
-                rep.problems.append((where, str(e)))
-            rep.shards += 1
-            if progress:
-                progress(1)
-    return rep
-
-
-def _check_mask_values(data: np.ndarray, num_classes: int, ignore: int | None, where: Path, rep: Report) -> None:
-    values = np.unique(data.view(data.dtype.newbyteorder("=")) if data.dtype.byteorder not in "=|" else data)
-    bad = values[(values >= num_classes) & (values != (-1 if ignore is None else ignore))]
-    if len(bad):
-        rep.problems.append((str(where), f"mask values {bad[:8].tolist()} are neither below {num_classes} classes nor the ignore value"))
-
-
-def _decode_all(arrays, channels: int, sources: Strings, where: Path, rep: Report) -> int:
-    from .images.codec import decode_cv2
-
-    blob, offsets, shapes = arrays["images"], arrays["offsets"], arrays["shapes"]
-    for k in range(len(offsets) - 1):
-        img = decode_cv2(blob[offsets[k] : offsets[k + 1]], channels)
-        if img is None:
-            rep.problems.append((f"{where}.npy", f"sample {k} ({sources[k]}) does not decode"))
-        elif tuple(img.shape) != tuple(shapes[k]):
-            rep.problems.append((f"{where}.npy", f"sample {k} ({sources[k]}) decodes to {img.shape}, its shape says {tuple(shapes[k])}"))
-    return len(offsets) - 1
+                ok = False
+    rep.shards += 1
+    rep.files += len(files)
+    rep.bytes += sum(int(f.get("bytes", 0)) for f in files.values() if isinstance(f, dict))
+    if ok:
+        rep.samples += count
+    return count

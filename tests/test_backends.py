@@ -18,7 +18,7 @@ from dataprep import InMemoryImageDataset, SegmentationDataset, TabularDataset, 
 from dataprep.images.build import build_images  # noqa: E402
 from dataprep.cli import main  # noqa: E402
 from dataprep.errors import PackError  # noqa: E402
-from dataprep.pack.backends import detect, open_source  # noqa: E402
+from dataprep.pack.backends import detect, open_reader  # noqa: E402
 from dataprep.pack.convert import convert  # noqa: E402
 from dataprep.verify import verify_pack  # noqa: E402
 from dataprep.segmentation.build import build_segmentation  # noqa: E402
@@ -45,13 +45,13 @@ def npy_packs(tmp_path_factory, index_tree) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("backends")
     packs = {}
     packs["encoded"] = base / "encoded"
-    build_images(scan_imagenet(index_tree), packs["encoded"], BuildSettings(ImageSettings(size=40), workers=1, shard_size=5))
+    build_images(scan_imagenet(index_tree), packs["encoded"], BuildSettings(workers=1, shard_size=5), ImageSettings(size=40))
     packs["multires"] = base / "multires"
     build_images(scan_imagenet(index_tree), packs["multires"],
-                 BuildSettings(ImageSettings(sizes=(24, 40), resize="center-crop", mode="raw"), workers=1, shard_size=4))
+                 BuildSettings(workers=1, shard_size=4), ImageSettings(sizes=(24, 40), resize="center-crop", mode="raw"))
     i, m = write_segmentation_tree(base / "seg_src", {"train": 7, "val": 3}, sizes=((60, 80), (50, 50)))
     packs["segmentation"] = base / "segmentation"
-    build_segmentation(pair_by_stem(i, m), packs["segmentation"], BuildSettings(ImageSettings(size=32, mode="raw"), workers=1, shard_size=3))
+    build_segmentation(pair_by_stem(i, m), packs["segmentation"], BuildSettings(workers=1, shard_size=3), ImageSettings(size=32, mode="raw"))
     (base / "vol_src" / "a").mkdir(parents=True)
     (base / "vol_src" / "b").mkdir()
     rng = np.random.default_rng(0)
@@ -59,14 +59,14 @@ def npy_packs(tmp_path_factory, index_tree) -> dict[str, Path]:
         np.save(base / "vol_src" / "ab"[k % 2] / f"{k}.npy", rng.integers(0, 65535, (3 + k, 6, 7), dtype=np.uint16))
     packs["volumes"] = base / "volumes"
     build_volumes(scan_files(base / "vol_src", "train", VOLUME_EXTENSIONS), packs["volumes"],
-                  BuildSettings(ImageSettings(), workers=1, shard_size=2), VolumeSettings())
+                  BuildSettings(workers=1, shard_size=2), VolumeSettings())
     (base / "vol_masks" / "a").mkdir(parents=True)
     (base / "vol_masks" / "b").mkdir()
     for k in range(5):
         np.save(base / "vol_masks" / "ab"[k % 2] / f"{k}.npy", rng.integers(0, 4, (3 + k, 6, 7), dtype=np.uint8))
     packs["volume_masks"] = base / "volume_masks"
     build_volumes(scan_files(base / "vol_src", "train", VOLUME_EXTENSIONS), packs["volume_masks"],
-                  BuildSettings(ImageSettings(), workers=1, shard_size=2), VolumeSettings(shape=(4, 5, 6)), masks=base / "vol_masks")
+                  BuildSettings(workers=1, shard_size=2), VolumeSettings(shape=(4, 5, 6)), masks=base / "vol_masks")
     text = base / "text"
     text.mkdir()
     for k in range(3):
@@ -83,7 +83,7 @@ def npy_packs(tmp_path_factory, index_tree) -> dict[str, Path]:
 
 
 def _all_arrays(pack: Path) -> dict[tuple, bytes]:
-    src = open_source(pack)
+    src = open_reader(pack)
     out = {}
     for split in src.manifest["splits"]:
         for name, p in src.plans(split).items():
@@ -95,7 +95,7 @@ def _all_arrays(pack: Path) -> dict[tuple, bytes]:
 
 def _samples(kind: str, pack: Path, cache: str = "ram") -> list:
     """Every sample of every split through the kind's dataset class, as comparable numpy data."""
-    m = open_source(pack).manifest
+    m = open_reader(pack).manifest
     out = []
     for split in m["splits"]:
         if kind in ("encoded", "multires"):

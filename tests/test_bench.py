@@ -51,7 +51,7 @@ def test_quick_bench_on_the_corpus_pack(tmp_path):
 
 
 def test_bench_of_a_decoded_pack(index_tree, tmp_path):
-    build_images(scan_imagenet(index_tree), tmp_path / "p", BuildSettings(ImageSettings(size=32, resize="center-crop", mode="raw")))
+    build_images(scan_imagenet(index_tree), tmp_path / "p", BuildSettings(), ImageSettings(size=32, resize="center-crop", mode="raw"))
     r = cli("bench", tmp_path / "p", "--workers", "0,1", "--batch-sizes", "8", "--seconds", "0.3", "--out", tmp_path / "b")
     assert r.exit_code == 0, r.output
     rep = check_outputs(tmp_path / "b", ["pixels"])
@@ -71,7 +71,7 @@ def test_a_slowed_decoder_is_reported_decode_bound(index_tree, tmp_path, monkeyp
         return decoders.decode_cv2(buf, channels)
 
     monkeypatch.setitem(decoders.DECODERS, "slow", slow)
-    build_images(scan_imagenet(index_tree), tmp_path / "p", BuildSettings(ImageSettings(size=32, resize="center-crop")))
+    build_images(scan_imagenet(index_tree), tmp_path / "p", BuildSettings(), ImageSettings(size=32, resize="center-crop"))
     rep = run_bench(tmp_path / "p", workers=[0, 1, 2], batches=[8], paths=["slow"], seconds=0.6, warmup=0.2)
     v = rep.verdicts["slow"]
     assert v["bound"] == "decode-bound", v

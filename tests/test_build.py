@@ -10,7 +10,8 @@ from dataprep.images.build import build_images
 from dataprep.images.dataset import InMemoryImageDataset
 from dataprep.engine import run_tasks
 from dataprep.errors import ImageDecodeError, PackExistsError, WorkerError
-from dataprep.pack.manifest import FORMAT_VERSION, read_manifest
+from dataprep.pack.backends import read_manifest
+from dataprep.pack.manifest import FORMAT_VERSION
 from dataprep.settings import BuildSettings
 from dataprep.images.settings import ImageSettings
 from dataprep.sources import scan_folder, scan_imagenet
@@ -21,13 +22,13 @@ def settings(workers=1, **image):
     overwrite = image.pop("overwrite", False)
     strict = image.pop("strict", False)
     shard_size = image.pop("shard_size", 4)
-    return BuildSettings(ImageSettings(**{"size": 64, **image}), workers=workers, shard_size=shard_size,
-                         strict=strict, overwrite=overwrite)
+    return BuildSettings(workers=workers, shard_size=shard_size,
+                         strict=strict, overwrite=overwrite), ImageSettings(**{"size": 64, **image})
 
 
 def test_raw_round_trip_is_exact_and_keeps_order(index_tree, tmp_path):
     source = scan_imagenet(index_tree)
-    summary = build_images(source, tmp_path / "p", settings(mode="raw"))
+    summary = build_images(source, tmp_path / "p", *settings(mode="raw"))
     assert summary.written == 24
     ds = InMemoryImageDataset(tmp_path / "p", "train", as_numpy=True)
     assert len(ds) == 18
@@ -43,7 +44,7 @@ def test_raw_round_trip_is_exact_and_keeps_order(index_tree, tmp_path):
 
 
 def test_manifest_describes_the_pack(index_tree, tmp_path):
-    build_images(scan_imagenet(index_tree), tmp_path / "p", settings(mode="raw", resize="center-crop", size=32))
+    build_images(scan_imagenet(index_tree), tmp_path / "p", *settings(mode="raw", resize="center-crop", size=32))
     m = read_manifest(tmp_path / "p")
     assert m["format_version"] == FORMAT_VERSION and m["kind"] == "images"
     assert m["fields"]["image"]["layout"] == "fixed" and m["fields"]["image"]["shape"] == [32, 32, 3]
@@ -59,7 +60,7 @@ def test_manifest_describes_the_pack(index_tree, tmp_path):
 
 
 def test_encoded_pack_and_grayscale(index_tree, tmp_path):
-    build_images(scan_imagenet(index_tree), tmp_path / "p", settings(grayscale=True, keep_jpeg=False))
+    build_images(scan_imagenet(index_tree), tmp_path / "p", *settings(grayscale=True, keep_jpeg=False))
     ds = InMemoryImageDataset(tmp_path / "p")
     img, _ = ds[5]
     assert img.shape[0] == 1 and img.dtype.__str__() == "torch.uint8"
@@ -74,7 +75,7 @@ def test_bad_files_are_skipped_and_recorded(index_tree, tmp_path):
     shutil.copytree(index_tree / "train", src)
     (src / "n00000001" / "img_00002.png").write_bytes(b"")
     (src / "n00000002" / "zz.JPEG").write_bytes(os.urandom(300))
-    summary = build_images(scan_folder(src), tmp_path / "p", settings(mode="raw"))
+    summary = build_images(scan_folder(src), tmp_path / "p", *settings(mode="raw"))
     assert summary.written == 18 - 1 and dict(summary.splits[0].skipped) == {"empty file": 1, "not an image": 1}
     m = read_manifest(tmp_path / "p")
     sk = {s["source"]: s["reason"] for s in m["splits"]["train"]["skipped"]}
@@ -89,33 +90,33 @@ def test_strict_fails_naming_the_file_and_writes_no_manifest(index_tree, tmp_pat
     shutil.copytree(index_tree / "train", src)
     (src / "n00000001" / "bad.JPEG").write_bytes(b"\xff\xd8\xff\xe0 truncated")
     with pytest.raises(ImageDecodeError, match=r"src/n00000001/bad.JPEG: corrupt"):
-        build_images(scan_folder(src), tmp_path / "p", settings(strict=True))
+        build_images(scan_folder(src), tmp_path / "p", *settings(strict=True))
     assert not (tmp_path / "p" / "manifest.json").exists()
 
 
 def test_refuses_existing_pack_and_foreign_dirs(index_tree, tmp_path):
-    build_images(scan_imagenet(index_tree), tmp_path / "p", settings())
+    build_images(scan_imagenet(index_tree), tmp_path / "p", *settings())
     with pytest.raises(PackExistsError, match="already holds a pack"):
-        build_images(scan_imagenet(index_tree), tmp_path / "p", settings())
-    build_images(scan_imagenet(index_tree), tmp_path / "p", settings(overwrite=True, size=32))
+        build_images(scan_imagenet(index_tree), tmp_path / "p", *settings())
+    build_images(scan_imagenet(index_tree), tmp_path / "p", *settings(overwrite=True, size=32))
     assert read_manifest(tmp_path / "p")["settings"]["image"]["size"] == 32
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "thesis.tex").write_text("precious")
     with pytest.raises(PackExistsError, match="not a dataprep pack"):
-        build_images(scan_imagenet(index_tree), tmp_path / "mine", settings(overwrite=True))
+        build_images(scan_imagenet(index_tree), tmp_path / "mine", *settings(overwrite=True))
     assert (tmp_path / "mine" / "thesis.tex").exists()
 
 
 def test_output_is_identical_whatever_the_number_of_workers(photo_tree, tmp_path):
     source = scan_imagenet(photo_tree)
-    build_images(source, tmp_path / "a", settings(workers=1, size=128))
-    build_images(source, tmp_path / "b", settings(workers=2, size=128))
+    build_images(source, tmp_path / "a", *settings(workers=1, size=128))
+    build_images(source, tmp_path / "b", *settings(workers=2, size=128))
     ma, mb = read_manifest(tmp_path / "a"), read_manifest(tmp_path / "b")
     assert json.dumps(ma["splits"]) == json.dumps(mb["splits"])  # every shard's sha256 equal
 
 
 def test_limit_builds_a_sample_of_every_class(photo_tree, tmp_path):
-    build_images(scan_imagenet(photo_tree), tmp_path / "p", BuildSettings(ImageSettings(size=64), limit=5))
+    build_images(scan_imagenet(photo_tree), tmp_path / "p", BuildSettings(limit=5), ImageSettings(size=64))
     ds = InMemoryImageDataset(tmp_path / "p")
     assert len(ds) == 5 and len(set(ds.labels.tolist())) == 4
 
@@ -148,7 +149,7 @@ def test_kept_real_jpegs_serve_exactly_what_pillow_decodes(tmp_path):
     from .conftest import corpus_dir
 
     root = corpus_dir("images")
-    summary = build_images(scan_imagenet(root), tmp_path / "p", BuildSettings(ImageSettings(size=512), workers=2))
+    summary = build_images(scan_imagenet(root), tmp_path / "p", BuildSettings(workers=2), ImageSettings(size=512))
     assert summary.splits[0].kept_jpeg > 100  # most of the corpus is already <= 512 px on the shorter side
     ds = InMemoryImageDataset(tmp_path / "p", decode="cv2", as_numpy=True)
     raw = InMemoryImageDataset(tmp_path / "p", decode="none", as_numpy=True)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from dataprep.pack.manifest import read_manifest
+from dataprep.pack.backends import read_manifest
 from dataprep.images.build import build_images
 from dataprep.serve import cache as cache_mod
 from dataprep.images.dataset import InMemoryImageDataset
@@ -34,7 +34,7 @@ def packs(index_tree, tmp_path_factory):
         "jpeg": dict(resize="center-crop", keep_jpeg=False),
         "varsize": dict(mode="raw", size=256),
     }.items():
-        build_images(scan_imagenet(index_tree), base / name, BuildSettings(ImageSettings(**{"size": 32, **image}), shard_size=5))
+        build_images(scan_imagenet(index_tree), base / name, BuildSettings(shard_size=5), ImageSettings(**{"size": 32, **image}))
         out[name] = base / name
     return out
 

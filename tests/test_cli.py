@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from dataprep.cli import main
-from dataprep.pack.manifest import read_manifest
+from dataprep.pack.backends import read_manifest
 
 from .conftest import corpus_dir
 

@@ -42,14 +42,14 @@ def _cpu(*args, **kw) -> DaliImageLoader:
 def corpus_pack(tmp_path_factory):
     out = tmp_path_factory.mktemp("dali") / "pack"
     build_images(scan_imagenet(corpus_dir("images")), out,
-                 BuildSettings(ImageSettings(size=160, resize="center-crop", mode="encoded"), workers=2))
+                 BuildSettings(workers=2), ImageSettings(size=160, resize="center-crop", mode="encoded"))
     return out
 
 
 @pytest.fixture(scope="module")
 def index_pack(tmp_path_factory, index_tree):
     out = tmp_path_factory.mktemp("dali_index") / "pack"
-    build_images(scan_imagenet(index_tree), out, BuildSettings(ImageSettings(size=48, resize="center-crop", mode="encoded"), workers=1))
+    build_images(scan_imagenet(index_tree), out, BuildSettings(workers=1), ImageSettings(size=48, resize="center-crop", mode="encoded"))
     return out
 
 
@@ -116,7 +116,7 @@ def test_set_epoch_and_labels(index_pack):
 @needs_dali
 def test_outputs_layouts_dtypes_and_grayscale(tmp_path, index_tree):
     out = tmp_path / "gray"
-    build_images(scan_imagenet(index_tree), out, BuildSettings(ImageSettings(size=40, resize="center-crop", grayscale=True), workers=1))
+    build_images(scan_imagenet(index_tree), out, BuildSettings(workers=1), ImageSettings(size=40, resize="center-crop", grayscale=True))
     x, y = next(iter(_cpu(out, 6, preset="eval", size=32, dtype=torch.float16)))
     assert x.shape == (6, 1, 32, 32) and x.dtype == torch.float16 and y.dtype == torch.int64
     x, _ = next(iter(_cpu(out, 6, preset="train", size=24, layout="nhwc")))
@@ -137,7 +137,7 @@ def test_no_gpu_warns_and_runs_on_the_cpu(index_pack):
 @needs_dali
 def test_refusals(tmp_path, index_tree, index_pack):
     raw = tmp_path / "raw"
-    build_images(scan_imagenet(index_tree), raw, BuildSettings(ImageSettings(size=32, resize="center-crop", mode="raw"), workers=1))
+    build_images(scan_imagenet(index_tree), raw, BuildSettings(workers=1), ImageSettings(size=32, resize="center-crop", mode="raw"))
     with pytest.raises(DataprepError, match="decoded pixels"):
         _cpu(raw, 4)
     with pytest.raises(DataprepError, match="DaliImageLoader"):

@@ -116,8 +116,8 @@ def test_a_worker_killed_mid_build_loses_nothing(cluster, tmp_path):
     from dataprep.engine.dask import DaskEngine
 
     src = scan_imagenet(corpus_dir("images"))
-    settings = BuildSettings(ImageSettings(size=320, resize="shorter", quality=95), workers=2, shard_size=6)
-    build_images(src, tmp_path / "local", settings)
+    settings, image = BuildSettings(workers=2, shard_size=6), ImageSettings(size=320, resize="shorter", quality=95)
+    build_images(src, tmp_path / "local", settings, image)
     out = tmp_path / "dask"
     killed = threading.Event()
 
@@ -134,7 +134,7 @@ def test_a_worker_killed_mid_build_loses_nothing(cluster, tmp_path):
     t = threading.Thread(target=kill_when_busy)
     t.start()
     with DaskEngine(address=address) as eng:
-        summary = build_images(src, out, settings, engine=eng)
+        summary = build_images(src, out, settings, image, engine=eng)
     t.join()
     assert killed.is_set() and workers[0].wait(timeout=10) == -signal.SIGKILL
     assert summary.written == 356
@@ -241,11 +241,11 @@ def test_segmentation_volumes_and_zarr_output_through_dask_match_local(tmp_path)
     (tmp_path / "vol").mkdir()
     for k in range(6):
         np.save(tmp_path / "vol" / f"{k}.npy", np.random.default_rng(k).integers(0, 4000, (4, 9, 11), dtype=np.uint16))
-    settings = BuildSettings(ImageSettings(size=48, mode="raw"), workers=2, shard_size=4)
-    build_segmentation(pair_by_stem(i, m), tmp_path / "seg_local", settings)
+    settings, image = BuildSettings(workers=2, shard_size=4), ImageSettings(size=48, mode="raw")
+    build_segmentation(pair_by_stem(i, m), tmp_path / "seg_local", settings, image)
     build_volumes(scan_files(tmp_path / "vol", "train", VOLUME_EXTENSIONS), tmp_path / "vol_local", settings, VolumeSettings(shape=(3, 8, 8)))
     with DaskEngine(workers=2) as eng:
-        build_segmentation(pair_by_stem(i, m), tmp_path / "seg_dask", settings, engine=eng)
+        build_segmentation(pair_by_stem(i, m), tmp_path / "seg_dask", settings, image, engine=eng)
         build_volumes(scan_files(tmp_path / "vol", "train", VOLUME_EXTENSIONS), tmp_path / "vol_dask", settings,
                       VolumeSettings(shape=(3, 8, 8)), engine=eng)
         from dataprep.pack.convert import convert

@@ -17,7 +17,7 @@ from dataprep.synthetic import decode_index
 
 
 def _build(tree, out, **image):
-    build_images(scan_imagenet(tree), out, BuildSettings(ImageSettings(**{"size": 32, **image}), shard_size=5))
+    build_images(scan_imagenet(tree), out, BuildSettings(shard_size=5), ImageSettings(**{"size": 32, **image}))
     return out
 
 

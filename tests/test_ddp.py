@@ -25,7 +25,7 @@ def free_port() -> int:
 @pytest.mark.parametrize("mode", ["shm", "mmap"])
 def test_two_ranks_see_disjoint_indices_over_one_copy(index_tree, tmp_path, mode):
     pack = tmp_path / "p"
-    build_images(scan_imagenet(index_tree), pack, BuildSettings(ImageSettings(size=32, resize="center-crop", mode="raw"), shard_size=5))
+    build_images(scan_imagenet(index_tree), pack, BuildSettings(shard_size=5), ImageSettings(size=32, resize="center-crop", mode="raw"))
     before = set(cache_mod.list_segments())
     out = tmp_path / "ranks.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",

@@ -47,7 +47,7 @@ def deep_tree(tmp_path_factory) -> tuple[Path, dict[str, np.ndarray]]:
 
 
 def _build(root: Path, out: Path, **image) -> InMemoryImageDataset:
-    build_images(scan_folder(root), out, BuildSettings(ImageSettings(size=256, resize="shorter", **image), workers=2))
+    build_images(scan_folder(root), out, BuildSettings(workers=2), ImageSettings(size=256, resize="shorter", **image))
     return InMemoryImageDataset(out, as_numpy=True)
 
 
@@ -103,7 +103,7 @@ def test_depth_16_needs_raw_mode_and_serves_uint16_batches(deep_tree, tmp_path):
     with pytest.raises(DataprepError, match="--mode raw"):
         ImageSettings(depth=16)
     root, _ = deep_tree
-    build_images(scan_folder(root), tmp_path / "p", BuildSettings(ImageSettings(size=48, resize="center-crop", mode="raw", depth=16), workers=1))
+    build_images(scan_folder(root), tmp_path / "p", BuildSettings(workers=1), ImageSettings(size=48, resize="center-crop", mode="raw", depth=16))
     ds = InMemoryImageDataset(tmp_path / "p")
     x, y = ds[[0, 1, 2]]
     assert x.dtype == torch.uint16 and x.shape == (3, 3, 48, 48)

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from dataprep.cli import main
 from dataprep.images.dataset import InMemoryImageDataset
-from dataprep.pack.manifest import read_manifest
+from dataprep.pack.backends import read_manifest
 from dataprep.synthetic import write_tree
 
 SHARDS = 16  # 4 classes x 8 images, 2 per shard

@@ -54,7 +54,7 @@ def test_the_check_sees_a_changed_sample(tmp_path):
     """Negative control: one changed byte of a stored image changes its digest."""
     import shutil
 
-    from dataprep.pack.manifest import read_manifest as rm
+    from dataprep.pack.backends import read_manifest as rm
 
     pack = tmp_path / "p"
     shutil.copytree(V1 / "images-raw-multires", pack)

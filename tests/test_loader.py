@@ -24,7 +24,7 @@ def packs(index_tree, tmp_path_factory):
     out = {}
     for name, image in {"raw": dict(mode="raw", resize="center-crop"), "jpeg": dict(resize="center-crop", keep_jpeg=False),
                         "varsize": dict(size=256)}.items():
-        build_images(scan_imagenet(index_tree), base / name, BuildSettings(ImageSettings(**{"size": 32, **image}), shard_size=5))
+        build_images(scan_imagenet(index_tree), base / name, BuildSettings(shard_size=5), ImageSettings(**{"size": 32, **image}))
         out[name] = base / name
     return out
 

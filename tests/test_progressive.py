@@ -12,7 +12,7 @@ from dataprep.cli import main
 from dataprep.images.dataset import InMemoryImageDataset
 from dataprep.serve.progressive import ResolutionBatchSampler, Schedule
 from dataprep.errors import DataprepError, PackError
-from dataprep.pack.manifest import read_manifest
+from dataprep.pack.backends import read_manifest
 from dataprep.settings import BuildSettings
 from dataprep.images.settings import ImageSettings
 from dataprep.sources import scan_folder, scan_imagenet
@@ -24,7 +24,7 @@ from .conftest import corpus_dir
 @pytest.fixture(scope="module")
 def multires(index_tree, tmp_path_factory):
     out = tmp_path_factory.mktemp("mr") / "p"
-    build_images(scan_imagenet(index_tree), out, BuildSettings(ImageSettings(sizes=(32, 16, 24), resize="center-crop", mode="raw"), shard_size=5))
+    build_images(scan_imagenet(index_tree), out, BuildSettings(shard_size=5), ImageSettings(sizes=(32, 16, 24), resize="center-crop", mode="raw"))
     return out
 
 
@@ -53,7 +53,7 @@ def test_a_skipped_file_is_skipped_at_every_size(index_tree, tmp_path):
     src = tmp_path / "src"
     shutil.copytree(index_tree / "train", src)
     (src / "n00000001" / "img_00003.png").write_bytes(b"\x89PNG\r\n\x1a\n broken")
-    build_images(scan_folder(src), tmp_path / "p", BuildSettings(ImageSettings(sizes=(16, 32), mode="raw", resize="pad")))
+    build_images(scan_folder(src), tmp_path / "p", BuildSettings(), ImageSettings(sizes=(16, 32), mode="raw", resize="pad"))
     m = read_manifest(tmp_path / "p")
     assert [s["source"] for s in m["splits"]["train"]["skipped"]] == ["n00000001/img_00003.png"]
     for r in (16, 32):
@@ -122,7 +122,7 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
 @pytest.mark.slow
 def test_real_photos_look_the_same_at_every_size(tmp_path):
     src = corpus_dir("images")
-    build_images(scan_imagenet(src), tmp_path / "p", BuildSettings(ImageSettings(sizes=(128, 512)), workers=2))
+    build_images(scan_imagenet(src), tmp_path / "p", BuildSettings(workers=2), ImageSettings(sizes=(128, 512)))
     big = InMemoryImageDataset(tmp_path / "p", resolution=512, as_numpy=True)
     small = InMemoryImageDataset(tmp_path / "p", resolution=128, as_numpy=True)
     values = []

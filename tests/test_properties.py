@@ -12,7 +12,7 @@ from dataprep.images.build import build_images
 from dataprep.images.dataset import InMemoryImageDataset
 from dataprep.errors import PackError
 from dataprep.pack.fields import LoadContext, load_blob
-from dataprep.pack.manifest import read_manifest
+from dataprep.pack.backends import read_manifest
 from dataprep.pack.shard import write_shard
 from dataprep.settings import BuildSettings
 from dataprep.images.settings import ImageSettings
@@ -29,7 +29,7 @@ SLOW = settings(max_examples=int(__import__("os").environ.get("DATAPREP_EXAMPLES
 @pytest.fixture(scope="module")
 def pack(index_tree, tmp_path_factory):
     out = tmp_path_factory.mktemp("prop") / "p"
-    build_images(scan_imagenet(index_tree), out, BuildSettings(ImageSettings(size=32), shard_size=6))
+    build_images(scan_imagenet(index_tree), out, BuildSettings(shard_size=6), ImageSettings(size=32))
     return out
 
 

@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _build(src, out, size=128, resize="center-crop", mode="raw", strict=False, workers=2, **kw):
-    return build_segmentation(src, out, BuildSettings(ImageSettings(size=size, resize=resize, mode=mode), workers=workers, strict=strict), **kw)
+    return build_segmentation(src, out, BuildSettings(workers=workers, strict=strict), ImageSettings(size=size, resize=resize, mode=mode), **kw)
 
 
 @pytest.fixture(scope="module")
@@ -290,8 +290,8 @@ def test_plan_reports_image_plus_mask_and_the_saving(scenes, tmp_path):
 def test_builds_are_byte_identical_across_workers_and_resume(scenes, tmp_path):
     src = pair_by_stem(*scenes)
     settings = dict(size=64, resize="shorter", mode="encoded")
-    build_segmentation(src, tmp_path / "a", BuildSettings(ImageSettings(**settings), workers=1, shard_size=5))
-    build_segmentation(src, tmp_path / "b", BuildSettings(ImageSettings(**settings), workers=2, shard_size=5))
+    build_segmentation(src, tmp_path / "a", BuildSettings(workers=1, shard_size=5), ImageSettings(**settings))
+    build_segmentation(src, tmp_path / "b", BuildSettings(workers=2, shard_size=5), ImageSettings(**settings))
 
     def files(p: Path) -> dict[str, bytes]:
         return {str(f.relative_to(p)): f.read_bytes() for f in sorted(p.rglob("*.npy"))}
@@ -299,7 +299,7 @@ def test_builds_are_byte_identical_across_workers_and_resume(scenes, tmp_path):
     assert files(tmp_path / "a") == files(tmp_path / "b") and len(files(tmp_path / "a")) > 20
     shutil.rmtree(tmp_path / "b" / "train" / "00001")
     (tmp_path / "b" / "manifest.json").unlink()
-    s = build_segmentation(src, tmp_path / "b", BuildSettings(ImageSettings(**settings), workers=2, shard_size=5, resume=True))
+    s = build_segmentation(src, tmp_path / "b", BuildSettings(workers=2, shard_size=5, resume=True), ImageSettings(**settings))
     assert files(tmp_path / "a") == files(tmp_path / "b")
     assert s.splits[0].reused == 2 and s.splits[0].shards == 3
 
@@ -310,7 +310,7 @@ def test_multi_resolution_segmentation_packs(scenes, tmp_path):
     from dataprep.serve.progressive import ResolutionBatchSampler, Schedule
 
     build_segmentation(pair_by_stem(*scenes), tmp_path / "p",
-                       BuildSettings(ImageSettings(sizes=(96, 48), resize="center-crop", mode="raw"), workers=2))
+                       BuildSettings(workers=2), ImageSettings(sizes=(96, 48), resize="center-crop", mode="raw"))
     man = json.loads((tmp_path / "p" / "manifest.json").read_text())
     assert man["resolutions"] == [48, 96] and {"mask@48", "mask@96", "image@48", "image@96"} <= set(man["fields"])
     ds = SegmentationDataset(tmp_path / "p", as_numpy=True, keep_resolutions=2)
@@ -346,7 +346,7 @@ def test_16_bit_images_with_their_masks(tmp_path):
         Image.fromarray((depth > 30000).astype(np.uint8) * (k + 1)).save(tmp_path / "m" / f"{k}.png")
         want[f"{k}.png"] = depth
     build_segmentation(pair_by_stem(tmp_path / "i", tmp_path / "m"), tmp_path / "p",
-                       BuildSettings(ImageSettings(size=64, mode="raw", depth=16, grayscale=True), workers=1))
+                       BuildSettings(workers=1), ImageSettings(size=64, mode="raw", depth=16, grayscale=True))
     ds = SegmentationDataset(tmp_path / "p", as_numpy=True)
     for i in range(len(ds)):
         img, msk = ds[i]

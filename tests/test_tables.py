@@ -9,7 +9,7 @@ from dataprep.cli import main
 from dataprep.tables.dataset import TabularDataset
 from dataprep.errors import DataprepError
 from dataprep.serve.loader import Loader
-from dataprep.pack.manifest import read_manifest
+from dataprep.pack.backends import read_manifest
 from dataprep.tables.build import build_table
 from dataprep.tables.columns import TableSettings
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from dataprep.cli import main
 from dataprep.tokens.dataset import DocumentDataset, TokenDataset
 from dataprep.errors import DataprepError, SourceError
-from dataprep.pack.manifest import read_manifest
+from dataprep.pack.backends import read_manifest
 from dataprep.tokens.read import expand
 from dataprep.tokens.tokenize import TokenizeSettings, load_tokenizer, token_dtype, tokenize
 

@@ -112,39 +112,33 @@ class MemoryPlan:
 
 def parts_from_pack(pack: str | Path, split: str = "train") -> tuple[list[Part], int, list[str]]:
     """The served sample of a pack (its largest image or volume; its mask; its label as int64), and the
-    split's size in bytes. Reads only the manifest and the shapes array, whatever the backend."""
-    from ..serve.cache import image_field_key
+    split's size in bytes. Reads only the manifest and the shapes array, whatever the backend; the pack's
+    kind names the served fields, and each field says what it puts in a batch (`served_as`)."""
     from ..errors import PackError
-    from ..pack.backends import open_source
-    from ..images.field import ImageField, mask_key_of
+    from ..kinds import kind_of
+    from ..pack.backends import open_reader
 
-    source = open_source(pack)
+    reader = open_reader(pack)
     try:
-        m = source.manifest
-        if m["kind"] not in ("images", "segmentation", "volumes"):
-            raise PackError(f"{pack}: plan knows image, segmentation and volume packs; this is a {m['kind']!r} pack")
+        m = reader.manifest
+        fields = kind_of(m, pack).served_fields(m, None, pack)
+        first = next(iter(fields.values()))
+        if not hasattr(first, "shapes_name"):
+            raise PackError(f"{pack}: plan knows packs of images, masks and volumes; this is a {m['kind']!r} pack")
         if split not in m["splits"]:
             raise PackError(f"{pack}: no split {split!r}; the pack has {sorted(m['splits'])}")
-        key = image_field_key(m, None, Path(pack))
-        f = ImageField.from_manifest(m["fields"][key], Path(pack))
-        mask_spec = m["fields"].get(mask_key_of(key))
-        plans = source.plans(split)
-        name = f.name(f.keys[2])
-        shapes = source.global_slice(split, name, 0, plans[name].total_rows) if name in plans else np.zeros((0, 3), np.int32)
+        plans = reader.plans(split)
+        name = first.shapes_name
+        shapes = reader.global_slice(split, name, 0, plans[name].total_rows) if name in plans else np.zeros((0, 3), np.int32)
     finally:
-        source.close()
+        reader.close()
     notes = []
-    if f.fixed:
-        shape = tuple(f.shape)
+    if first.fixed:
+        shape = tuple(first.shape)
     else:
         k = int(np.argmax(shapes.astype(np.int64).prod(axis=1))) if len(shapes) else 0
-        shape = tuple(int(v) for v in shapes[k]) if len(shapes) else (0, 0, f.channels or 0)
-        notes.append(f"{f.role}s vary in size: planned with the largest, {'x'.join(map(str, shape))}")
-    parts = [Part(f.role, shape, f.np_dtype.newbyteorder("=").name, "float32")]
-    if mask_spec:
-        mask = ImageField.from_manifest(mask_spec, Path(pack))
-        parts.append(Part("mask", shape if f.role == "volume" else shape[:2], mask.np_dtype.newbyteorder("=").name, "int64"))
-    if "label" in m["fields"]:
-        parts.append(Part("label", (), "int64"))
+        shape = tuple(int(v) for v in shapes[k]) if len(shapes) else (0, 0, first.channels or 0)
+        notes.append(f"{first.role}s vary in size: planned with the largest, {'x'.join(map(str, shape))}")
+    parts = [Part(*f.served_as(shape)) for f in fields.values() if hasattr(f, "served_as")]
     size = sum(f["bytes"] for s in m["splits"][split]["shards"] for f in s["files"].values())
     return parts, size, notes

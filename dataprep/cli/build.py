@@ -68,26 +68,27 @@ def image_build_options(f):
     return storage_options(engine_options(f))
 
 
-def build_settings(size, sizes, resize, upscale, grayscale, mode, depth, quality, keep_jpeg, workers, limit,
-                   shard_size, strict, overwrite, resume):
-    from ..settings import BuildSettings
+def image_settings(size, sizes, resize, upscale, grayscale, mode, depth, quality, keep_jpeg, **_):
+    """The image stages' settings from the image options (by name; the rest are the build's)."""
     from ..images.settings import ImageSettings
 
-    return BuildSettings(
-        ImageSettings(size=size, sizes=sizes, resize=resize, upscale=upscale, grayscale=grayscale, mode=mode,
-                      depth=int(depth), quality=quality, keep_jpeg=keep_jpeg),
-        workers=workers or os.cpu_count() or 1, limit=limit, shard_size=shard_size, strict=strict,
-        overwrite=overwrite, resume=resume,
-    )
+    return ImageSettings(size=size, sizes=sizes, resize=resize, upscale=upscale, grayscale=grayscale, mode=mode,
+                         depth=int(depth), quality=quality, keep_jpeg=keep_jpeg)
 
 
-def run_build(source, out, progress, build_fn=None, settings=None, engine="local", address=None, scheduler_file=None,
-              fmt="npy", compress="none", **kw) -> None:
-    """Run a build (`build_fn(source, out, settings, progress=..., engine=...)`, default build_images;
-    `settings` a BuildSettings, or made from the image options in `kw`) on the chosen engine under a
-    progress bar; print the summary; exit 130 on Ctrl-C after saying how to resume."""
-    from ..images.build import build_images
-    settings = settings or build_settings(**kw)
+def build_settings(workers, limit, shard_size, strict, overwrite, resume, **_):
+    """The shard layout and strictness every build command shares, from its options (by name)."""
+    from ..settings import BuildSettings
+
+    return BuildSettings(workers=workers or os.cpu_count() or 1, limit=limit, shard_size=shard_size, strict=strict,
+                         overwrite=overwrite, resume=resume)
+
+
+def run_build(source, build_fn, settings, out, progress=None, engine="local", address=None, scheduler_file=None,
+              fmt="npy", compress="none") -> None:
+    """Run a build (`build_fn(source, out, settings, progress=..., engine=...)`, the kind's own settings
+    bound) on the chosen engine under a progress bar; print the summary; exit 130 on Ctrl-C after saying
+    how to resume."""
     total = source.planned(settings.limit)
     # default: click shows the bar only on a terminal
     hidden = (not progress) if progress is not None else not sys.stderr.isatty()
@@ -97,7 +98,7 @@ def run_build(source, out, progress, build_fn=None, settings=None, engine="local
             if progress:
                 bar.is_hidden = False  # asked for, even when stderr is not a terminal
             try:
-                summary = (build_fn or build_images)(source, target, settings, progress=bar.update, engine=eng)
+                summary = build_fn(source, target, settings, progress=bar.update, engine=eng)
             except KeyboardInterrupt:
                 bar.is_hidden = True
                 click.echo(f"\ninterrupted: workers stopped, finished shards kept in {target}; "
@@ -106,6 +107,22 @@ def run_build(source, out, progress, build_fn=None, settings=None, engine="local
     summary.out = Path(out)
     for line in summary.lines():
         click.echo(line)
+
+
+def run_image_build(source, build_fn=None, **opts) -> None:
+    """`run_build` for the commands with the image options: `build_fn(source, out, settings, image, ...)`,
+    the image build by default."""
+    import functools
+
+    from ..images.build import build_images
+
+    fn = functools.partial(_with_image, build_fn or build_images, image_settings(**opts))
+    run_build(source, fn, build_settings(**opts), opts["out"], opts["progress"], opts["engine"], opts["address"],
+              opts["scheduler_file"], opts["fmt"], opts["compress"])
+
+
+def _with_image(build_fn, image, source, out, settings, **kw):
+    return build_fn(source, out, settings, image, **kw)
 
 
 @click.group()
@@ -131,7 +148,7 @@ def imagenet(src, splits, val_labels, allow_empty_classes, **kw):
 
     names = tuple(s.strip() for s in splits.split(",") if s.strip()) if splits else None
     source = scan_imagenet(src, names, val_labels, allow_empty_classes)
-    run_build(source, **kw)
+    run_image_build(source, **kw)
 
 
 @build.command()
@@ -143,7 +160,7 @@ def folder(src, split, allow_empty_classes, **kw):
     """Pack any class-folder tree: SRC/<class>/**/<image files>."""
     from ..sources import scan_folder
 
-    run_build(scan_folder(src, split, allow_empty_classes), **kw)
+    run_image_build(scan_folder(src, split, allow_empty_classes), **kw)
 
 
 @build.command()
@@ -178,7 +195,7 @@ def segmentation(images, masks, pairs, image_suffix, mask_suffix, split, labels,
               else pair_by_stem(images, masks, image_suffix, mask_suffix, split))
     fn = functools.partial(build_segmentation, labels=LabelMap.load(labels) if labels else None,
                            mask_dtype=None if mask_dtype == "auto" else mask_dtype, num_classes=num_classes)
-    run_build(source, build_fn=fn, **kw)
+    run_image_build(source, build_fn=fn, **kw)
 
 
 def _window(ctx, param, value):
@@ -241,10 +258,6 @@ def volumes(src, out, shape, resample, depth, window, masks, mask_dtype, split, 
 
     vs = VolumeSettings(shape, int(depth), window, resample)
     source = scan_files(src, split, VOLUME_EXTENSIONS)
-    from ..settings import BuildSettings
-    from ..images.settings import ImageSettings
-
-    settings = BuildSettings(ImageSettings(), workers=workers or os.cpu_count() or 1, limit=limit, shard_size=shard_size,
-                             strict=strict, overwrite=overwrite, resume=resume)
+    settings = build_settings(workers, limit, shard_size, strict, overwrite, resume)
     fn = functools.partial(build_volumes, volume=vs, masks=masks, mask_dtype=None if mask_dtype == "auto" else mask_dtype)
-    run_build(source, out, progress, fn, settings, engine, address, scheduler_file, fmt, compress)
+    run_build(source, fn, settings, out, progress, engine, address, scheduler_file, fmt, compress)

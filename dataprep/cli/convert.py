@@ -10,7 +10,7 @@ from .storage import COMPRESSIONS
 
 @click.command()
 @click.argument("pack", type=click.Path(exists=True))
-@click.option("--to", "to", type=click.Choice(BACKENDS), required=True, help="The backend to write.")
+@click.option("--to", "to", type=click.Choice(list(BACKENDS)), required=True, help="The backend to write.")
 @click.option("--out", "-o", required=True, type=click.Path(), help="An .h5 file, a Zarr directory, or an npy pack directory.")
 @click.option("--compress", type=click.Choice(COMPRESSIONS), default="none", show_default=True,
               help="hdf5: gzip or lzf; zarr: zstd or blosc (JPEG bytes are stored as they are). Compressed packs cannot be mapped (cache='mmap').")

@@ -43,8 +43,8 @@ def _run(base: Path, images: int, size: int, workers: int) -> None:
     source = scan_imagenet(src)
     packs = {}
     for mode in ("encoded", "raw"):
-        settings = BuildSettings(ImageSettings(size=size, resize="center-crop", mode=mode), workers=workers, overwrite=True)
-        summary = build_images(source, base / f"pack-{mode}", settings)
+        settings = BuildSettings(workers=workers, overwrite=True)
+        summary = build_images(source, base / f"pack-{mode}", settings, ImageSettings(size=size, resize="center-crop", mode=mode))
         packs[mode] = base / f"pack-{mode}"
         click.echo("\n".join(summary.lines()))
     src_mb = sum(f.stat().st_size for f in (src / "train").rglob("*") if f.is_file()) / 1e6

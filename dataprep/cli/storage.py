@@ -10,7 +10,7 @@ import click
 
 from ..pack.backends import BACKENDS
 
-COMPRESSIONS = ("none", "gzip", "lzf", "zstd", "blosc")
+COMPRESSIONS = tuple(dict.fromkeys(c for b in BACKENDS.values() for c in b.compressions))
 
 
 def storage_options(f=None, *, dest: str = "fmt"):
@@ -18,10 +18,11 @@ def storage_options(f=None, *, dest: str = "fmt"):
     if f is None:
         return lambda g: storage_options(g, dest=dest)
     opts = [
-        click.option("--format", dest, type=click.Choice(BACKENDS), default="npy", show_default=True,
-                     help="npy: a directory of shard files; hdf5: one .h5 file; zarr: a Zarr v3 group. Any of them serves the same samples."),
+        click.option("--format", dest, type=click.Choice(list(BACKENDS)), default="npy", show_default=True,
+                     help="; ".join(f"{b.name}: {b.help}" for b in BACKENDS.values()) + ". Any of them serves the same samples."),
         click.option("--compress", type=click.Choice(COMPRESSIONS), default="none", show_default=True,
-                     help="hdf5: gzip or lzf; zarr: zstd or blosc (JPEG bytes stay as they are); compressed packs cannot be mapped."),
+                     help="; ".join(f"{b.name}: {' or '.join(b.compressions[1:])}" for b in BACKENDS.values() if len(b.compressions) > 1)
+                          + " (JPEG bytes stay as they are); compressed packs cannot be mapped."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -40,6 +41,8 @@ def staged_output(out, fmt: str, compress: str, overwrite: bool, engine=None):
             raise DataprepError("npy packs are not compressed: drop --compress, or choose --format hdf5 or zarr")
         yield out
         return
+    if compress not in BACKENDS[fmt].compressions:  # before the build, not after it
+        raise DataprepError(f"{fmt} compression is one of {list(BACKENDS[fmt].compressions)}, not {compress!r}")
     if out.exists() and not overwrite:
         raise PackExistsError(f"{out}: exists; pass --overwrite to replace it")
     staging = out.with_name(out.name + ".staging")

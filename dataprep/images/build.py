@@ -14,7 +14,7 @@ import numpy as np
 from ..build import BuildSummary, build_shards, finish_shard, pack_header, reused_shard, task_fingerprint
 from ..engine import Engine
 from ..errors import ImageDecodeError
-from ..pack.fields import blob_arrays, label_dtype
+from ..pack.fields import LabelField, StringsField
 from ..pack.manifest import write_manifest
 from ..settings import BuildSettings
 from ..sources import Source
@@ -66,16 +66,13 @@ def build_image_shard(task: ShardTask) -> dict[str, Any]:
             levels[k].append(p.data)
             shapes[k].append(p.shape)
         labels.append(label)
-        sources.append(np.frombuffer(rel.encode("utf-8", "surrogateescape"), np.uint8))
+        sources.append(rel)
         kept += done[0].kept
         source_bytes += done[0].source_bytes
     arrays = {}
     for k, f in enumerate(fields.values()):
         arrays.update(f.shard_arrays(levels[k], shapes[k]))
-    arrays.update({
-        "labels": np.asarray(labels, np.int64).astype(task.label_dtype),
-        **blob_arrays(sources, "sources", "source_offsets"),
-    })
+    arrays.update({**LabelField(dtype=task.label_dtype).shard_arrays(labels), **StringsField().shard_arrays(sources)})
     return finish_shard(task, fp, arrays, len(labels), skipped, kept, source_bytes)
 
 
@@ -97,31 +94,34 @@ def build_images(
     source: Source,
     out: str | os.PathLike,
     settings: BuildSettings,
+    image: ImageSettings,
     progress: Callable[[int], None] | None = None,
     engine: Engine | None = None,
 ) -> BuildSummary:
-    """Build an image pack from `source` into `out`; return the summary. `progress(n)` is told of n more
-    images; `engine` runs the shards (default: a local pool of settings.workers processes)."""
+    """Build an image pack from `source` into `out` with the shard layout of `settings` and the image stages
+    of `image`; return the summary. `progress(n)` is told of n more images; `engine` runs the shards
+    (default: a local pool of settings.workers processes)."""
     out = Path(out)
-    ldt = label_dtype(len(source.classes)).str
+    label = LabelField.for_classes(len(source.classes))
 
     def make_task(split, k: int, start: int, stop: int) -> ShardTask:
         return ShardTask(str(source.root), str(out / split.name), k, tuple(split.paths[start:stop]),
-                         split.labels[start:stop], ldt, settings.image, settings.strict, settings.resume)
+                         split.labels[start:stop], label.dtype, image, settings.strict, settings.resume)
 
     splits = [s.limited(settings.limit) for s in source.splits]
     summaries, split_entries, seconds = build_shards(out, settings, splits, make_task, build_image_shard, progress, engine)
     write_manifest(
         out,
         {
-            **pack_header("images", settings, {"layout": source.layout, "root": str(source.root.resolve())}, seconds),
+            **pack_header("images", settings, {"layout": source.layout, "root": str(source.root.resolve())}, seconds,
+                          {"image": image.to_dict()}),
             "classes": source.classes,
             "class_names": source.class_names,
-            **({"resolutions": sorted(settings.image.all_sizes)} if settings.image.multires else {}),
+            **({"resolutions": sorted(image.all_sizes)} if image.multires else {}),
             "fields": {
-                **{k: f.to_manifest() for k, f in image_fields(settings.image).items()},
-                "label": {"dtype": ldt, "num_classes": len(source.classes), "arrays": ["labels"]},
-                "source": {"encoding": "utf-8", "relative_to": "source.root", "arrays": ["sources", "source_offsets"]},
+                **{k: f.to_manifest() for k, f in image_fields(image).items()},
+                "label": label.to_manifest(),
+                "source": StringsField().to_manifest(),
             },
             "splits": split_entries,
         },

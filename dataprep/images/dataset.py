@@ -19,6 +19,7 @@ from .resize import center_crop_into
 from ..pack.fields import take_rows
 from ..serve.cache import open_split
 from .codec import DECODERS
+from .field import ImageField, served_fields
 
 
 class InMemoryImageDataset(Dataset):
@@ -49,6 +50,10 @@ class InMemoryImageDataset(Dataset):
     """
 
     kinds: tuple[str, ...] = ("images",)  # the pack kinds this class serves
+
+    def _fields(self, manifest: dict[str, Any], resolution: int | None) -> dict[str, Any]:
+        """The fields to hold for `resolution` (the image field first); subclasses add theirs."""
+        return served_fields(manifest, resolution, self.pack / "manifest.json")
 
     def __init__(
         self,
@@ -104,7 +109,8 @@ class InMemoryImageDataset(Dataset):
     def _switch(self, resolution: int | None) -> None:
         c = self._stores.pop(resolution, None) if resolution is not None else None
         if c is None:
-            c = open_split(self.pack, self.split, self.cache, self.verify, self.progress, resolution, self.kinds)
+            c = open_split(self.pack, self.split, lambda m: self._fields(m, resolution), self.cache, self.verify,
+                           self.progress, self.kinds)
         if resolution is None:  # the largest
             resolution = max(c.manifest.get("resolutions") or [c.manifest["settings"]["image"]["size"]])
             self._stores.pop(resolution, None)
@@ -112,13 +118,14 @@ class InMemoryImageDataset(Dataset):
         while len(self._stores) > self.keep_resolutions:
             self._stores.pop(next(iter(self._stores)))
         self.resolution = resolution
-        self.field = c.field
-        self._pixels = c.arrays["images"] if c.field.fixed else None
-        self._blob = None if c.field.fixed else c.arrays["images"]
+        self.field: ImageField = next(iter(c.fields.values()))
+        self._arrays = c.arrays
+        self._pixels = c.arrays["images"] if self.field.fixed else None
+        self._blob = None if self.field.fixed else c.arrays["images"]
         self._offsets = c.arrays.get("offsets")
         self._shapes = c.arrays["shapes"]
         self._labels = c.arrays.get("labels")
-        self.sources = c.sources
+        self.sources = c.fields["source"].strings(c.arrays)
         self.classes: list[str] = list(c.manifest.get("classes") or [])
         self.class_names: list[str] | None = c.manifest.get("class_names")
         self.manifest = c.manifest
@@ -163,6 +170,10 @@ class InMemoryImageDataset(Dataset):
         return str(self._cached.segment.path) if self._cached.segment else None
 
     # -- serving -------------------------------------------------------------------------------
+    def stored(self, i: int) -> np.ndarray:
+        """Sample i as the pack stores it, a read-only view of the cache (no copy): JPEG bytes, or pixels."""
+        return self.field.sample(self._arrays, self._check(i))
+
     def image(self, i: int) -> np.ndarray:
         """Sample i's pixels (HWC uint8, a private copy), or its stored bytes with decode="none"."""
         if self._pixels is not None:

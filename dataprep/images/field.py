@@ -1,5 +1,9 @@
 """The image field: both directions of images, masks and volumes in a pack (JPEG bytes or raw pixels, fixed
-shape or a blob plus offsets, every sample's shape), and how the field describes itself in the manifest."""
+shape or a blob plus offsets, every sample's shape), and how the field describes itself in the manifest;
+and the fields of an image pack (`fields_of`) and those a dataset serves at one resolution (`served_fields`).
+
+Segmentation masks and volumes are pixels too: their kinds store them through `ImageField` with their
+own role (each role's arrays have their own names, so they sit beside images in one split)."""
 from __future__ import annotations
 
 import re
@@ -10,7 +14,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import PackError
-from ..pack.fields import BYTES, OFFSETS, SHAPES, LoadContext, blob_arrays, blob_shapes, load_blob, load_rows, rows_shape
+from ..pack.fields import (BYTES, OFFSETS, SHAPES, Field, LabelField, LoadContext, StringsField, blob_arrays, blob_shapes,
+                           load_blob, load_rows, rows_shape)
 
 
 # What each role's arrays are called: the generic keys a field's `load` returns (its stored names add the
@@ -24,13 +29,6 @@ ROLE_ARRAYS = {
 
 
 PIXEL_DTYPES = ("|u1", "<u2")
-
-
-def mask_key_of(key: str) -> str | None:
-    """The manifest's mask field beside a served field: "mask" for "image", "mask@R" for "image@R",
-    "volume_mask" for "volume"."""
-    base = key.split("@")[0]
-    return "mask" + key[len("image"):] if base == "image" else ("volume_mask" if base == "volume" else None)
 
 
 @dataclass(frozen=True)
@@ -93,6 +91,53 @@ class ImageField:
                             f"{channels} or suffix {suffix!r}")
         return cls(enc, shape, channels, suffix, dtype, role)
 
+    def stored(self) -> dict[str, str]:
+        data, offs, shapes = self.keys
+        return {self.name(k): k for k in ([data, shapes] if self.fixed else [data, offs, shapes])}
+
+    def count(self, arrays: dict[str, Any]) -> int:
+        return len(arrays[self.keys[2]])
+
+    def check(self, arrays: dict[str, Any], deep: bool = False) -> list[str]:
+        return []  # `load` checks shapes, channels and sizes; `decode_check` the JPEG bytes
+
+    def decode_check(self, arrays: dict[str, Any]) -> list[tuple[int, str]] | None:
+        """Decode every stored JPEG (verify --decode): (sample, what is wrong) for each that fails or whose
+        shape differs from the recorded one; None when the field stores no encoded data."""
+        if self.encoding != "jpeg":
+            return None
+        from .codec import decode_cv2
+
+        data, offs, shp_key = self.keys
+        blob, offsets, shapes = arrays[data], arrays[offs], arrays[shp_key]
+        out = []
+        for k in range(len(offsets) - 1):
+            img = decode_cv2(blob[offsets[k] : offsets[k + 1]], self.channels)
+            if img is None:
+                out.append((k, f"{self.name(data)}.npy: does not decode"))
+            elif tuple(img.shape) != tuple(shapes[k]):
+                out.append((k, f"{self.name(data)}.npy: decodes to {img.shape}, its shape says {tuple(shapes[k])}"))
+        return out
+
+    @property
+    def shapes_name(self) -> str:
+        """The stored array of every sample's shape."""
+        return self.name(self.keys[2])
+
+    def served_as(self, largest: tuple[int, ...]) -> tuple[str, tuple[int, ...], str, str]:
+        """What one sample puts in a batch when the served sample is `largest`: (name, shape, dtype, the
+        dtype it is commonly held in instead), for `dataprep plan`."""
+        dtype = self.np_dtype.newbyteorder("=").name
+        if self.role == "mask":
+            return "mask", tuple(largest[:2]), dtype, "int64"
+        if self.role == "volume_mask":
+            return "mask", tuple(largest), dtype, "int64"
+        return self.role, tuple(largest), dtype, "float32"
+
+    def describe(self) -> str:
+        shape = "x".join(map(str, self.shape)) if self.fixed else "each its own size"
+        return f"{self.role}s, {self.encoding}, {np.dtype(self.dtype).name}, {shape}"
+
     def shard_arrays(self, items: Sequence[np.ndarray], shapes: Sequence[tuple[int, int, int]]) -> dict[str, np.ndarray]:
         data, offs, shp_key = self.keys
         shp = np.asarray(shapes, SHAPES).reshape(len(shapes), 3)
@@ -118,9 +163,9 @@ class ImageField:
         data, offs, shp_key = self.keys
         shapes = load_rows(split_dir, shards, self.name(shp_key), SHAPES, (3,), ctx)
         if self.fixed:
-            pixels = load_rows(split_dir, shards, self.name(data), self.np_dtype, self.shape, ctx, map_data=ctx.map_images)
+            pixels = load_rows(split_dir, shards, self.name(data), self.np_dtype, self.shape, ctx, map_data=ctx.mapped)
             return {data: pixels, shp_key: shapes}
-        blob, offsets = load_blob(split_dir, shards, self.name(data), self.name(offs), ctx, map_data=ctx.map_images)
+        blob, offsets = load_blob(split_dir, shards, self.name(data), self.name(offs), ctx, map_data=ctx.mapped)
         if len(shapes) and (np.any(shapes <= 0) or (self.channels is not None and np.any(shapes[:, 2] != self.channels))):
             raise PackError(f"{split_dir}: {self.name(shp_key)}.npy holds non-positive sizes or a channel count other than {self.channels}")
         if self.encoding == "raw" and not np.array_equal(np.diff(offsets), shapes.prod(axis=1) * self.np_dtype.itemsize):
@@ -136,3 +181,51 @@ class ImageField:
         if self.encoding == "raw":
             return buf.view(self.np_dtype).reshape(arrays[shp_key][i])
         return buf
+
+
+def resolution_key(m: dict[str, Any], resolution: int | None, where: Path | str, base: str = "image") -> str:
+    """The manifest field of the asked resolution: `base` ("image"), or "image@R" in a multi-resolution pack
+    (the largest when `resolution` is None)."""
+    have = m.get("resolutions")
+    if not have:
+        size = m.get("settings", {}).get("image", {}).get("size")
+        if resolution is not None and resolution != size:
+            raise PackError(f"{where}: no resolution {resolution}; the pack has [{size}]")
+        return base
+    resolution = max(have) if resolution is None else resolution
+    if resolution not in have:
+        raise PackError(f"{where}: no resolution {resolution}; the pack has {sorted(have)}")
+    return f"{base}@{resolution}"
+
+
+def common_fields(m: dict[str, Any], where: Path | str) -> dict[str, Field]:
+    """The label and source-path fields beside the pixels, where the manifest has them."""
+    out: dict[str, Field] = {}
+    if "label" in m["fields"]:
+        out["label"] = LabelField.from_manifest(m["fields"]["label"], where)
+    out["source"] = StringsField.from_manifest("source", m["fields"]["source"], where)
+    return out
+
+
+def fields_of(m: dict[str, Any], where: Path | str = "manifest") -> dict[str, Field]:
+    """Every field of an image pack: one image field per resolution, labels, source paths."""
+    images = {k: ImageField.from_manifest(spec, where) for k, spec in m["fields"].items() if k.split("@")[0] == "image"}
+    if not images:
+        raise PackError(f"{where}: no image field")
+    return {**images, **common_fields(m, where)}
+
+
+def served_fields(m: dict[str, Any], resolution: int | None = None, where: Path | str = "manifest") -> dict[str, Field]:
+    """The fields a dataset holds to serve one resolution: the image field first, labels, source paths."""
+    key = resolution_key(m, resolution, where)
+    return {key: ImageField.from_manifest(m["fields"][key], where), **common_fields(m, where)}
+
+
+def summary(m: dict[str, Any]) -> list[str]:
+    """What `dataprep info` says about an image pack beyond its fields: how the images were made."""
+    i = m["settings"]["image"]
+    f = m["fields"][resolution_key(m, None, "manifest")]
+    return [f"images:    {i['mode']} ({f['encoding']}, {f['layout']}), size {', '.join(map(str, m.get('resolutions') or [i['size']]))} "
+            f"({i['resize']}{', upscale' if i['upscale'] else ''}), {'grayscale' if i['grayscale'] else 'color'}"
+            + (f", JPEG q{i['quality']}" if i["mode"] == "encoded" else "")]
+

@@ -1,16 +1,24 @@
 """Fields: each owns both directions of one column of a pack, how a shard's arrays are written and how
-a split is read back into a few contiguous RAM buffers, and describes itself in the manifest.
+a split is read back into a few contiguous RAM buffers, and describes itself in the manifest (the
+`Field` protocol). This module names no pack kind: it holds the protocol, the fields every kind shares
+(`StringsField` for paths, `LabelField`, `RowsField` for fixed-shape columns) and the loading
+machinery the kinds' own fields (images/field.py, tokens/field.py, ...) are made of.
 
-Variable-length data (JPEG bytes, UTF-8 paths, differently sized pixels) is one uint8 blob plus
+Variable-length data (JPEG bytes, UTF-8 paths, token runs, differently sized pixels) is one blob plus
 int64 offsets per shard; on load, shards are concatenated into one blob and one offsets array,
 which is what lets forked DataLoader workers share the cache without copy-on-read.
+
+In the manifest every field lists its stored arrays (`"arrays"`). A field whose `layout` is not
+"fixed" and that lists two or more arrays stores a blob and its offsets first (then any per-sample
+arrays): that rule, `offsets_in`, is how the storage backends learn which arrays are offsets and
+rebase them, without knowing any kind (it holds for every pack of format version 1).
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -65,28 +73,29 @@ NPY_FILES = _NpyFiles()
 @dataclass
 class LoadContext:
     """How a split's arrays are brought in: where buffers come from (`alloc(key, shape, dtype)`: private
-    RAM by default, a shared-memory segment for cache="shm"), whether the big image arrays are mapped
-    from the shard files instead of read (cache="mmap"), checksum verification, progress in bytes, and
-    which backend reads a shard file's array (npy files by default; HDF5 or Zarr give the same arrays)."""
+    RAM by default, a shared-memory segment for cache="shm"), whether a field's large data arrays are
+    mapped from the shard files instead of read (`mapped`, cache="mmap"), checksum verification, progress
+    in bytes, and which backend reader gives a shard file's array (npy files by default; HDF5 or Zarr
+    give the same arrays)."""
 
     verify: bool = False
     alloc: Callable[[str, tuple[int, ...], np.dtype], np.ndarray] = _alloc
-    map_images: bool = False
+    mapped: bool = False
     progress: Callable[[int], None] | None = None
-    source: Any = None  # the pack's backend reader (pack/backends); default: npy shard files
+    reader: Any = None  # the pack's backend reader (pack/backends); default: npy shard files
 
     def __post_init__(self) -> None:
-        if self.source is None:
-            self.source = NPY_FILES
+        if self.reader is None:
+            self.reader = NPY_FILES
 
     def read(self, path: Path, rec: dict[str, Any], out: np.ndarray | None = None) -> np.ndarray:
-        arr = self.source.read(path, rec, out, self.verify)
+        arr = self.reader.read(path, rec, out, self.verify)
         if self.progress:
             self.progress(arr.nbytes)
         return arr
 
     def map(self, path: Path, rec: dict[str, Any]) -> np.ndarray:
-        arr = self.source.map(path, rec, self.verify)
+        arr = self.reader.map(path, rec, self.verify)
         if self.progress:
             self.progress(arr.nbytes)
         return arr
@@ -113,14 +122,14 @@ def rows_shape(shards: list[dict], row_shape: tuple) -> tuple[int, ...]:
 
 
 def load_blob(split_dir: Path, shards: list[dict], blob: str, offsets: str, ctx: LoadContext | None = None,
-              map_data: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Read every shard's blob and offsets into one contiguous blob (or map each shard's, as Segments)
-    and one global offsets array, checking both."""
+              map_data: bool = False, dtype: np.dtype = BYTES) -> tuple[np.ndarray, np.ndarray]:
+    """Read every shard's blob (bytes, or items of `dtype`) and offsets into one contiguous blob (or map
+    each shard's, as Segments) and one global offsets array (in items), checking both."""
     ctx = ctx or LoadContext()
     (total,), (noffs,) = blob_shapes(split_dir, shards, blob, offsets)
     if _whole_arrays(ctx, shards):
-        return _load_blob_whole(split_dir, shards, blob, offsets, ctx, map_data, total, noffs)
-    data = None if map_data else ctx.alloc(blob, (total,), BYTES)
+        return _load_blob_whole(split_dir, shards, blob, offsets, ctx, map_data, total, noffs, dtype)
+    data = None if map_data else ctx.alloc(blob, (total,), dtype)
     parts = []
     offs = ctx.alloc(offsets, (noffs,), OFFSETS)
     pos = start = 0
@@ -136,7 +145,7 @@ def load_blob(split_dir: Path, shards: list[dict], blob: str, offsets: str, ctx:
             raise PackError(f"{opath}: holds {orec['shape']} offsets for {n} samples")
         local = ctx.read(opath, orec)
         if local[0] != 0 or local[-1] != size or (n and np.any(np.diff(local) < 0)):
-            raise PackError(f"{opath}: offsets are not monotonic within the {size}-byte blob {os.path.basename(path)}")
+            raise PackError(f"{opath}: offsets are not monotonic within the {size}-item blob {os.path.basename(path)}")
         offs[start : start + n] = local[:-1] + pos
         pos += size
         start += n
@@ -172,25 +181,25 @@ def load_rows(split_dir: Path, shards: list[dict], name: str, dtype: np.dtype, r
 def _whole_arrays(ctx: LoadContext, shards: list[dict]) -> bool:
     """Whether the backend stores the split concatenated, so each array is read in one piece (checksums,
     which cover each shard's file, are checked piece by piece instead)."""
-    return bool(shards) and not ctx.verify and hasattr(ctx.source, "whole")
+    return bool(shards) and not ctx.verify and hasattr(ctx.reader, "whole")
 
 
 def _whole(ctx: LoadContext, split: str, name: str, out: np.ndarray | None, map_data: bool) -> np.ndarray:
-    arr = ctx.source.map_whole(split, name) if map_data else ctx.source.whole(split, name, out)
+    arr = ctx.reader.map_whole(split, name) if map_data else ctx.reader.whole(split, name, out)
     if ctx.progress:
         ctx.progress(arr.nbytes)
     return arr
 
 
 def _load_blob_whole(split_dir: Path, shards: list[dict], blob: str, offsets: str, ctx: LoadContext, map_data: bool,
-                     total: int, noffs: int) -> tuple[np.ndarray, np.ndarray]:
-    data = _whole(ctx, split_dir.name, blob, None if map_data else ctx.alloc(blob, (total,), BYTES), map_data)
+                     total: int, noffs: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    data = _whole(ctx, split_dir.name, blob, None if map_data else ctx.alloc(blob, (total,), dtype), map_data)
     offs = _whole(ctx, split_dir.name, offsets, ctx.alloc(offsets, (noffs,), OFFSETS), False)
     sizes = [int(_shard_file(split_dir, s, blob)[1]["shape"][0]) for s in shards]
     starts = np.concatenate([[0], np.cumsum(counts(shards))])
     ends = np.concatenate([[0], np.cumsum(sizes)])
     if len(offs) != noffs or offs[0] != 0 or offs[-1] != total or np.any(np.diff(offs) < 0) or not np.array_equal(offs[starts], ends):
-        raise PackError(f"{ctx.source.root}: {split_dir.name}/{offsets} is not monotonic within the {total}-byte {blob}, "
+        raise PackError(f"{ctx.reader.root}: {split_dir.name}/{offsets} is not monotonic within the {total}-item {blob}, "
                         "or disagrees with the shard records")
     return data, offs
 
@@ -254,3 +263,180 @@ class Strings:
 
     def __iter__(self):
         return (self[i] for i in range(len(self)))
+
+
+# -- the Field protocol and the fields every kind shares ----------------------------------------------
+class Field(Protocol):
+    """One column of a pack, both directions, as ffcv's Field: which arrays a shard stores (written by the
+    kind's build through its own `shard_arrays`), how the field describes itself in the manifest, and
+    how a split's arrays come back. Loaded arrays are keyed by the field's generic keys, distinct across
+    the fields of one split, so a split's fields load into one flat dict."""
+
+    def to_manifest(self) -> dict[str, Any]:
+        """The field's manifest description; it lists its stored arrays under "arrays"."""
+
+    def stored(self) -> dict[str, str]:
+        """Stored array name -> the generic key `load` gives it under."""
+
+    def layout(self, split_dir: Path, shards: list[dict]) -> list[tuple[str, tuple[int, ...], np.dtype]]:
+        """Every array `load` allocates: (stored name, shape, dtype), in load order."""
+
+    def load(self, split_dir: Path, shards: list[dict], ctx: LoadContext | None = None) -> dict[str, Any]:
+        """The arrays of `layout`, by generic key, checked against each other."""
+
+    def count(self, arrays: dict[str, Any]) -> int:
+        """How many samples the loaded arrays hold."""
+
+    def check(self, arrays: dict[str, Any], deep: bool = False) -> list[str]:
+        """What is wrong with loaded arrays (values out of range, ...); `deep` also decodes what is
+        encoded (verify --decode). Empty when all is well."""
+
+    def describe(self) -> str:
+        """One line for `dataprep info`."""
+
+
+def offsets_in(manifest: dict[str, Any]) -> dict[str, str]:
+    """Offsets array -> the array it indexes, for every field of the manifest (the rule in the module
+    docstring: a field not of "fixed" layout that lists two or more arrays stores a blob, then its offsets)."""
+    out = {}
+    for spec in manifest.get("fields", {}).values():
+        arrays = spec.get("arrays") if isinstance(spec, dict) else None
+        if isinstance(arrays, list) and len(arrays) >= 2 and spec.get("layout") != "fixed":
+            out[str(arrays[1])] = str(arrays[0])
+    return out
+
+
+def encoded_arrays(manifest: dict[str, Any]) -> set[str]:
+    """Arrays that hold already-compressed bytes (JPEG), which a compressing backend stores as they are."""
+    return {str(spec["arrays"][0]) for spec in manifest.get("fields", {}).values()
+            if isinstance(spec, dict) and spec.get("encoding") in COMPRESSED_ENCODINGS and spec.get("arrays")}
+
+
+COMPRESSED_ENCODINGS = ("jpeg",)
+
+
+@dataclass(frozen=True)
+class StringsField:
+    """A UTF-8 string per sample (source paths), as one byte blob plus offsets; served as `Strings`."""
+
+    key: str = "source"  # the manifest's field name
+    blob: str = "sources"
+    offsets: str = "source_offsets"
+    relative_to: str = "source.root"
+
+    def to_manifest(self) -> dict[str, Any]:
+        return {"encoding": "utf-8", "relative_to": self.relative_to, "arrays": [self.blob, self.offsets]}
+
+    @classmethod
+    def from_manifest(cls, key: str, spec: dict[str, Any], where: Path | str) -> "StringsField":
+        try:
+            blob, offsets = (str(a) for a in spec["arrays"])
+            return cls(key, blob, offsets, str(spec.get("relative_to", "")))
+        except (KeyError, TypeError, ValueError) as e:
+            raise PackError(f"{where}: malformed {key} field description ({e})") from None
+
+    def shard_arrays(self, items: Sequence[str]) -> dict[str, np.ndarray]:
+        chunks = [np.frombuffer(s.encode("utf-8", "surrogateescape"), np.uint8) for s in items]
+        return blob_arrays(chunks, self.blob, self.offsets)
+
+    def stored(self) -> dict[str, str]:
+        return {self.blob: self.blob, self.offsets: self.offsets}
+
+    def layout(self, split_dir: Path, shards: list[dict]) -> list[tuple[str, tuple[int, ...], np.dtype]]:
+        blob, offs = blob_shapes(split_dir, shards, self.blob, self.offsets)
+        return [(self.blob, blob, BYTES), (self.offsets, offs, OFFSETS)]
+
+    def load(self, split_dir: Path, shards: list[dict], ctx: LoadContext | None = None) -> dict[str, Any]:
+        blob, offsets = load_blob(split_dir, shards, self.blob, self.offsets, ctx)
+        return {self.blob: blob, self.offsets: offsets}
+
+    def count(self, arrays: dict[str, Any]) -> int:
+        return len(arrays[self.offsets]) - 1
+
+    def check(self, arrays: dict[str, Any], deep: bool = False) -> list[str]:
+        return []
+
+    def strings(self, arrays: dict[str, Any]) -> "Strings":
+        return Strings(arrays[self.blob], arrays[self.offsets])
+
+    def describe(self) -> str:
+        return f"UTF-8 strings, relative to {self.relative_to}"
+
+
+@dataclass(frozen=True)
+class RowsField:
+    """A fixed-shape row per sample (table columns, class labels): one (N, *row_shape) array of `dtype`,
+    mapped with cache="mmap" when `mappable`."""
+
+    name: str
+    dtype: str
+    row_shape: tuple[int, ...] = ()
+    mappable: bool = True
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return np.dtype(self.dtype)
+
+    def to_manifest(self) -> dict[str, Any]:
+        return {"dtype": self.dtype, "arrays": [self.name]}
+
+    def stored(self) -> dict[str, str]:
+        return {self.name: self.name}
+
+    def layout(self, split_dir: Path, shards: list[dict]) -> list[tuple[str, tuple[int, ...], np.dtype]]:
+        return [(self.name, rows_shape(shards, self.row_shape), self.np_dtype)]
+
+    def load(self, split_dir: Path, shards: list[dict], ctx: LoadContext | None = None) -> dict[str, Any]:
+        ctx = ctx or LoadContext()
+        return {self.name: load_rows(split_dir, shards, self.name, self.np_dtype, self.row_shape, ctx,
+                                     map_data=ctx.mapped and self.mappable)}
+
+    def count(self, arrays: dict[str, Any]) -> int:
+        return len(arrays[self.name])
+
+    def check(self, arrays: dict[str, Any], deep: bool = False) -> list[str]:
+        return []
+
+    def describe(self) -> str:
+        return f"{self.np_dtype.name} rows of shape {self.row_shape or 'scalar'}"
+
+
+@dataclass(frozen=True)
+class LabelField(RowsField):
+    """A class index per sample in the smallest dtype that holds `num_classes` (`label_dtype`)."""
+
+    name: str = "labels"
+    dtype: str = "|u1"
+    row_shape: tuple[int, ...] = ()
+    mappable: bool = False  # small: read into RAM even with cache="mmap"
+    num_classes: int = 0
+
+    @classmethod
+    def for_classes(cls, num_classes: int) -> "LabelField":
+        return cls(dtype=label_dtype(num_classes).str, num_classes=num_classes)
+
+    @classmethod
+    def from_manifest(cls, spec: dict[str, Any], where: Path | str) -> "LabelField":
+        try:
+            return cls(str(spec.get("arrays", ["labels"])[0]), np.dtype(spec["dtype"]).str, num_classes=int(spec["num_classes"]))
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise PackError(f"{where}: malformed label field description ({e})") from None
+
+    def to_manifest(self) -> dict[str, Any]:
+        return {"dtype": self.dtype, "num_classes": self.num_classes, "arrays": [self.name]}
+
+    def shard_arrays(self, labels: Sequence[int]) -> dict[str, np.ndarray]:
+        return {self.name: np.asarray(labels, np.int64).astype(self.np_dtype)}
+
+    def served_as(self, largest: tuple[int, ...]) -> tuple[str, tuple[int, ...], str, str | None]:
+        return "label", (), "int64", None  # batches carry int64 labels
+
+    def check(self, arrays: dict[str, Any], deep: bool = False) -> list[str]:
+        labels = arrays[self.name]
+        if len(labels) and int(labels.max()) >= self.num_classes:
+            return [f"a label is {int(labels.max())}, but the pack has {self.num_classes} classes"]
+        return []
+
+    def describe(self) -> str:
+        return f"{self.np_dtype.name} class labels, {self.num_classes} classes"
+

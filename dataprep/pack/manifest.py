@@ -41,14 +41,6 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def read_manifest(pack: str | os.PathLike) -> dict[str, Any]:
-    """Read and check a pack's manifest, whatever its backend (npy directory, HDF5 file, Zarr group);
-    raise PackError naming the path and what is wrong."""
-    from .backends import read_manifest_any
-
-    return read_manifest_any(pack)
-
-
 def read_manifest_file(pack_dir: Path) -> dict[str, Any]:
     """The manifest.json of an npy pack directory, checked."""
     path = pack_dir / MANIFEST
@@ -79,17 +71,3 @@ def check_manifest(m: Any, where: str | os.PathLike) -> dict[str, Any]:
         if key not in m:
             raise PackError(f"{where}: manifest lacks {key!r}")
     return m
-
-
-def is_pack(pack_dir: str | os.PathLike) -> bool:
-    """Whether `pack_dir` holds a finished pack (of any backend)."""
-    p = Path(pack_dir)
-    if (p / MANIFEST).is_file():
-        return True
-    if p.is_file() or (p / "zarr.json").is_file():
-        try:
-            read_manifest(p)
-            return True
-        except PackError:
-            return False
-    return False

@@ -14,18 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 
 from ..build import BuildSummary, build_shards, finish_shard, pack_header, reused_shard, task_fingerprint
-from ..images.build import image_fields
 from ..engine import LocalEngine
 from ..errors import ImageDecodeError, SourceError
+from ..images.build import image_fields
 from ..images.process import read_source
-from ..images.field import ImageField, mask_key_of
-from ..pack.fields import blob_arrays
+from ..images.settings import ImageSettings
+from ..pack.fields import StringsField
 from ..pack.manifest import write_manifest
 from ..settings import BuildSettings
-from ..images.settings import ImageSettings
+from .field import MASK_SOURCES, MaskField, mask_key
 from .masks import LabelMap, MaskSettings, check_values, decode_mask, resize_mask
 from .pairs import PairSource
 
@@ -48,12 +47,12 @@ class PairShardTask:
                                 zip(self.images, self.masks))
 
 
-def mask_fields(mask: MaskSettings, image: ImageSettings) -> dict[str, ImageField]:
+def mask_fields(mask: MaskSettings, image: ImageSettings, ignore: int | None = None) -> dict[str, MaskField]:
     """The manifest's mask fields, one per image field ("mask", or "mask@R" beside "image@R")."""
     out = {}
     for key, f in image_fields(image).items():
         shape = f.shape[:2] + (1,) if f.shape else None
-        out[mask_key_of(key)] = ImageField("raw", shape, 1, f.suffix, mask.dtype, "mask")
+        out[mask_key(key)] = MaskField("raw", shape, 1, f.suffix, mask.dtype, "mask", mask.pad_value, ignore, mask.num_classes)
     return out
 
 
@@ -97,16 +96,15 @@ def build_pair_shard(task: PairShardTask) -> dict[str, Any]:
             shapes[k].append(done.shape)
             masks[k].append(m[:, :, None])  # (H, W, 1): the field's shapes are three ints, as for images
             mshapes[k].append((m.shape[0], m.shape[1], 1))
-        sources.append(np.frombuffer(rel.encode("utf-8", "surrogateescape"), np.uint8))
-        msources.append(np.frombuffer(mrel.encode("utf-8", "surrogateescape"), np.uint8))
+        sources.append(rel)
+        msources.append(mrel)
         kept += levels[0][0].kept
         source_bytes += levels[0][0].source_bytes
     arrays = {}
     for k, (fi, fm) in enumerate(zip(img_fields, msk_fields)):
         arrays.update(fi.shard_arrays(images[k], shapes[k]))
         arrays.update(fm.shard_arrays(masks[k], mshapes[k]))
-    arrays.update({**blob_arrays(sources, "sources", "source_offsets"),
-                   **blob_arrays(msources, "mask_sources", "mask_source_offsets")})
+    arrays.update({**StringsField().shard_arrays(sources), **MASK_SOURCES.shard_arrays(msources)})
     n = len(sources)
     return finish_shard(task, fp, arrays, n, skipped, kept, source_bytes)
 
@@ -157,6 +155,7 @@ def build_segmentation(
     source: PairSource,
     out: str | os.PathLike,
     settings: BuildSettings,
+    image: ImageSettings,
     labels: LabelMap | None = None,
     mask_dtype: str | None = None,
     num_classes: int | None = None,
@@ -181,21 +180,21 @@ def build_segmentation(
 
     def make_task(split, k: int, start: int, stop: int) -> PairShardTask:
         return PairShardTask(str(source.root), str(source.mask_root), str(out / split.name), k, tuple(split.paths[start:stop]),
-                             tuple(split.masks[start:stop]), settings.image, mask, settings.strict, settings.resume)
+                             tuple(split.masks[start:stop]), image, mask, settings.strict, settings.resume)
 
     summaries, entries, seconds = build_shards(out, settings, splits, make_task, build_pair_shard, progress, engine)
-    extra = {"pad_value": pad, "ignore": labels.ignore if labels else None, "num_classes": num_classes}
     write_manifest(out, {
         **pack_header("segmentation", settings, {"layout": source.layout, "root": str(source.root.resolve()),
-                                                 "mask_root": str(source.mask_root.resolve())}, seconds),
+                                                 "mask_root": str(source.mask_root.resolve())}, seconds,
+                      {"image": image.to_dict()}),
         "mask": {**mask.to_dict(), **how},
         "classes": list(labels.classes) if labels is not None and labels.classes else None,
-        **({"resolutions": sorted(settings.image.all_sizes)} if settings.image.multires else {}),
+        **({"resolutions": sorted(image.all_sizes)} if image.multires else {}),
         "fields": {
-            **{k: f.to_manifest() for k, f in image_fields(settings.image).items()},
-            **{k: {**f.to_manifest(), **extra} for k, f in mask_fields(mask, settings.image).items()},
-            "source": {"encoding": "utf-8", "relative_to": "source.root", "arrays": ["sources", "source_offsets"]},
-            "mask_source": {"encoding": "utf-8", "relative_to": "source.mask_root", "arrays": ["mask_sources", "mask_source_offsets"]},
+            **{k: f.to_manifest() for k, f in image_fields(image).items()},
+            **{k: f.to_manifest() for k, f in mask_fields(mask, image, labels.ignore if labels else None).items()},
+            "source": StringsField().to_manifest(),
+            "mask_source": MASK_SOURCES.to_manifest(),
         },
         "splits": entries,
     })

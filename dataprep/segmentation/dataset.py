@@ -12,10 +12,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from ..errors import DataprepError
-from ..images.resize import center_crop_into
-from ..pack.fields import Strings, take_rows
+from ..errors import DataprepError, PackError
 from ..images.dataset import InMemoryImageDataset
+from ..images.resize import center_crop_into
+from ..pack.fields import take_rows
+from .field import mask_key, served_fields
 
 
 class SegmentationDataset(InMemoryImageDataset):
@@ -40,15 +41,20 @@ class SegmentationDataset(InMemoryImageDataset):
         self.joint = transform
         super().__init__(pack, split, decode, None, as_numpy, verify, cache, progress, resolution, keep_resolutions)
 
+    def _fields(self, manifest: dict[str, Any], resolution: int | None) -> dict[str, Any]:
+        return served_fields(manifest, resolution, self.pack / "manifest.json")
+
     def _switch(self, resolution: int | None) -> None:
         super()._switch(resolution)
         c = self._cached
-        self.mask_field = c.mask_field
+        key = next(iter(c.fields))
+        self.mask_field = c.fields[mask_key(key)]
         self._mask_arrays = c.arrays
-        self.mask_sources = Strings(c.arrays["mask_sources"], c.arrays["mask_source_offsets"])
-        spec = c.manifest["fields"][f"mask@{self.resolution}" if c.manifest.get("resolutions") else "mask"]
-        self.ignore_index: int | None = spec.get("ignore")
-        self.num_classes: int | None = spec.get("num_classes")
+        if len(self) and not np.array_equal(np.asarray(c.arrays["mask_shapes"])[:, :2], np.asarray(c.arrays["shapes"])[:, :2]):
+            raise PackError(f"{self.pack / self.split}: masks and images differ in size")
+        self.mask_sources = c.fields["mask_source"].strings(c.arrays)
+        self.ignore_index: int | None = self.mask_field.ignore
+        self.num_classes: int | None = self.mask_field.num_classes
 
     def __getstate__(self) -> dict[str, Any]:
         return {**super().__getstate__(), "joint": self.joint}

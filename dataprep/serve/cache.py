@@ -1,4 +1,5 @@
-"""Cache stage: takes a pack's split and a cache mode, gives its arrays in memory, one copy per machine.
+"""Cache stage: takes a pack's split, the fields a dataset names and a cache mode, gives their arrays in
+memory, one copy per machine. It knows no pack kind: each field says what it loads and how it is checked.
 
 - "ram":  read into this process's memory as a few contiguous buffers; forked DataLoader workers share
           them (numpy buffers have no per-object reference counts to copy on read).
@@ -30,10 +31,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import DataprepError, PackError
-from ..pack.fields import BYTES, OFFSETS, LoadContext, Strings, blob_shapes, load_blob, load_rows, rows_shape
-from ..images.field import ImageField, mask_key_of
-from ..pack.backends import open_source
-from ..pack.manifest import MANIFEST
+from ..pack.backends import open_reader
+from ..pack.fields import Field, LoadContext
 
 CACHE_MODES = ("ram", "mmap", "shm")
 SHM_DIR = Path(os.environ.get("DATAPREP_SHM_DIR", "/dev/shm"))
@@ -44,126 +43,72 @@ PROGRESS_BYTES = 1 << 30  # show loading progress by default from 1 GiB up
 
 @dataclass
 class CachedSplit:
-    """A split's arrays, wherever they live, plus what describes them."""
+    """A split's arrays, wherever they live, plus the fields that describe them."""
 
     manifest: dict[str, Any]
-    field: ImageField  # the images (or volumes) served
-    arrays: dict[str, Any]  # by generic key: images (+ offsets), shapes, [masks ...], [labels], sources, source_offsets
-    sources: Strings
+    fields: dict[str, Field]  # by manifest key, in the order the dataset named them
+    arrays: dict[str, Any]  # by the fields' generic keys
     segment: "ShmSegment | None" = None
-    mask_field: ImageField | None = None
 
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.arrays.values())
 
 
-def layout(pack: Path, split: str, m: dict[str, Any], fields: list[ImageField]) -> list[tuple[str, tuple[int, ...], np.dtype]]:
-    """Every array a split loads: (stored name, shape, dtype), in load order."""
-    shards = m["splits"][split]["shards"]
-    split_dir = pack / split
-    out = [a for f in fields for a in f.layout(split_dir, shards)]
-    if "label" in m["fields"]:
-        out.append(("labels", rows_shape(shards, ()), np.dtype(m["fields"]["label"]["dtype"])))
-    for name in _string_fields(m):
-        blob, offs = blob_shapes(split_dir, shards, name, _OFFSETS_OF[name])
-        out += [(name, blob, BYTES), (_OFFSETS_OF[name], offs, OFFSETS)]
-    return out
-
-
-_OFFSETS_OF = {"sources": "source_offsets", "mask_sources": "mask_source_offsets"}
-
-
-def _string_fields(m: dict[str, Any]) -> list[str]:
-    return ["sources"] + (["mask_sources"] if "mask_source" in m["fields"] else [])
-
-
 def _nbytes(shape, dtype) -> int:
     return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
 
 
-# Which field a dataset serves, by pack kind (images may have one field per resolution: "image@R").
-SERVED = {"images": "image", "segmentation": "image", "volumes": "volume"}
-
-
-def image_field_key(m: dict[str, Any], resolution: int | None, where: Path) -> str:
-    """The manifest field of the asked resolution ("image", or "image@R" in a multi-resolution pack)."""
-    have = m.get("resolutions")
-    base = SERVED.get(m.get("kind"), "image")
-    if not have:
-        size = m.get("settings", {}).get("image", {}).get("size")
-        if resolution is not None and resolution != size:
-            raise PackError(f"{where}: no resolution {resolution}; the pack has [{size}]")
-        return base
-    resolution = max(have) if resolution is None else resolution
-    if resolution not in have:
-        raise PackError(f"{where}: no resolution {resolution}; the pack has {sorted(have)}")
-    return f"{base}@{resolution}"
-
-
-def open_split(pack: str | os.PathLike, split: str, cache: str = "ram", verify: bool = False,
-               progress: bool | None = None, resolution: int | None = None, kinds: tuple[str, ...] = ("images",)) -> CachedSplit:
-    """Bring a split of a pack whose kind is one of `kinds` (at one resolution) into memory according to
-    `cache`; check it on the way. Every field is loaded: the served one, masks, labels, source paths."""
-    if cache not in CACHE_MODES:
-        raise DataprepError(f"unknown cache mode {cache!r}; choose one of {list(CACHE_MODES)}")
+def open_split(pack: str | os.PathLike, split: str, fields_of: Callable[[dict[str, Any]], dict[str, Field]],
+               cache: str = "ram", verify: bool = False, progress: bool | None = None,
+               kinds: tuple[str, ...] = (), modes: tuple[str, ...] = CACHE_MODES) -> CachedSplit:
+    """Bring a split of a pack whose kind is one of `kinds` into memory according to `cache`, checking it
+    on the way. `fields_of(manifest)` names the fields to load (the dataset's kind knows which); every
+    one must count the split's samples, and none may report a problem."""
+    if cache not in modes:
+        raise DataprepError(f"unknown cache mode {cache!r}; choose one of {list(modes)}")
     pack = Path(pack)
-    source = open_source(pack)  # opened once: its manifest, then its arrays
-    m = source.manifest
-    if m["kind"] not in kinds:
+    reader = open_reader(pack)  # opened once: its manifest, then its arrays
+    m = reader.manifest
+    if kinds and m["kind"] not in kinds:
         raise PackError(f"{pack}: a {m['kind']!r} pack, not {' or '.join(repr(k) for k in kinds)}")
     if split not in m["splits"]:
         raise PackError(f"{pack}: no split {split!r}; the pack has {sorted(m['splits'])}")
-    key = image_field_key(m, resolution, pack)
-    img = ImageField.from_manifest(m["fields"][key], pack / MANIFEST)
-    mask_key = mask_key_of(key)
-    mask = ImageField.from_manifest(m["fields"][mask_key], pack / MANIFEST) if mask_key in m["fields"] else None
-    if mask is not None and mask.role != ("volume_mask" if img.role == "volume" else "mask"):
-        raise PackError(f"{pack / MANIFEST}: the mask field describes a {mask.role!r}")
-    fields = [img] + ([mask] if mask else [])
-    plan = layout(pack, split, m, fields)
+    fields = fields_of(m)
+    shards = m["splits"][split]["shards"]
+    plan = [a for f in fields.values() for a in f.layout(pack / split, shards)]
     total = sum(_nbytes(s, d) for _, s, d in plan)
     if cache == "ram":
         _check_ram(pack, total)
     report = _Progress(f"{pack}/{split}", cache, total) if (progress or (progress is None and total >= PROGRESS_BYTES)) else None
-    ctx = LoadContext(verify=verify, map_images=cache == "mmap", progress=report.add if report else None, source=source)
+    ctx = LoadContext(verify=verify, mapped=cache == "mmap", progress=report.add if report else None, reader=reader)
+
+    def load(c: LoadContext) -> dict[str, Any]:
+        arrays: dict[str, Any] = {}
+        for f in fields.values():
+            arrays.update(f.load(pack / split, shards, c))
+        return arrays
+
     segment = None
     if cache == "shm":
-        segment = ShmSegment.attach(pack, m, f"{split}/{key}", plan,
-                                    lambda alloc: _load(pack, split, m, fields, LoadContext(verify, alloc, False, ctx.progress, source)))
-        generic = {f.name(g): g for f in fields for g in f.keys}
+        segment = ShmSegment.attach(pack, m, f"{split}/{next(iter(fields))}", plan,
+                                    lambda alloc: load(LoadContext(verify, alloc, False, ctx.progress, reader)))
+        generic = {name: key for f in fields.values() for name, key in f.stored().items()}
         arrays = {generic.get(k, k): v for k, v in segment.arrays.items()}
     else:
-        arrays = _load(pack, split, m, fields, ctx)
+        arrays = load(ctx)
     if report:
         report.done()
     for a in arrays.values():
         a.setflags(write=False)  # the cache is shared: nobody may scribble on it
-    n = len(arrays[img.keys[2]])
-    entry = m["splits"][split]
-    if n != entry["count"] or (mask and len(arrays[mask.keys[2]]) != n) or ("labels" in arrays and len(arrays["labels"]) != n):
-        raise PackError(f"{pack / split}: manifest counts {entry['count']} samples, shards hold {n}")
-    if "labels" in arrays:
-        ncls = int(m["fields"]["label"]["num_classes"])
-        if n and int(arrays["labels"].max()) >= ncls:
-            raise PackError(f"{pack / split}: a label is {int(arrays['labels'].max())}, but the pack has {ncls} classes")
-    axes = 3 if img.role == "volume" else 2  # (H, W) of images; (D, H, W) of volumes
-    if mask and n and not np.array_equal(np.asarray(arrays[mask.keys[2]])[:, :axes], np.asarray(arrays[img.keys[2]])[:, :axes]):
-        raise PackError(f"{pack / split}: masks and {img.role}s differ in size")
-    return CachedSplit(m, img, arrays, Strings(arrays["sources"], arrays["source_offsets"]), segment, mask)
-
-
-def _load(pack: Path, split: str, m: dict, fields: list[ImageField], ctx: LoadContext) -> dict[str, Any]:
-    shards = m["splits"][split]["shards"]
-    split_dir = pack / split
-    arrays: dict[str, Any] = {}
-    for f in fields:
-        arrays.update(f.load(split_dir, shards, ctx))
-    if "label" in m["fields"]:
-        arrays["labels"] = load_rows(split_dir, shards, "labels", np.dtype(m["fields"]["label"]["dtype"]), (), ctx)
-    for name in _string_fields(m):
-        arrays[name], arrays[_OFFSETS_OF[name]] = load_blob(split_dir, shards, name, _OFFSETS_OF[name], ctx)
-    return arrays
+    n = m["splits"][split]["count"]
+    for key, f in fields.items():
+        if f.count(arrays) != n:
+            raise PackError(f"{pack / split}: manifest counts {n} samples, the shards' {key} field holds {f.count(arrays)}")
+        problems = f.check(arrays)
+        if problems:
+            raise PackError(f"{pack / split}: {key}: {problems[0]}")
+    return CachedSplit(m, fields, arrays, segment)
 
 
 def available_ram() -> int:

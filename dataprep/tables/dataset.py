@@ -13,12 +13,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..errors import DataprepError, PackError
-from ..pack.backends import open_source
-from ..pack.fields import LoadContext, counts, load_rows
-
-
-ARRAYS = ("features", "categorical", "mask", "datetimes", "target")
+from ..errors import DataprepError
+from ..serve.cache import open_split
+from .field import fields_of
 
 
 class TabularDataset(Dataset):
@@ -42,32 +39,12 @@ class TabularDataset(Dataset):
         self._load()
 
     def _load(self) -> None:
-        source = open_source(self.pack)
-        m = source.manifest
-        if m["kind"] != "table":
-            raise PackError(f"{self.pack}: a {m['kind']!r} pack, not a table pack")
-        if self.split not in m["splits"]:
-            raise PackError(f"{self.pack}: no split {self.split!r}; the pack has {sorted(m['splits'])}")
-        shards = m["splits"][self.split]["shards"]
-        ctx = LoadContext(source=source)
-        self.arrays: dict[str, np.ndarray] = {}
-        try:
-            for name in ARRAYS:
-                spec = m["fields"].get(name)
-                if spec is None:
-                    continue
-                width = () if name == "target" else (len(spec["columns"]),)
-                arr = load_rows(self.pack / self.split, shards, name, np.dtype(spec["dtype"]), width, ctx,
-                                map_data=self.cache == "mmap")
-                if hasattr(arr, "parts"):  # mapped: one file per split as written; several are joined
-                    arr = arr.parts[0] if len(arr.parts) == 1 else np.concatenate(arr.parts)
-                self.arrays[name] = arr
-        except (KeyError, TypeError, ValueError) as e:
-            raise PackError(f"{self.pack}/manifest.json: malformed ({type(e).__name__}: {e})") from None
-        n = sum(counts(shards))
-        if any(len(a) != n for a in self.arrays.values()):
-            raise PackError(f"{self.pack / self.split}: arrays disagree on the number of rows")
-        self.manifest = m
+        c = open_split(self.pack, self.split, lambda m: fields_of(m, self.pack / "manifest.json"), self.cache,
+                       progress=False, kinds=("table",), modes=("ram", "mmap"))
+        # mapped: one file per split as written (several shards are joined)
+        self.arrays: dict[str, np.ndarray] = {k: (a.parts[0] if len(a.parts) == 1 else np.concatenate(a.parts))
+                                              if hasattr(a, "parts") else a for k, a in c.arrays.items()}
+        m = self.manifest = c.manifest
         self.feature_columns: list[str] = list(m["fields"]["features"]["columns"])
         cat = m["fields"].get("categorical")
         self.categorical_columns: list[str] = list(cat["columns"]) if cat else []

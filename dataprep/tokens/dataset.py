@@ -13,9 +13,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..errors import DataprepError, PackError
-from ..pack.backends import open_source
-from ..pack.fields import LoadContext, _shard_file
+from ..errors import DataprepError
+from ..serve.cache import open_split
+from .field import fields_of
 
 
 class _TokenSplit:
@@ -23,40 +23,12 @@ class _TokenSplit:
         if cache not in ("ram", "mmap"):
             raise DataprepError(f"a token pack is served with cache 'ram' or 'mmap', not {cache!r}")
         self.pack, self.split = Path(pack), split
-        source = open_source(self.pack)
-        m = source.manifest
-        if m["kind"] != "tokens":
-            raise PackError(f"{self.pack}: a {m['kind']!r} pack, not a token pack")
-        if split not in m["splits"]:
-            raise PackError(f"{self.pack}: no split {split!r}; the pack has {sorted(m['splits'])}")
-        shards = m["splits"][split]["shards"]
-        sdir = self.pack / split
-        dtype = np.dtype(m["fields"]["tokens"]["dtype"])
-        ctx = LoadContext(source=source)
-        sizes = [int(_shard_file(sdir, s, "tokens")[1]["shape"][0]) for s in shards]
-        if cache == "mmap" and len(shards) == 1:
-            path, rec = _shard_file(sdir, shards[0], "tokens")
-            tokens = ctx.map(path, rec)
-        else:
-            tokens = np.empty(sum(sizes), dtype)
-            pos = 0
-            for s, n in zip(shards, sizes):
-                path, rec = _shard_file(sdir, s, "tokens")
-                ctx.read(path, rec, tokens[pos : pos + n])
-                pos += n
-        offs, base = [np.zeros(1, np.int64)], 0
-        for s, n in zip(shards, sizes):
-            path, rec = _shard_file(sdir, s, "doc_offsets")
-            local = ctx.read(path, rec)
-            if local[0] != 0 or local[-1] != n or np.any(np.diff(local) <= 0):
-                raise PackError(f"{path}: document offsets are not increasing within the shard's {n} tokens")
-            offs.append(local[1:] + base)
-            base += n
-        self.tokens, self.doc_offsets = tokens, np.concatenate(offs)
-        if int(self.tokens.max(initial=0)) >= int(m["tokenizer"]["vocab_size"]):
-            raise PackError(f"{sdir}: a token id is beyond the vocabulary of {m['tokenizer']['vocab_size']}")
-        self.manifest = m
-        self.eot_id = int(m["tokenizer"]["eot_id"])
+        c = open_split(self.pack, split, lambda m: fields_of(m, self.pack / "manifest.json"), cache, progress=False,
+                       kinds=("tokens",), modes=("ram", "mmap"))
+        field = c.fields["tokens"]
+        self.tokens, self.doc_offsets = c.arrays[field.tokens], c.arrays[field.offsets]
+        self.manifest = c.manifest
+        self.eot_id = int(c.manifest["tokenizer"]["eot_id"])
 
 
 class TokenDataset(Dataset):

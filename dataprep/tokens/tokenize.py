@@ -26,6 +26,7 @@ from ..build import prepare_output
 from ..errors import DataprepError, SourceError
 from ..pack.manifest import write_manifest
 from ..pack.shard import remove_temporaries, write_shard
+from .field import TokensField
 from .read import ReadStats, documents
 
 EOT_CANDIDATES = ("<|endoftext|>", "</s>", "[SEP]", "<eos>", "<|end_of_text|>")
@@ -135,11 +136,10 @@ class _SplitWriter:
     def flush(self) -> None:
         if not self.parts:
             return
-        tokens = np.concatenate(self.parts).astype(self.dtype, copy=False)
-        offsets = np.zeros(len(self.lengths) + 1, "<i8")
-        np.cumsum(self.lengths, out=offsets[1:])
+        tokens = np.concatenate(self.parts)
         name = f"{self.task_no:05d}{len(self.shards):04d}"
-        files = write_shard(self.dir, name, {"tokens": tokens, "doc_offsets": offsets}, {"count": len(self.lengths)})
+        arrays = TokensField(self.dtype.str).shard_arrays(tokens, self.lengths)
+        files = write_shard(self.dir, name, arrays, {"count": len(self.lengths)})
         self.shards.append({"name": name, "count": len(self.lengths), "tokens": int(len(tokens)), "files": files})
         self.docs += len(self.lengths)
         self.tokens += len(tokens)
@@ -264,8 +264,7 @@ def tokenize(inputs: list[str], out: str | os.PathLike, settings: TokenizeSettin
         "tokenizer": {"path": str(tok_path.resolve()), "sha256": hashlib.sha256(tok_bytes).hexdigest(),
                       "vocab_size": vocab, "eot_id": int(eot_id), "trained_here": bool(train_bpe_vocab),
                       "special": {t.content: int(i) for i, t in tok.get_added_tokens_decoder().items()}},
-        "fields": {"tokens": {"dtype": dtype.str, "arrays": ["tokens", "doc_offsets"],
-                              "meaning": "every document's ids followed by eot_id; doc_offsets index the tokens array of its shard"}},
+        "fields": {"tokens": TokensField(dtype.str, vocab).to_manifest()},
         "splits": splits,
         "build": {"seconds": round(seconds, 3)},
     }

@@ -15,9 +15,11 @@ import numpy as np
 from ..build import BuildSummary, build_shards, finish_shard, pack_header, reused_shard, task_fingerprint
 from ..errors import DataprepError, ImageDecodeError, SourceError
 from ..images.field import ImageField
-from ..pack.fields import blob_arrays, label_dtype
+from ..pack.fields import LabelField, StringsField
 from ..pack.manifest import write_manifest
+from ..settings import BuildSettings
 from ..sources import Source, spread
+from .field import volume_field
 from .read import read_volume, to_stored
 from .resample import RESAMPLE_MODES, resample
 
@@ -46,7 +48,7 @@ class VolumeSettings:
         return "<u2" if self.depth == 16 else "|u1"
 
     def field(self) -> ImageField:
-        return ImageField("raw", tuple(self.shape) if self.shape else None, None, dtype=self.dtype, role="volume")
+        return volume_field(self.shape, self.dtype)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -95,7 +97,7 @@ def process_volume(path: str, settings: VolumeSettings, mask_path: str | None = 
 
 
 def mask_field(volume: VolumeSettings, dtype: str) -> ImageField:
-    return ImageField("raw", tuple(volume.shape) if volume.shape else None, None, dtype=dtype, role="volume_mask")
+    return volume_field(volume.shape, dtype, "volume_mask")
 
 
 def build_volume_shard(task: VolumeShardTask) -> dict[str, Any]:
@@ -127,10 +129,10 @@ def build_volume_shard(task: VolumeShardTask) -> dict[str, Any]:
         if mask is not None:
             masks.append(mask)
         labels.append(label)
-        sources.append(np.frombuffer(rel.encode("utf-8", "surrogateescape"), np.uint8))
-    arrays = {**field.shard_arrays(vols, shapes), **blob_arrays(sources, "sources", "source_offsets")}
+        sources.append(rel)
+    arrays = {**field.shard_arrays(vols, shapes), **StringsField().shard_arrays(sources)}
     if task.label_dtype:
-        arrays["labels"] = np.asarray(labels, np.int64).astype(task.label_dtype)
+        arrays.update(LabelField(dtype=task.label_dtype).shard_arrays(labels))
     if task.mask_root:
         arrays.update(mask_field(task.volume, task.mask_dtype).shard_arrays(masks, shapes))
     return finish_shard(task, fp, arrays, len(vols), skipped, 0, source_bytes)
@@ -189,16 +191,17 @@ def _max_label(paths: list[str]) -> int:
     return top
 
 
-def build_volumes(source: Source, out: str | os.PathLike, settings, volume: VolumeSettings,
+def build_volumes(source: Source, out: str | os.PathLike, settings: BuildSettings, volume: VolumeSettings,
                   progress: Callable[[int], None] | None = None, engine=None, masks: str | os.PathLike | None = None,
                   mask_dtype: str | None = None) -> BuildSummary:
-    """Build a volume pack; `settings` is a BuildSettings (its image part is not used). With `masks`, each
+    """Build a volume pack with the shard layout of `settings` and the volume stages of `volume`. With `masks`, each
     volume's label volume (same relative path and stem under `masks`) is stored beside it, uint8 unless a
     value above 255 occurs (or `mask_dtype` "uint8"/"uint16")."""
     from ..engine import LocalEngine
 
     out = Path(out)
-    ldt = label_dtype(len(source.classes)).str if source.classes else None
+    label = LabelField.for_classes(len(source.classes)) if source.classes else None
+    ldt = label.dtype if label else None
     engine = engine or LocalEngine(settings.workers)
     if masks is not None:
         splits = [s.limited(settings.limit) for s in pair_label_volumes(source, Path(masks))]
@@ -222,13 +225,12 @@ def build_volumes(source: Source, out: str | os.PathLike, settings, volume: Volu
 
     summaries, entries, seconds = build_shards(out, settings, splits, make_task, build_volume_shard, progress, engine)
     header = pack_header("volumes", settings, {"layout": source.layout, "root": str(source.root.resolve()),
-                                               **({"mask_root": str(Path(masks).resolve())} if masks else {})}, seconds)
-    header["settings"] = {**{k: v for k, v in header["settings"].items() if k != "image"}, "volume": volume.to_dict()}
-    fields = {"volume": volume.field().to_manifest(),
-              "source": {"encoding": "utf-8", "relative_to": "source.root", "arrays": ["sources", "source_offsets"]}}
+                                               **({"mask_root": str(Path(masks).resolve())} if masks else {})}, seconds,
+                         {"volume": volume.to_dict()})
+    fields = {"volume": volume.field().to_manifest(), "source": StringsField().to_manifest()}
     if mdt:
         fields["volume_mask"] = {**mask_field(volume, mdt).to_manifest(), "resample": "nearest"}
-    if ldt:
-        fields["label"] = {"dtype": ldt, "num_classes": len(source.classes), "arrays": ["labels"]}
+    if label:
+        fields["label"] = label.to_manifest()
     write_manifest(out, {**header, "classes": source.classes, "fields": fields, "splits": entries})
     return BuildSummary(out, summaries, seconds, "volumes")

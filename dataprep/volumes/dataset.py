@@ -14,6 +14,7 @@ from ..errors import DataprepError, PackError
 from ..pack.fields import take_rows
 from .transforms import center_into
 from ..serve.cache import open_split
+from .field import fields_of, same_shapes
 
 
 class VolumeDataset(Dataset):
@@ -39,15 +40,18 @@ class VolumeDataset(Dataset):
 
     def _load(self) -> None:
         try:
-            c = open_split(self.pack, self.split, self.cache, self.verify, self.progress, kinds=("volumes",))
+            c = open_split(self.pack, self.split, lambda m: fields_of(m, self.pack / "manifest.json"), self.cache,
+                           self.verify, self.progress, kinds=("volumes",))
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
             raise PackError(f"{self.pack}/manifest.json: malformed ({type(e).__name__}: {e})") from None
+        if not same_shapes(c.arrays):
+            raise PackError(f"{self.pack / self.split}: masks and volumes differ in size")
         self._store = c  # keeps a shared-memory segment attached
-        self.field = c.field
-        self.mask_field = c.mask_field
+        self.field = c.fields["volume"]
+        self.mask_field = c.fields.get("volume_mask")
         self._arrays = c.arrays
         self._labels = c.arrays.get("labels")
-        self.sources = c.sources
+        self.sources = c.fields["source"].strings(c.arrays)
         self.classes: list[str] = list(c.manifest.get("classes") or [])
         self.manifest = c.manifest
 

@@ -11,12 +11,12 @@ import numpy as np
 
 from ...errors import PackError
 from ..shard import npy_header_bytes
-from . import ArrayPlan, group_path, plan_arrays
+from .layout import ArrayPlan, group_path, plan_arrays
 
 ATTACHMENTS = "_files"
 
 
-class ConcatSource:
+class ConcatReader:
     name = "?"
     why_no_map = ""
 
@@ -126,6 +126,13 @@ class ConcatSource:
             self.shard_array(split, k, p.name, True)
         start = p.starts[k]
         return self._map(group_path(split, p.name), start, start + p.shard_rows[k])
+
+    def reopen(self) -> "ConcatReader":
+        """A new reader of the same pack (its own file handles)."""
+        return type(self)(self.root)
+
+    def __reduce__(self):  # crosses process boundaries as its path, reopened on arrival
+        return (type(self), (self.root,))
 
     def close(self) -> None:
         pass

@@ -4,7 +4,8 @@ Schema (h5py alone opens it): one group per split, and inside it one subgroup pe
 multi-resolution pack (`r128/`, ...); in each, the split's arrays concatenated over its shards:
 `images` (JPEG bytes as one uint8 blob, or raw pixels (N, H, W, C)), `offsets` (N + 1 int64: sample i
 is images[offsets[i]:offsets[i + 1]]), `shapes` (N x 3), `labels`, `sources` + `source_offsets` (UTF-8
-paths), and masks, volumes or tokens (`tokens` + `doc_offsets`) by pack kind. Each dataset's attribute
+paths), and whatever other arrays the pack's fields store (masks, volumes, `tokens` + `doc_offsets`, table
+columns). Each dataset's attribute
 `layout` says "rows" or "offsets" (with `offsets_of`). Files an npy pack keeps beside its shards (the
 tokenizer a token pack trained) are uint8 datasets under `_files/`. The root's attribute `dataprep_manifest` is
 the manifest as JSON; `format`, `format_version`, `kind` and `backend` are plain attributes too.
@@ -27,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from ...errors import DataprepError, PackError
-from . import group_path
-from .concat import ATTACHMENTS, ConcatSource
+from .concat import ATTACHMENTS, ConcatReader
+from .layout import group_path
 
 COMPRESSION = ("none", "gzip", "lzf")
 
@@ -52,7 +53,9 @@ def _read_at(path: Path, offset: int, view: np.ndarray, key: str) -> None:
             got += n
 
 
-class Hdf5Source(ConcatSource):
+class Hdf5Reader(ConcatReader):
+    """Reads an HDF5 pack: uncompressed contiguous datasets straight from the file, the rest through h5py."""
+
     name = "hdf5"
 
     def __init__(self, root: Path):
@@ -120,8 +123,9 @@ class Hdf5Source(ConcatSource):
         self.f.close()
 
 
-def write_hdf5(source, out: Path, manifest: dict[str, Any], compression: str = "none") -> None:
-    """Write every split's arrays of `source` (any backend's reader) into one HDF5 file, atomically."""
+def write_hdf5(reader, out: Path, manifest: dict[str, Any], compression: str = "none", engine=None) -> None:
+    """Write every split's arrays of `reader` (any backend's) into one HDF5 file, atomically (sequentially:
+    `engine` is not used, see the module docstring)."""
     h5py = _h5py()
     if compression not in COMPRESSION:
         raise DataprepError(f"HDF5 compression is one of {list(COMPRESSION)}, not {compression!r}")
@@ -131,8 +135,8 @@ def write_hdf5(source, out: Path, manifest: dict[str, Any], compression: str = "
             for split in manifest["splits"]:
                 g = f.require_group(split)
                 g.attrs["count"] = int(manifest["splits"][split]["count"])
-                g.attrs["shard_meta"] = json.dumps([source.shard_meta(split, k) for k in range(len(manifest["splits"][split]["shards"]))])
-                plans = source.plans(split)
+                g.attrs["shard_meta"] = json.dumps([reader.shard_meta(split, k) for k in range(len(manifest["splits"][split]["shards"]))])
+                plans = reader.plans(split)
                 for name, p in plans.items():
                     kw: dict[str, Any] = {}
                     if compression != "none" and p.total_rows:
@@ -144,14 +148,14 @@ def write_hdf5(source, out: Path, manifest: dict[str, Any], compression: str = "
                         d.attrs["offsets_of"] = p.blob
                     bases = plans[p.blob].starts if p.is_offsets else None
                     for k, start in enumerate(p.starts):
-                        arr = source.shard_array(split, k, name)
+                        arr = reader.shard_array(split, k, name)
                         if p.is_offsets:
                             arr = arr[:-1] + bases[k]
                         if len(arr):
                             d[start : start + len(arr)] = arr
                     if p.is_offsets:
                         d[p.total_rows - 1] = plans[p.blob].total_rows
-            for fname, data in source.attachments().items():
+            for fname, data in reader.attachments().items():
                 f.create_dataset(f"{ATTACHMENTS}/{fname}", data=np.frombuffer(data, np.uint8))
             for key in ("format", "format_version", "kind"):
                 f.attrs[key] = manifest[key]

@@ -1,21 +1,24 @@
 """npy backend: a directory of shard directories of .npy files (the default layout, written by builds)."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..shard import map_npy, read_npy_into
-from . import ArrayPlan, plan_arrays
+from ...errors import PackError
+from ..manifest import MANIFEST, read_manifest_file, write_manifest
+from ..shard import map_npy, read_npy_into, write_shard
+from .layout import ArrayPlan, plan_arrays
 
 
-class NpySource:
+class NpyReader:
+    """Reads an npy pack: each shard's arrays are its own .npy files."""
+
     name = "npy"
 
     def __init__(self, root: Path):
-        from ..manifest import read_manifest_file
-
         self.root = root
         self.manifest = read_manifest_file(root)
         self._plans: dict[str, dict[str, ArrayPlan]] = {}
@@ -40,8 +43,6 @@ class NpySource:
 
     def attachments(self) -> dict[str, bytes]:
         """Files a pack keeps beside its shards (a tokenizer trained for it), by name."""
-        from ..manifest import MANIFEST
-
         return {p.name: p.read_bytes() for p in sorted(self.root.iterdir()) if p.is_file() and p.name != MANIFEST}
 
     def shard_meta(self, split: str, k: int) -> dict[str, Any]:
@@ -73,5 +74,33 @@ class NpySource:
             out[p.total_rows - 1 - a] = blob.total_rows
         return out
 
+    def reopen(self) -> "NpyReader":
+        return NpyReader(self.root)
+
+    def __reduce__(self):
+        return (NpyReader, (self.root,))
+
     def close(self) -> None:
         pass
+
+
+def write_npy(reader, out: Path, manifest: dict[str, Any], compression: str = "none", engine=None) -> None:
+    """Write every shard of `reader` (any backend's) as npy shard files under `out`, each checked against
+    the manifest's checksum, then the attachments and the manifest (last)."""
+    if compression != "none":
+        raise PackError("npy packs are not compressed: drop --compress, or choose --to hdf5 or zarr")
+    out.mkdir(parents=True)
+    try:
+        for split, entry in manifest["splits"].items():
+            for k, s in enumerate(entry["shards"]):
+                arrays = {f[:-4]: reader.shard_array(split, k, f[:-4]) for f in s["files"]}
+                files = write_shard(out / split, str(s["name"]), arrays, reader.shard_meta(split, k))
+                for f, rec in s["files"].items():
+                    if files[f]["sha256"] != rec["sha256"]:
+                        raise PackError(f"{out / split / str(s['name']) / f}: converted bytes differ from the manifest's checksum")
+        for name, data in reader.attachments().items():
+            (out / name).write_bytes(data)
+        write_manifest(out, manifest)
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise

@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 
 from ...errors import DataprepError, PackError
-from . import group_path
-from .concat import ATTACHMENTS, ConcatSource
+from ..fields import encoded_arrays
+from .concat import ATTACHMENTS, ConcatReader
+from .layout import group_path
 
 COMPRESSION = ("none", "zstd", "blosc")
 CHUNK_BYTES = 16 << 20
@@ -41,7 +42,7 @@ def _zarr():
     return zarr
 
 
-class ZarrSource(ConcatSource):
+class ZarrReader(ConcatReader):
     """Reads a Zarr pack. Metadata (zarr.json files) is read as JSON and uncompressed chunks straight
     from their files; zarr-python decodes compressed chunks."""
 
@@ -147,7 +148,7 @@ class ZarrSource(ConcatSource):
 class ChunkTask:
     """Rows [a, b) (whole chunks) of one array: read from the source pack, written into the Zarr array."""
 
-    source: str
+    reader: Any  # a backend reader; it pickles as its path and reopens itself where the task runs
     store: str
     split: str
     name: str
@@ -157,20 +158,17 @@ class ChunkTask:
 
 def write_chunks(t: ChunkTask) -> int:
     zarr = _zarr()
-    from . import open_source
-
-    src = open_source(t.source)
+    reader = t.reader.reopen()  # its own handle: tasks in one process must not share an open file
     try:
-        data = src.global_slice(t.split, t.name, t.a, t.b)
+        data = reader.global_slice(t.split, t.name, t.a, t.b)
     finally:
-        src.close()
+        reader.close()
     zarr.open_array(str(Path(t.store) / group_path(t.split, t.name)), mode="r+")[t.a : t.b] = data
     return int(data.nbytes)
 
 
-def write_zarr(source, source_path: Path, out: Path, manifest: dict[str, Any], compression: str = "none",
-               engine=None) -> None:
-    """Write every split's arrays of the pack at `source_path` into a Zarr v3 group at `out`, atomically
+def write_zarr(reader, out: Path, manifest: dict[str, Any], compression: str = "none", engine=None) -> None:
+    """Write every split's arrays of `reader` (any backend's) into a Zarr v3 group at `out`, atomically
     (a temporary directory renamed at the end), the chunk ranges as parallel tasks on `engine`."""
     zarr = _zarr()
     from zarr.codecs import BloscCodec, ZstdCodec
@@ -179,8 +177,7 @@ def write_zarr(source, source_path: Path, out: Path, manifest: dict[str, Any], c
 
     if compression not in COMPRESSION:
         raise DataprepError(f"Zarr compression is one of {list(COMPRESSION)}, not {compression!r}")
-    jpeg = {spec.get("suffix", "") for key, spec in manifest["fields"].items()
-            if isinstance(spec, dict) and spec.get("encoding") == "jpeg"}
+    encoded = encoded_arrays(manifest)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -189,23 +186,23 @@ def write_zarr(source, source_path: Path, out: Path, manifest: dict[str, Any], c
         for split in manifest["splits"]:
             g = root.require_group(split)
             g.attrs["count"] = int(manifest["splits"][split]["count"])
-            g.attrs["shard_meta"] = [source.shard_meta(split, k) for k in range(len(manifest["splits"][split]["shards"]))]
-            for name, p in source.plans(split).items():
+            g.attrs["shard_meta"] = [reader.shard_meta(split, k) for k in range(len(manifest["splits"][split]["shards"]))]
+            for name, p in reader.plans(split).items():
                 row = max(1, int(np.prod(p.row_shape, dtype=np.int64)) * p.dtype.itemsize)
                 # chunks of about CHUNK_BYTES, sized so the last one is nearly full (edge chunks are stored whole)
                 pieces = max(1, -(-p.total_rows * row // CHUNK_BYTES))
                 chunk = max(1, -(-max(p.total_rows, 1) // pieces))
-                squeeze = compression != "none" and not (name.startswith("images") and name[len("images"):] in jpeg)
+                squeeze = compression != "none" and name not in encoded  # JPEG bytes do not compress further
                 codec = (ZstdCodec(level=3) if compression == "zstd" else BloscCodec(cname="zstd", clevel=3)) if squeeze else None
                 arr = root.create_array(group_path(split, name), shape=p.shape, dtype=p.dtype, chunks=(chunk, *p.row_shape),
                                         compressors=codec, fill_value=0, config={"write_empty_chunks": True},
                                         attributes={"layout": "offsets" if p.is_offsets else "rows",
                                                     **({"offsets_of": p.blob} if p.is_offsets else {})})
                 per = max(1, (64 << 20) // (chunk * row)) * chunk  # whole chunks, about 64 MiB per task
-                tasks += [ChunkTask(str(source_path), str(tmp), split, name, a, min(a + per, p.total_rows))
+                tasks += [ChunkTask(reader, str(tmp), split, name, a, min(a + per, p.total_rows))
                           for a in range(0, p.total_rows, per)]
                 del arr
-        for fname, data in source.attachments().items():
+        for fname, data in reader.attachments().items():
             root.create_array(f"{ATTACHMENTS}/{fname}", data=np.frombuffer(data, np.uint8))
         (engine or LocalEngine(1)).map(write_chunks, tasks, names=[f"{t.split}/{t.name}[{t.a}:{t.b}]" for t in tasks])
         root.attrs.update({"format": manifest["format"], "format_version": manifest["format_version"],

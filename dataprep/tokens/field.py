@@ -1,0 +1,93 @@
+"""The tokens field: every document's token ids (uint16 or uint32, an end-of-text id after each) as one array
+per shard plus int64 document offsets into it; how it is written, described and loaded."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import PackError
+from ..pack.fields import OFFSETS, Field, LoadContext, blob_shapes, load_blob
+
+
+@dataclass(frozen=True)
+class TokensField:
+    dtype: str  # "<u2" or "<u4"
+    vocab_size: int = 0  # every stored id is below it (checked on load)
+    tokens: str = "tokens"
+    offsets: str = "doc_offsets"
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return np.dtype(self.dtype)
+
+    def to_manifest(self) -> dict[str, Any]:
+        return {"dtype": self.dtype, "arrays": [self.tokens, self.offsets],
+                "meaning": "every document's ids followed by eot_id; doc_offsets index the tokens array of its shard"}
+
+    @classmethod
+    def from_manifest(cls, m: dict[str, Any], where: Path | str) -> "TokensField":
+        try:
+            spec = m["fields"]["tokens"]
+            dtype = np.dtype(spec["dtype"]).str
+            tokens, offsets = (str(a) for a in spec.get("arrays", ["tokens", "doc_offsets"]))
+            vocab = int(m["tokenizer"]["vocab_size"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise PackError(f"{where}: malformed tokens field description ({e})") from None
+        if dtype not in ("<u2", "<u4"):
+            raise PackError(f"{where}: token ids stored as {dtype}, not uint16 or uint32")
+        return cls(dtype, vocab, tokens, offsets)
+
+    def shard_arrays(self, tokens: np.ndarray, lengths: list[int]) -> dict[str, np.ndarray]:
+        offsets = np.zeros(len(lengths) + 1, OFFSETS)
+        np.cumsum(lengths, out=offsets[1:])
+        return {self.tokens: tokens.astype(self.np_dtype, copy=False), self.offsets: offsets}
+
+    def stored(self) -> dict[str, str]:
+        return {self.tokens: self.tokens, self.offsets: self.offsets}
+
+    def layout(self, split_dir: Path, shards: list[dict]) -> list[tuple[str, tuple[int, ...], np.dtype]]:
+        toks, offs = blob_shapes(split_dir, shards, self.tokens, self.offsets)
+        return [(self.tokens, toks, self.np_dtype), (self.offsets, offs, OFFSETS)]
+
+    def load(self, split_dir: Path, shards: list[dict], ctx: LoadContext | None = None) -> dict[str, Any]:
+        """The split's tokens as one array (mapped with cache="mmap" when the split is one shard, whose file
+        is then that array) and the document offsets into it."""
+        ctx = ctx or LoadContext()
+        tokens, offsets = load_blob(split_dir, shards, self.tokens, self.offsets, ctx,
+                                    map_data=ctx.mapped and len(shards) == 1, dtype=self.np_dtype)
+        if hasattr(tokens, "parts"):
+            tokens = tokens.parts[0]
+        return {self.tokens: tokens, self.offsets: offsets}
+
+    def count(self, arrays: dict[str, Any]) -> int:
+        return len(arrays[self.offsets]) - 1
+
+    def check(self, arrays: dict[str, Any], deep: bool = False) -> list[str]:
+        out = []
+        if np.any(np.diff(arrays[self.offsets]) <= 0):
+            out.append(f"{self.offsets}.npy: a document holds no token (each ends with the end-of-text id)")
+        if int(np.asarray(arrays[self.tokens]).max(initial=0)) >= self.vocab_size:
+            out.append(f"{self.tokens}.npy: a token id is beyond the vocabulary of {self.vocab_size}")
+        return out
+
+    def describe(self) -> str:
+        return f"token ids, {self.np_dtype.name}, vocabulary {self.vocab_size:,}"
+
+
+def fields_of(m: dict[str, Any], where: Path | str = "manifest") -> dict[str, Field]:
+    return {"tokens": TokensField.from_manifest(m, where)}
+
+
+
+def served_fields(m: dict[str, Any], resolution: int | None = None, where: Path | str = "manifest") -> dict[str, Field]:
+    """What a dataset holds: every field (one resolution only)."""
+    return fields_of(m, where)
+
+
+def summary(m: dict[str, Any]) -> list[str]:
+    tok = m["tokenizer"]
+    return [f"tokens:    {m['fields']['tokens']['dtype']}, vocabulary {tok['vocab_size']:,}, end-of-text id {tok['eot_id']}"]
+

@@ -1,0 +1,144 @@
+"""The layout is the architecture: an AST pass over dataprep/ finds every import (function-level ones
+included) and holds the package to ARCHITECTURE.md's rules; a fresh interpreter shows that building
+never imports torch."""
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "dataprep"
+KINDS = ("images", "segmentation", "volumes", "tokens", "tables")
+# Between kinds, imports run only toward images/ (segmentation and volumes build on its pixel stages).
+MAY_IMPORT = {"segmentation": {"images"}, "volumes": {"images"}}
+KIND_FREE = ("pack", "serve", "engine")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    """Every dataprep module `path` imports, wherever in the file the import stands."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("dataprep")}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            if not mod.startswith("dataprep"):
+                continue
+            # `from pkg import sub` imports the module pkg.sub when there is one
+            subs = [f"{mod}.{a.name}" for a in node.names if f"{mod}.{a.name}" in MODULES]
+            out |= set(subs) if subs and len(subs) == len(node.names) else {mod, *subs}
+    out.discard(name)
+    return {m for m in out if m in MODULES}
+
+
+MODULES = {module_name(p): p for p in ROOT.rglob("*.py")}
+GRAPH = {m: imports(p) for m, p in MODULES.items()}
+
+
+def top(mod: str) -> str:
+    parts = mod.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_the_graph_is_read():
+    """Negative control for the rules below: the AST pass sees known edges, lazy ones included."""
+    assert "dataprep.pack.fields" in GRAPH["dataprep.images.field"]
+    assert "dataprep.serve.cache" in GRAPH["dataprep.images.dataset"]
+    assert "dataprep.images.process" in GRAPH["dataprep.images.build"]  # imported inside a function
+    assert len(MODULES) > 60
+
+
+def test_no_import_circles():
+    cycles, state = [], {}
+
+    def visit(m, stack):
+        state[m] = "open"
+        for n in sorted(GRAPH[m]):
+            if state.get(n) == "open":
+                cycles.append(stack[stack.index(n):] + [n])
+            elif n not in state:
+                visit(n, stack + [n])
+        state[m] = "done"
+
+    for m in sorted(GRAPH):
+        if m not in state:
+            visit(m, [m])
+    assert not cycles, "import circles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+@pytest.mark.parametrize("layer", KIND_FREE)
+def test_kind_free_layers_import_no_kind(layer):
+    bad = sorted((m, n) for m, deps in GRAPH.items() if top(m) == layer for n in deps
+                 if top(n) in KINDS or n in ("dataprep.kinds", "dataprep.verify", "dataprep.build") or top(n) in ("cli", "bench"))
+    assert not bad, bad
+
+
+def test_the_shard_driver_and_settings_know_no_kind():
+    for m in ("dataprep.build", "dataprep.settings", "dataprep.sources", "dataprep.errors", "dataprep.kinds"):
+        bad = sorted(n for n in GRAPH[m] if top(n) in KINDS)
+        assert not bad, (m, bad)
+
+
+def test_between_kinds_imports_run_only_toward_images():
+    bad = sorted((m, n) for m, deps in GRAPH.items() if top(m) in KINDS for n in deps
+                 if top(n) in KINDS and top(n) != top(m) and top(n) not in MAY_IMPORT.get(top(m), set()))
+    assert not bad, bad
+
+
+def test_kinds_reach_only_kind_free_layers_and_errors():
+    allowed = set(KIND_FREE) | {"errors", "build", "settings", "sources", ""}
+    bad = sorted((m, n) for m, deps in GRAPH.items() if top(m) in KINDS for n in deps
+                 if top(n) not in KINDS and top(n) not in allowed)
+    assert not bad, bad
+
+
+def test_torch_is_imported_only_by_serving_modules():
+    """In a kind, dataset.py (and what serves batches from it) is where torch comes in; building never."""
+    serving = {"dataset", "dali", "transforms"}
+    bad = []
+    for m, p in MODULES.items():
+        if top(m) in KINDS and m.rsplit(".", 1)[-1] not in serving:
+            names = {a.name.split(".")[0] for node in ast.walk(ast.parse(p.read_text()))
+                     for a in getattr(node, "names", []) if isinstance(node, ast.Import)}
+            names |= {node.module.split(".")[0] for node in ast.walk(ast.parse(p.read_text()))
+                      if isinstance(node, ast.ImportFrom) and node.module and not node.level}
+            if "torch" in names:
+                bad.append(m)
+    assert not bad, bad
+
+
+BUILD_MODULES = sorted(m for m in MODULES if m.rsplit(".", 1)[-1] in ("build", "tokenize", "read", "columns", "pairs", "masks",
+                                                                        "process", "decode", "resize", "codec", "field")
+                       or top(m) in ("pack", "engine") or m in ("dataprep.build", "dataprep.verify", "dataprep.kinds",
+                                                                 "dataprep.sources", "dataprep.cli.build"))
+
+
+def test_building_never_imports_torch():
+    code = ("import importlib, sys\n"
+            f"for m in {BUILD_MODULES!r}:\n"
+            "    importlib.import_module(m)\n"
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", f"building imported torch: {out.stdout[:300]}"
+    assert len(BUILD_MODULES) > 25
+
+
+def test_the_torch_check_can_fail():
+    """Negative control: a serving module does pull torch in, and the same check sees it."""
+    code = "import sys, dataprep.images.dataset\nprint('torch' in sys.modules)\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "True", out.stderr
