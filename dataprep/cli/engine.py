@@ -11,7 +11,7 @@ from ..engine import ENGINES
 def engine_options(f):
     """Add the engine options (one definition for build, tokenize and table)."""
     opts = [
-        click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True,
+        click.option("--engine", type=click.Choice(list(ENGINES)), default="local", show_default=True,
                      help="local: a process pool here; dask: a Dask cluster (pip install 'dataprep[dask]'), started "
                           "on 127.0.0.1 for the run unless --address or --scheduler-file names one. Same output either way."),
         click.option("--address", default=None, help="Scheduler of an existing Dask cluster, e.g. tcp://10.0.0.5:8786 (never shut down)."),
@@ -21,7 +21,6 @@ def engine_options(f):
     for o in reversed(opts):
         f = o(f)
     return f
-
 
 
 @contextlib.contextmanager

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol, Sequence
 
+from .dask import DaskEngine
 from .local import LocalEngine, run_tasks
 
-__all__ = ["ENGINES", "Engine", "LocalEngine", "make_engine", "run_tasks"]
-
-ENGINES = ("local", "dask")
+__all__ = ["ENGINES", "DaskEngine", "Engine", "LocalEngine", "make_engine", "run_tasks"]
 
 
 class Engine(Protocol):
@@ -31,18 +30,17 @@ class Engine(Protocol):
     def __exit__(self, *exc) -> None: ...
 
 
+# name -> class; each takes `from_options(workers, address, scheduler_file, retries)`. distributed is imported
+# only when a Dask engine is made.
+ENGINES: dict[str, type] = {"local": LocalEngine, "dask": DaskEngine}
+
+
 def make_engine(name: str = "local", workers: int = 1, address: str | None = None, scheduler_file: str | None = None,
                 retries: int = 2) -> Engine:
     """The engine `name` ("local" or "dask"); `workers` is the local pool's size, or the size of the local
     Dask cluster started when neither `address` nor `scheduler_file` names an existing one."""
     from ..errors import DataprepError
 
-    if name == "local":
-        if address or scheduler_file:
-            raise DataprepError("--address and --scheduler-file need --engine dask")
-        return LocalEngine(workers)
-    if name == "dask":
-        from .dask import DaskEngine
-
-        return DaskEngine(address=address, scheduler_file=scheduler_file, workers=workers, retries=retries)
-    raise DataprepError(f"unknown engine {name!r}; choose one of {list(ENGINES)}")
+    if name not in ENGINES:
+        raise DataprepError(f"unknown engine {name!r}; choose one of {list(ENGINES)}")
+    return ENGINES[name].from_options(workers, address, scheduler_file, retries)

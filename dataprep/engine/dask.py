@@ -63,6 +63,11 @@ class DaskEngine:
         self.client = None
         self._cluster = None
 
+    @classmethod
+    def from_options(cls, workers: int, address: str | None = None, scheduler_file: str | None = None,
+                     retries: int = 2) -> "DaskEngine":
+        return cls(address=address, scheduler_file=scheduler_file, workers=workers, retries=retries)
+
     def __enter__(self) -> "DaskEngine":
         from distributed import Client, LocalCluster
 

@@ -11,7 +11,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Sequence
 
-from ..errors import WorkerError
+from ..errors import DataprepError, WorkerError
 
 # fork on Linux: workers start in milliseconds, and a user's script without an `if __name__ ==
 # "__main__"` guard is not re-run in every worker (spawn re-imports __main__, which in a training
@@ -102,6 +102,13 @@ class LocalEngine:
 
     def __init__(self, workers: int = 1):
         self.workers = max(1, int(workers))
+
+    @classmethod
+    def from_options(cls, workers: int, address: str | None = None, scheduler_file: str | None = None,
+                     retries: int = 2) -> "LocalEngine":
+        if address or scheduler_file:
+            raise DataprepError("--address and --scheduler-file need --engine dask")
+        return cls(workers)
 
     def map(self, fn, tasks, on_result=None, names=None) -> list[Any]:
         return run_tasks(fn, tasks, self.workers, on_result, names)
