@@ -58,7 +58,7 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--gpu", action="store_true", help="also run the mixed (nvJPEG) pipeline and check it")
     a = ap.parse_args()
-    from dataprep.images.dali import DaliImageLoader
+    from dataprep.images.dali import DaliAugment, DaliImageLoader, DaliNormalize
 
     print(f"load average at start: {os.getloadavg()[0]:.2f}; {a.workers} workers/threads, batch {a.batch}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -70,21 +70,22 @@ def main() -> int:
         build_images(scan_imagenet(root), tmp / "pack", BuildSettings(workers=a.workers), ImageSettings(size=256, resize="center-crop"))
         ds = InMemoryImageDataset(tmp / "pack", decode="none")
         print(f"pack: {len(ds)} JPEGs at 256x256, {ds.nbytes / 1e6:.1f} MB in RAM")
-        eval_kw = dict(preset="eval", resize=None, size=224, mean=(0, 0, 0), std=(1, 1, 1), dtype=torch.uint8, last_batch="partial")
+        eval_kw = dict(augment=DaliAugment.eval(224, resize=None), normalize=DaliNormalize.pixels(), last_batch="partial")
         rows = []
         for name in ("cv2", "pil"):
             d = InMemoryImageDataset(tmp / "pack", decode=name)
             rows.append((f"{name}, dataprep.Loader, {a.workers} workers", rate(lambda: Loader(d, a.batch, num_workers=a.workers, crop=(224, 224)), a.rounds)))
         rows.append(("DALI CPU pipeline, eval", rate(lambda: DaliImageLoader(ds, a.batch, device_id=None, num_threads=a.workers, **eval_kw), a.rounds)))
         rows.append(("DALI CPU pipeline, train (random-resized crop, flip, float)",
-                     rate(lambda: DaliImageLoader(ds, a.batch, device_id=None, num_threads=a.workers, preset="train"), a.rounds)))
+                     rate(lambda: DaliImageLoader(ds, a.batch, "train", device_id=None, num_threads=a.workers), a.rounds)))
         ok = True
         if a.gpu:
             rows.append(("DALI mixed (nvJPEG), eval", rate(lambda: DaliImageLoader(ds, a.batch, device_id=0, num_threads=a.workers, **eval_kw), a.rounds)))
-            rows.append(("DALI mixed (nvJPEG), train", rate(lambda: DaliImageLoader(ds, a.batch, device_id=0, num_threads=a.workers, preset="train"), a.rounds)))
+            rows.append(("DALI mixed (nvJPEG), train", rate(lambda: DaliImageLoader(ds, a.batch, "train", device_id=0, num_threads=a.workers), a.rounds)))
             ref = InMemoryImageDataset(tmp / "pack", decode="cv2", as_numpy=True)
             k, worst = 0, 0.0
-            for x, y in DaliImageLoader(ds, a.batch, device_id=0, num_threads=a.workers, layout="nhwc", **{**eval_kw, "size": 256}):
+            for x, y in DaliImageLoader(ds, a.batch, DaliAugment.eval(256, resize=None), DaliNormalize.pixels("nhwc"), device_id=0,
+                                        num_threads=a.workers, last_batch="partial"):
                 for j in range(len(x)):
                     want, label = ref[k]
                     worst = max(worst, float(np.abs(x[j].cpu().numpy().astype(np.int16) - want.astype(np.int16)).mean()))

@@ -14,6 +14,8 @@ _LAZY = {
     "VolumeDataset": ("dataprep.volumes.dataset", "VolumeDataset"),
     "Loader": ("dataprep.serve.loader", "Loader"),
     "DaliImageLoader": ("dataprep.images.dali", "DaliImageLoader"),
+    "DaliAugment": ("dataprep.images.dali", "DaliAugment"),
+    "DaliNormalize": ("dataprep.images.dali", "DaliNormalize"),
     "TabularDataset": ("dataprep.tables.dataset", "TabularDataset"),
     "TokenDataset": ("dataprep.tokens.dataset", "TokenDataset"),
     "DocumentDataset": ("dataprep.tokens.dataset", "DocumentDataset"),

@@ -18,7 +18,7 @@ from dataprep.synthetic import decode_index
 
 from .conftest import corpus_dir
 
-from dataprep.images.dali import DaliImageLoader, gpu_count  # noqa: E402
+from dataprep.images.dali import DaliAugment, DaliImageLoader, DaliNormalize, gpu_count  # noqa: E402
 
 try:
     import nvidia.dali  # noqa: F401
@@ -57,8 +57,7 @@ def index_pack(tmp_path_factory, index_tree):
 def test_cpu_pipeline_matches_opencv_on_the_real_corpus(corpus_pack):
     ds = InMemoryImageDataset(corpus_pack, decode="none")
     ref = InMemoryImageDataset(corpus_pack, decode="cv2", as_numpy=True)
-    loader = _cpu(ds, 32, preset="eval", resize=None, size=160, mean=(0, 0, 0), std=(1, 1, 1), dtype=torch.uint8,
-                  layout="nhwc", last_batch="partial")
+    loader = _cpu(ds, 32, DaliAugment.eval(160, resize=None), DaliNormalize.pixels("nhwc"), last_batch="partial")
     assert len(loader) == -(-len(ds) // 32) and loader.samples_per_epoch == len(ds)
     k, worst = 0, 0.0
     for images, labels in loader:
@@ -78,8 +77,7 @@ def test_cpu_pipeline_matches_opencv_on_the_real_corpus(corpus_pack):
 def test_two_shards_see_every_sample_once_per_epoch(index_pack, last_batch):
     ds = InMemoryImageDataset(index_pack, decode="none")
     n = len(ds)
-    shards = [_cpu(ds, 5, preset="train", size=32, random_area=(0.5, 1.0), dtype=torch.uint8, mean=(0, 0, 0),
-                   std=(1, 1, 1), layout="nhwc", shard_id=k, num_shards=2, seed=3, last_batch=last_batch) for k in range(2)]
+    shards = [_cpu(ds, 5, DaliAugment.train(32, area=(0.5, 1.0)), DaliNormalize.pixels("nhwc"), shard_id=k, num_shards=2, seed=3, last_batch=last_batch) for k in range(2)]
     orders = []
     for epoch in range(2):
         seen = []
@@ -103,8 +101,8 @@ def test_two_shards_see_every_sample_once_per_epoch(index_pack, last_batch):
 @needs_dali
 def test_set_epoch_and_labels(index_pack):
     ds = InMemoryImageDataset(index_pack, decode="none")
-    a = _cpu(ds, 4, preset="eval", resize=None, size=48, seed=9, shuffle=True, last_batch="partial")
-    b = _cpu(ds, 4, preset="eval", resize=None, size=48, seed=9, shuffle=True, last_batch="partial")
+    a = _cpu(ds, 4, DaliAugment.eval(48, resize=None), seed=9, shuffle=True, last_batch="partial")
+    b = _cpu(ds, 4, DaliAugment.eval(48, resize=None), seed=9, shuffle=True, last_batch="partial")
     list(a)  # epoch 0
     b.set_epoch(1)
     la = torch.cat([y for _, y in a])
@@ -117,9 +115,9 @@ def test_set_epoch_and_labels(index_pack):
 def test_outputs_layouts_dtypes_and_grayscale(tmp_path, index_tree):
     out = tmp_path / "gray"
     build_images(scan_imagenet(index_tree), out, BuildSettings(workers=1), ImageSettings(size=40, resize="center-crop", grayscale=True))
-    x, y = next(iter(_cpu(out, 6, preset="eval", size=32, dtype=torch.float16)))
+    x, y = next(iter(_cpu(out, 6, DaliAugment.eval(32), DaliNormalize(dtype=torch.float16))))
     assert x.shape == (6, 1, 32, 32) and x.dtype == torch.float16 and y.dtype == torch.int64
-    x, _ = next(iter(_cpu(out, 6, preset="train", size=24, layout="nhwc")))
+    x, _ = next(iter(_cpu(out, 6, DaliAugment.train(24), DaliNormalize(layout="nhwc"))))
     assert x.shape == (6, 24, 24, 1) and x.dtype == torch.float32
     assert abs(float(x.mean())) < 3  # normalised, not raw 0..255
 
@@ -129,7 +127,7 @@ def test_no_gpu_warns_and_runs_on_the_cpu(index_pack):
     if gpu_count():
         pytest.skip("a GPU is present: the warning does not apply")
     with pytest.warns(RuntimeWarning, match="no CUDA device"):
-        loader = DaliImageLoader(index_pack, 4, device_id=0, preset="eval", size=32, num_threads=1)
+        loader = DaliImageLoader(index_pack, 4, DaliAugment.eval(32), device_id=0, num_threads=1)
     x, _ = next(iter(loader))
     assert x.device.type == "cpu"
 
@@ -150,7 +148,7 @@ def test_refusals(tmp_path, index_tree, index_pack):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @needs_dali
 def test_mixed_pipeline_matches_the_cpu_one(corpus_pack):  # pragma: no cover - runs only on a GPU machine
-    kw = dict(preset="eval", resize=None, size=160, mean=(0, 0, 0), std=(1, 1, 1), dtype=torch.uint8, last_batch="partial")
+    kw = dict(augment=DaliAugment.eval(160, resize=None), normalize=DaliNormalize.pixels(), last_batch="partial")
     gpu = DaliImageLoader(corpus_pack, 64, device_id=0, **kw)
     cpu = _cpu(corpus_pack, 64, **kw)
     for (xg, yg), (xc, yc) in zip(gpu, cpu):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -50,20 +51,89 @@ def gpu_count() -> int:
         return 0
 
 
+@dataclass(frozen=True)
+class DaliAugment:
+    """What the pipeline does between decoding and the batch.
+
+    preset "train": fused decode + random-resized crop (`decoders.image_random_crop`, ROI decoding: only the
+    crop is decoded) with `area` (fraction of the image) and `aspect_ratio` ranges, resized to `size`, and a
+    random horizontal flip; "eval": decode, resize the shorter side to `resize` [default "auto": size *
+    256 / 224; None: no resize], center crop `size`. `size` is (H, W) or one int.
+    """
+
+    preset: str = "train"
+    size: int | tuple[int, int] = 224
+    resize: int | None | str = "auto"
+    area: tuple[float, float] = (0.08, 1.0)
+    aspect_ratio: tuple[float, float] = (3 / 4, 4 / 3)
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise DataprepError(f"unknown preset {self.preset!r}; choose one of {list(PRESETS)}")
+
+    @classmethod
+    def train(cls, size: int | tuple[int, int] = 224, area: tuple[float, float] = (0.08, 1.0),
+              aspect_ratio: tuple[float, float] = (3 / 4, 4 / 3)) -> "DaliAugment":
+        return cls("train", size, "auto", area, aspect_ratio)
+
+    @classmethod
+    def eval(cls, size: int | tuple[int, int] = 224, resize: int | None | str = "auto") -> "DaliAugment":
+        return cls("eval", size, resize)
+
+    @property
+    def hw(self) -> tuple[int, int]:
+        return (int(self.size), int(self.size)) if isinstance(self.size, int) else (int(self.size[0]), int(self.size[1]))
+
+    @property
+    def shorter(self) -> int | None:
+        """eval's shorter side before the crop (None: no resize)."""
+        return round(self.hw[0] * 256 / 224) if self.resize == "auto" else self.resize
+
+
+@dataclass(frozen=True)
+class DaliNormalize:
+    """The end of the pipeline (`crop_mirror_normalize`): (x - mean) / std per channel in 0-255 units (one value
+    each for grayscale packs; ImageNet's by default, averaged for grayscale), as `dtype` (torch.float32,
+    torch.float16, or torch.uint8 with mean 0 and std 1 for the pixels themselves) in `layout` "nchw" or "nhwc"."""
+
+    mean: Sequence[float] = IMAGENET_MEAN
+    std: Sequence[float] = IMAGENET_STD
+    dtype: torch.dtype = torch.float32
+    layout: str = "nchw"
+
+    def __post_init__(self) -> None:
+        if self.dtype not in _DTYPES:
+            raise DataprepError(f"dtype must be one of {list(_DTYPES)}, got {self.dtype}")
+        if self.layout not in ("nchw", "nhwc"):
+            raise DataprepError(f"layout must be 'nchw' or 'nhwc', got {self.layout!r}")
+
+    @classmethod
+    def pixels(cls, layout: str = "nchw") -> "DaliNormalize":
+        """uint8 pixels as decoded (mean 0, std 1)."""
+        return cls((0.0, 0.0, 0.0), (1.0, 1.0, 1.0), torch.uint8, layout)
+
+    def for_channels(self, channels: int) -> "DaliNormalize":
+        """Mean and std with one value per channel of the pack (ImageNet's averaged for grayscale)."""
+        mean, std = tuple(float(v) for v in self.mean), tuple(float(v) for v in self.std)
+        if len(mean) == len(std) == channels:
+            return DaliNormalize(mean, std, self.dtype, self.layout)
+        if channels == 1 and len(mean) == len(std) == 3 and len(set(mean)) == len(set(std)) == 1:
+            return DaliNormalize(mean[:1], std[:1], self.dtype, self.layout)
+        if channels == 1 and tuple(self.mean) == IMAGENET_MEAN and tuple(self.std) == IMAGENET_STD:
+            return DaliNormalize((float(np.mean(mean)),), (float(np.mean(std)),), self.dtype, self.layout)
+        raise DataprepError(f"mean and std need {channels} value(s) for this pack")
+
+
 class DaliImageLoader:
     """Batches of an encoded pack, decoded by DALI.
 
     Args:
         dataset: an InMemoryImageDataset of an encoded pack (or a pack path; `split` and `cache` then apply).
         batch_size: samples per batch (per rank).
+        augment: a `DaliAugment` (or "train" / "eval" for the presets at 224 px).
+        normalize: a `DaliNormalize` [default: ImageNet's mean and std, float32, NCHW].
         device_id: the GPU; None (or no GPU present: a warning) runs the same pipeline on the CPU.
-        preset: "train": fused decode + random-resized crop (`decoders.image_random_crop`, ROI decoding:
-            only the crop is decoded) to `size`, random horizontal flip; "eval": decode, resize the
-            shorter side to `resize`, center crop `size`. `resize=None` with "eval" crops without resizing.
-        size: output (H, W) or one int; resize: eval's shorter side [default: size * 256 / 224].
-        mean, std: per channel in 0-255 units (one each for grayscale packs); dtype: torch.float32,
-            torch.float16 or torch.uint8 (mean 0, std 1 gives the pixels); layout: "nchw" or "nhwc".
-        shuffle: a new order every epoch from `seed` and the epoch number [default: preset == "train"].
+        shuffle: a new order every epoch from `seed` and the epoch number [default: for "train"].
         shard_id, num_shards: this rank's part of every epoch (rank k takes order[k::num_shards]: disjoint,
             and together every sample once).
         last_batch: "drop" an incomplete last batch; "pad" it to full size by repeating this epoch's first
@@ -71,17 +141,15 @@ class DaliImageLoader:
             batches; with "partial" ranks can differ by one.
         num_threads, prefetch: DALI's CPU threads and prefetch queue depth.
 
-    Iterating gives `(images, labels)`: images (N, C, H, W) (or NHWC) of `dtype` on the device, labels
-    int64 (N,). `len(loader)` is batches per epoch; `samples_per_epoch` the samples a rank sees.
+    Iterating gives `(images, labels)`: images (N, C, H, W) (or NHWC) of the normalisation's dtype on the
+    device, labels int64 (N,). `len(loader)` is batches per epoch; `samples_per_epoch` the samples a rank sees.
+    The dataset is read through its public `stored(i)` (a view of the cached JPEG bytes) and `labels`.
     """
 
-    def __init__(self, dataset, batch_size: int, device_id: int | None = 0, preset: str = "train",
-                 size: int | Sequence[int] = 224, resize: int | None | str = "auto",
-                 mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD,
-                 dtype: torch.dtype = torch.float32, layout: str = "nchw", shuffle: bool | None = None, seed: int = 0,
-                 shard_id: int = 0, num_shards: int = 1, last_batch: str = "drop", num_threads: int | None = None,
-                 prefetch: int = 2, random_area: tuple[float, float] = (0.08, 1.0),
-                 random_aspect_ratio: tuple[float, float] = (3 / 4, 4 / 3), split: str = "train", cache: str = "ram"):
+    def __init__(self, dataset, batch_size: int, augment: DaliAugment | str = "train",
+                 normalize: DaliNormalize | None = None, device_id: int | None = 0, shuffle: bool | None = None,
+                 seed: int = 0, shard_id: int = 0, num_shards: int = 1, last_batch: str = "drop",
+                 num_threads: int | None = None, prefetch: int = 2, split: str = "train", cache: str = "ram"):
         _dali()
         from .dataset import InMemoryImageDataset
 
@@ -89,34 +157,20 @@ class DaliImageLoader:
             dataset = InMemoryImageDataset(dataset, split, decode="none", cache=cache)
         if dataset.field.encoding != "jpeg":
             raise DataprepError(f"{dataset.pack}: DALI decodes JPEG packs; this one holds decoded pixels: serve it with dataprep.Loader")
-        if preset not in PRESETS:
-            raise DataprepError(f"unknown preset {preset!r}; choose one of {list(PRESETS)}")
         if last_batch not in LAST_BATCH:
             raise DataprepError(f"unknown last_batch {last_batch!r}; choose one of {list(LAST_BATCH)}")
-        if dtype not in _DTYPES:
-            raise DataprepError(f"dtype must be one of {list(_DTYPES)}, got {dtype}")
-        if layout not in ("nchw", "nhwc"):
-            raise DataprepError(f"layout must be 'nchw' or 'nhwc', got {layout!r}")
         if not 0 <= shard_id < num_shards:
             raise DataprepError(f"shard_id must be in [0, {num_shards}), got {shard_id}")
+        self.augment = DaliAugment(augment) if isinstance(augment, str) else augment
         self.channels = dataset.field.channels
-        if len(mean) != self.channels or len(std) != self.channels:
-            if len(mean) == 3 and self.channels == 1 and tuple(mean) == IMAGENET_MEAN:
-                mean, std = (float(np.mean(mean)),), (float(np.mean(std)),)
-            else:
-                raise DataprepError(f"mean and std need {self.channels} value(s) for this pack")
+        self.normalize = (normalize or DaliNormalize()).for_channels(self.channels)
         self.dataset, self.batch_size = dataset, int(batch_size)
-        self.size = (int(size), int(size)) if isinstance(size, int) else (int(size[0]), int(size[1]))
-        self.resize = round(self.size[0] * 256 / 224) if resize == "auto" else resize
-        self.preset, self.mean, self.std, self.dtype, self.layout = preset, tuple(mean), tuple(std), dtype, layout
-        self.shuffle = preset == "train" if shuffle is None else shuffle
+        self.shuffle = self.augment.preset == "train" if shuffle is None else shuffle
         self.seed, self.shard_id, self.num_shards, self.last_batch = seed, shard_id, num_shards, last_batch
-        self.random_area, self.random_aspect_ratio = random_area, random_aspect_ratio
         if device_id is not None and gpu_count() == 0:
             warnings.warn("DaliImageLoader: no CUDA device; running the DALI pipeline on the CPU", RuntimeWarning, stacklevel=2)
             device_id = None
         self.device_id = device_id
-        self._blob, self._offsets = dataset._blob, dataset._offsets
         self._labels = np.ascontiguousarray(dataset.labels, np.int64)
         self._base = 0  # epoch number = _base + DALI's epoch index (set_epoch moves _base)
         self._passes = 0  # full epochs DALI has run
@@ -167,8 +221,7 @@ class DaliImageLoader:
         if start >= len(order) or info.iteration >= len(self):
             raise StopIteration
         idx = order[start : start + self.batch_size]
-        blob, offs = self._blob, self._offsets
-        jpegs = [blob[offs[i] : offs[i + 1]] for i in idx]  # views of the RAM cache: no copy
+        jpegs = [self.dataset.stored(i) for i in idx]  # views of the RAM cache: no copy
         return jpegs, [self._labels[i : i + 1] for i in idx]
 
     def _build(self, num_threads: int, prefetch: int):
@@ -178,28 +231,29 @@ class DaliImageLoader:
         gpu = self.device_id is not None
         decoder_device = "mixed" if gpu else "cpu"
         out_type = types.GRAY if self.channels == 1 else types.RGB
-        h, w = self.size
+        aug, norm = self.augment, self.normalize
+        h, w = aug.hw
 
         @pipeline_def(batch_size=self.batch_size, num_threads=num_threads, device_id=self.device_id,
                       prefetch_queue_depth=prefetch, seed=self.seed)
         def pipeline():
             jpegs, labels = fn.external_source(source=self._source, num_outputs=2, batch=True, batch_info=True,
                                                dtype=[types.UINT8, types.INT64], no_copy=True)
-            if self.preset == "train":
+            if aug.preset == "train":
                 images = fn.decoders.image_random_crop(jpegs, device=decoder_device, output_type=out_type,
-                                                       random_area=list(self.random_area),
-                                                       random_aspect_ratio=list(self.random_aspect_ratio),
+                                                       random_area=list(aug.area),
+                                                       random_aspect_ratio=list(aug.aspect_ratio),
                                                        adjust_orientation=False)
                 images = fn.resize(images, resize_x=w, resize_y=h)
                 mirror = fn.random.coin_flip(probability=0.5)
             else:
                 images = fn.decoders.image(jpegs, device=decoder_device, output_type=out_type, adjust_orientation=False)
-                if self.resize:
-                    images = fn.resize(images, resize_shorter=self.resize)
+                if aug.shorter:
+                    images = fn.resize(images, resize_shorter=aug.shorter)
                 mirror = 0
             images = fn.crop_mirror_normalize(
-                images, crop=(h, w), mirror=mirror, mean=list(self.mean), std=list(self.std),
-                dtype=getattr(types, _DTYPES[self.dtype]), output_layout="CHW" if self.layout == "nchw" else "HWC",
+                images, crop=(h, w), mirror=mirror, mean=list(norm.mean), std=list(norm.std),
+                dtype=getattr(types, _DTYPES[norm.dtype]), output_layout="CHW" if norm.layout == "nchw" else "HWC",
                 pad_output=False, out_of_bounds_policy="pad")
             return images, (labels.gpu() if gpu else labels)
 
