@@ -78,32 +78,60 @@ class Converted:
     counts: dict[str, int] = field(default_factory=dict)
 
 
-def convert(df, s: TableSettings) -> Converted:
-    import pandas as pd
+@dataclass
+class _Features:
+    """The feature columns as converted, before they are stacked into arrays."""
 
+    num_cols: list[str] = field(default_factory=list)
+    num_arrays: list[np.ndarray] = field(default_factory=list)
+    masks: list[np.ndarray] = field(default_factory=list)
+    cat_cols: list[str] = field(default_factory=list)
+    cat_arrays: list[np.ndarray] = field(default_factory=list)
+    vocabs: dict[str, list[str]] = field(default_factory=dict)
+    dt_cols: list[str] = field(default_factory=list)
+    dt_arrays: list[np.ndarray] = field(default_factory=list)
+    conversions: dict[str, str] = field(default_factory=dict)
+
+
+def convert(df, s: TableSettings) -> Converted:
+    """The stages in order: which rows go to which split, the target, the features (by column type), then the
+    typed arrays, the train split's statistics and the manifest's descriptions."""
     target = resolve(df, s.target)
     split_col = resolve(df, s.split_column) if s.split_column else None
-    drop = {resolve(df, c) for c in s.drop}
-    force_cat = {resolve(df, c) for c in s.categorical}
-    force_num = {resolve(df, c) for c in s.numeric}
-    force_date = {resolve(df, c) for c in s.dates}
-    n = len(df)
+    split_of = _assign_splits(df, split_col, s)
+    train_rows = split_of == "train" if (split_of == "train").any() else np.ones(len(df), bool)
+    y, tfield = _target(df[target], target, s, target in {resolve(df, c) for c in s.categorical})
+    feats = _features(df, {target, split_col} | {resolve(df, c) for c in s.drop}, s, train_rows)
+    arrays, fields = _arrays(feats, s, len(df))
+    fields = {"features": fields.pop("features"), "target": {**tfield, "dtype": y.dtype.str}, "conversions": feats.conversions, **fields}
+    stats = _statistics(arrays, feats, train_rows)
+    splits = {}
+    for name in sorted(set(split_of.tolist())):
+        rows = split_of == name
+        splits[name] = {"features": np.ascontiguousarray(arrays["features"][rows]), "target": np.ascontiguousarray(y[rows]),
+                        **{k: np.ascontiguousarray(a[rows]) for k, a in arrays.items() if k != "features"}}
+    return Converted(splits, fields, stats, {k: len(v["target"]) for k, v in splits.items()})
 
-    # which rows go where
+
+def _assign_splits(df, split_col: str | None, s: TableSettings) -> np.ndarray:
+    """Each row's split name: the split column's value, else train with a seeded val fraction."""
+    n = len(df)
     if split_col is not None:
         if df[split_col].isna().any():
             raise DataprepError(f"column {split_col!r} (the split column) has missing values")
-        split_of = df[split_col].astype(str).to_numpy()
-    else:
-        split_of = np.full(n, "train", dtype=object)
-        if s.val_fraction:
-            rng = np.random.default_rng(s.seed)
-            val = rng.permutation(n)[: int(round(n * s.val_fraction))]
-            split_of[val] = "val"
-    train_rows = split_of == "train" if (split_of == "train").any() else np.ones(n, bool)
+        return df[split_col].astype(str).to_numpy()
+    split_of = np.full(n, "train", dtype=object)
+    if s.val_fraction:
+        rng = np.random.default_rng(s.seed)
+        val = rng.permutation(n)[: int(round(n * s.val_fraction))]
+        split_of[val] = "val"
+    return split_of
 
-    # target
-    tcol = df[target]
+
+def _target(tcol, target: str, s: TableSettings, force_cat: bool) -> tuple[np.ndarray, dict[str, Any]]:
+    """The target as classes (codes of text or integer values) or a regression value, and its description."""
+    import pandas as pd
+
     if tcol.isna().any():
         raise DataprepError(f"column {target!r} (the target) has {int(tcol.isna().sum())} missing values")
     tfield: dict[str, Any] = {"column": target}
@@ -113,7 +141,7 @@ def convert(df, s: TableSettings) -> Converted:
             raise DataprepError(f"column {target!r} (the target) is not numeric, so it cannot be a regression target")
         y = tcol.to_numpy(np.float64).astype(s.float_dtype)
         tfield["task"] = "regression"
-    elif _is_text(tcol) or target in force_cat or (s.task == "classification" and not integral):
+    elif _is_text(tcol) or force_cat or (s.task == "classification" and not integral):
         codes, vocab = _codes(tcol, target, "error")
         y = codes.astype(smallest_int(0, max(len(vocab) - 1, 0)))
         tfield.update(task="classification", classes=vocab)
@@ -126,13 +154,20 @@ def convert(df, s: TableSettings) -> Converted:
         tfield["task"] = "regression"
     else:
         raise DataprepError(f"column {target!r} (the target) has dtype {tcol.dtype}, neither numbers nor categories")
-    tfield["dtype"] = y.dtype.str
+    return y, tfield
 
-    # features
-    num_cols, num_arrays, masks, cat_cols, cat_arrays, vocabs, dt_cols, dt_arrays = [], [], [], [], [], {}, [], []
-    conversions: dict[str, str] = {}
+
+def _features(df, skip: set, s: TableSettings, train_rows: np.ndarray) -> _Features:
+    """Every other column converted by its type: forced numbers and dates first, then categories, datetimes
+    (parts or int64 seconds), numbers and booleans; any other dtype is an error naming the column."""
+    import pandas as pd
+
+    force_cat = {resolve(df, c) for c in s.categorical}
+    force_num = {resolve(df, c) for c in s.numeric}
+    force_date = {resolve(df, c) for c in s.dates}
+    out = _Features()
     for c in df.columns:
-        if c in (target, split_col) or c in drop:
+        if c in skip:
             continue
         col = df[c]
         if c in force_num:
@@ -147,81 +182,75 @@ def convert(df, s: TableSettings) -> Converted:
                 raise DataprepError(f"column {c!r} cannot be read as dates: {e}") from None
         if c in force_cat or _is_text(col):
             codes, vocab = _codes(col, c, s.missing)
-            cat_cols.append(c)
-            cat_arrays.append(codes)
-            vocabs[c] = vocab
-            conversions[c] = f"categorical: {len(vocab)} codes"
+            out.cat_cols.append(c)
+            out.cat_arrays.append(codes)
+            out.vocabs[c] = vocab
+            out.conversions[c] = f"categorical: {len(vocab)} codes"
         elif pd.api.types.is_datetime64_any_dtype(col):
-            if col.isna().any() and s.missing == "error":
-                raise DataprepError(f"column {c!r} has {int(col.isna().sum())} missing datetimes (choose a --missing policy)")
-            if s.datetime == "int64":
-                dt_cols.append(c)
-                dt_arrays.append(col.astype("int64").to_numpy() // 10**9)
-                conversions[c] = "datetime: int64 seconds since 1970"
-            else:
-                for part in DATETIME_PARTS:
-                    v = getattr(col.dt, part).to_numpy(np.float64)
-                    arr, mask = _fill(v, f"{c}.{part}", s, train_rows)
-                    num_cols.append(f"{c}.{part}")
-                    num_arrays.append(arr)
-                    masks.append(mask)
-                conversions[c] = f"datetime: parts {', '.join(DATETIME_PARTS)}"
+            _datetime(col, c, s, train_rows, out)
         elif pd.api.types.is_bool_dtype(col) or pd.api.types.is_numeric_dtype(col):
-            v = col.to_numpy(np.float64, na_value=np.nan)
-            arr, mask = _fill(v, c, s, train_rows)
-            num_cols.append(c)
-            num_arrays.append(arr)
-            masks.append(mask)
-            conversions[c] = f"{'boolean' if pd.api.types.is_bool_dtype(col) else 'numeric'}: {s.float_dtype}"
+            arr, mask = _fill(col.to_numpy(np.float64, na_value=np.nan), c, s, train_rows)
+            out.num_cols.append(c)
+            out.num_arrays.append(arr)
+            out.masks.append(mask)
+            out.conversions[c] = f"{'boolean' if pd.api.types.is_bool_dtype(col) else 'numeric'}: {s.float_dtype}"
         else:
             raise DataprepError(f"column {c!r} has dtype {col.dtype}, which dataprep does not convert (drop it with --drop)")
+    return out
 
+
+def _datetime(col, c: str, s: TableSettings, train_rows: np.ndarray, out: _Features) -> None:
+    if col.isna().any() and s.missing == "error":
+        raise DataprepError(f"column {c!r} has {int(col.isna().sum())} missing datetimes (choose a --missing policy)")
+    if s.datetime == "int64":
+        out.dt_cols.append(c)
+        out.dt_arrays.append(col.astype("int64").to_numpy() // 10**9)
+        out.conversions[c] = "datetime: int64 seconds since 1970"
+        return
+    for part in DATETIME_PARTS:
+        arr, mask = _fill(getattr(col.dt, part).to_numpy(np.float64), f"{c}.{part}", s, train_rows)
+        out.num_cols.append(f"{c}.{part}")
+        out.num_arrays.append(arr)
+        out.masks.append(mask)
+    out.conversions[c] = f"datetime: parts {', '.join(DATETIME_PARTS)}"
+
+
+def _arrays(f: _Features, s: TableSettings, n: int) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The stacked arrays (features in the float dtype, overflow refused; codes in the smallest integer type;
+    the missing-value mask; datetimes) and their manifest descriptions."""
     limit = float(np.finfo(np.dtype(s.float_dtype)).max)
-    for c, arr in zip(num_cols, num_arrays):
+    for c, arr in zip(f.num_cols, f.num_arrays):
         if np.any(np.abs(arr[np.isfinite(arr)]) > limit):
             raise DataprepError(f"column {c!r} does not fit in {s.float_dtype} (values overflow; try --float-dtype float64)")
-    feats = np.stack(num_arrays, axis=1).astype(s.float_dtype) if num_arrays else np.zeros((n, 0), s.float_dtype)
-    cats = np.stack(cat_arrays, axis=1) if cat_arrays else None
-    if cats is not None:
-        cats = cats.astype(smallest_int(0, max(len(v) for v in vocabs.values())))
-    mask = np.stack(masks, axis=1).astype(np.uint8) if (s.missing == "mask" and masks) else None
-    dts = np.stack(dt_arrays, axis=1).astype("<i8") if dt_arrays else None
+    arrays = {"features": np.stack(f.num_arrays, axis=1).astype(s.float_dtype) if f.num_arrays else np.zeros((n, 0), s.float_dtype)}
+    fields: dict[str, Any] = {"features": {"dtype": arrays["features"].dtype.str, "columns": f.num_cols, "shape": [None, len(f.num_cols)]}}
+    if f.cat_arrays:
+        cats = np.stack(f.cat_arrays, axis=1)
+        arrays["categorical"] = cats.astype(smallest_int(0, max(len(v) for v in f.vocabs.values())))
+        fields["categorical"] = {"dtype": arrays["categorical"].dtype.str, "columns": f.cat_cols, "vocab": f.vocabs,
+                                 "shape": [None, len(f.cat_cols)]}
+    if s.missing == "mask" and f.masks:
+        arrays["mask"] = np.stack(f.masks, axis=1).astype(np.uint8)
+        fields["mask"] = {"dtype": "|u1", "columns": f.num_cols, "meaning": "1 where the value was missing (stored as 0)"}
+    if f.dt_arrays:
+        arrays["datetimes"] = np.stack(f.dt_arrays, axis=1).astype("<i8")
+        fields["datetimes"] = {"dtype": "<i8", "columns": f.dt_cols, "unit": "seconds since 1970-01-01 UTC"}
+    return arrays, fields
 
-    stats = {"features": {}, "categorical": {}}
-    tr = feats[train_rows]
-    for j, c in enumerate(num_cols):
-        v = tr[:, j] if mask is None else tr[:, j][mask[train_rows][:, j] == 0]
-        v = v.astype(np.float64)
+
+def _statistics(arrays: dict[str, np.ndarray], f: _Features, train_rows: np.ndarray) -> dict[str, Any]:
+    """The train split's mean, std, min and max per feature (masked values left out) and category counts."""
+    stats: dict[str, Any] = {"features": {}, "categorical": {}}
+    tr = arrays["features"][train_rows]
+    mask = arrays.get("mask")
+    for j, c in enumerate(f.num_cols):
+        v = (tr[:, j] if mask is None else tr[:, j][mask[train_rows][:, j] == 0]).astype(np.float64)
         stats["features"][c] = {"mean": float(v.mean()) if len(v) else 0.0, "std": float(v.std()) if len(v) else 0.0,
                                 "min": float(v.min()) if len(v) else 0.0, "max": float(v.max()) if len(v) else 0.0}
-    for j, c in enumerate(cat_cols):
-        counts = np.bincount(cats[train_rows][:, j].astype(np.int64), minlength=len(vocabs[c]))
-        stats["categorical"][c] = dict(zip(vocabs[c], (int(x) for x in counts)))
-
-    fields: dict[str, Any] = {
-        "features": {"dtype": feats.dtype.str, "columns": num_cols, "shape": [None, len(num_cols)]},
-        "target": tfield,
-        "conversions": conversions,
-    }
-    if cats is not None:
-        fields["categorical"] = {"dtype": cats.dtype.str, "columns": cat_cols, "vocab": vocabs, "shape": [None, len(cat_cols)]}
-    if mask is not None:
-        fields["mask"] = {"dtype": "|u1", "columns": num_cols, "meaning": "1 where the value was missing (stored as 0)"}
-    if dts is not None:
-        fields["datetimes"] = {"dtype": "<i8", "columns": dt_cols, "unit": "seconds since 1970-01-01 UTC"}
-
-    splits = {}
-    for name in sorted(set(split_of.tolist())):
-        rows = split_of == name
-        arr = {"features": np.ascontiguousarray(feats[rows]), "target": np.ascontiguousarray(y[rows])}
-        if cats is not None:
-            arr["categorical"] = np.ascontiguousarray(cats[rows])
-        if mask is not None:
-            arr["mask"] = np.ascontiguousarray(mask[rows])
-        if dts is not None:
-            arr["datetimes"] = np.ascontiguousarray(dts[rows])
-        splits[name] = arr
-    return Converted(splits, fields, stats, {k: len(v["target"]) for k, v in splits.items()})
+    for j, c in enumerate(f.cat_cols):
+        counts = np.bincount(arrays["categorical"][train_rows][:, j].astype(np.int64), minlength=len(f.vocabs[c]))
+        stats["categorical"][c] = dict(zip(f.vocabs[c], (int(x) for x in counts)))
+    return stats
 
 
 def _is_text(col) -> bool:
