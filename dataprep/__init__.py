@@ -20,6 +20,8 @@ _LAZY = {
     "TokenDataset": ("dataprep.tokens.dataset", "TokenDataset"),
     "DocumentDataset": ("dataprep.tokens.dataset", "DocumentDataset"),
     "Schedule": ("dataprep.serve.progressive", "Schedule"),
+    "Normalize": ("dataprep.serve.gpu", "Normalize"),
+    "to_device": ("dataprep.serve.gpu", "to_device"),
     "ResolutionBatchSampler": ("dataprep.serve.progressive", "ResolutionBatchSampler"),
     "build_images": ("dataprep.images.build", "build_images"),
     "build_segmentation": ("dataprep.segmentation.build", "build_segmentation"),

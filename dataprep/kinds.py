@@ -20,14 +20,14 @@ from .errors import PackError
 @dataclass(frozen=True)
 class Kind:
     name: str  # the manifest's "kind"
-    package: str  # where the kind lives: dataprep.<package>
+    package: str  # the kind's package, e.g. "dataprep.images"
     build: str  # the build function in <package>/build.py (tokens: tokenize.py)
     dataset: str  # the dataset class in <package>/dataset.py
     noun: str  # what one sample is called in summaries
     build_module: str = "build"
 
     def _module(self, name: str):
-        return importlib.import_module(f"dataprep.{self.package}.{name}")
+        return importlib.import_module(f"{self.package}.{name}")
 
     def fields_of(self, manifest: dict[str, Any], where: Path | str = "manifest") -> dict[str, Any]:
         """Every field of a pack of this kind, by manifest key."""
@@ -49,11 +49,11 @@ class Kind:
 
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
-    Kind("images", "images", "build_images", "InMemoryImageDataset", "images"),
-    Kind("segmentation", "segmentation", "build_segmentation", "SegmentationDataset", "pairs"),
-    Kind("volumes", "volumes", "build_volumes", "VolumeDataset", "volumes"),
-    Kind("tokens", "tokens", "tokenize", "TokenDataset", "documents", build_module="tokenize"),
-    Kind("table", "tables", "build_table", "TabularDataset", "rows"),
+    Kind("images", "dataprep.images", "build_images", "InMemoryImageDataset", "images"),
+    Kind("segmentation", "dataprep.segmentation", "build_segmentation", "SegmentationDataset", "pairs"),
+    Kind("volumes", "dataprep.volumes", "build_volumes", "VolumeDataset", "volumes"),
+    Kind("tokens", "dataprep.tokens", "tokenize", "TokenDataset", "documents", build_module="tokenize"),
+    Kind("table", "dataprep.tables", "build_table", "TabularDataset", "rows"),
 )}
 
 
