@@ -23,6 +23,7 @@ from .engine import Engine, LocalEngine
 from .errors import PackExistsError
 from .pack.backends import is_pack
 from .pack.manifest import FORMAT_VERSION, MANIFEST
+from .pack.names import check_name, inside
 from .pack.shard import remove_temporaries, reusable_shard, shard_name, write_shard
 from .settings import BuildSettings
 
@@ -153,7 +154,11 @@ def build_shards(
     task `make_task(split, k, start, stop)` of each on the engine (default: a local pool of
     `settings.workers` processes), clean up, and summarise. The caller writes the manifest (last) from
     the split entries returned."""
+    for split in splits:
+        check_name(split.name, "split", "the source's splits")
     prepare_output(out, settings.overwrite, settings.resume)
+    for split in splits:
+        inside(out, out / split.name, "split directory")
     t0 = time.perf_counter()
     tasks: list[Any] = []
     plan: list[tuple[str, int]] = []

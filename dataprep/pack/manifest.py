@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FormatVersionError, PackError
+from .names import check_manifest_names
 
 FORMAT = "dataprep-pack"
 FORMAT_VERSION = 1
@@ -70,4 +71,5 @@ def check_manifest(m: Any, where: str | os.PathLike) -> dict[str, Any]:
     for key in ("kind", "splits", "fields"):
         if key not in m:
             raise PackError(f"{where}: manifest lacks {key!r}")
+    check_manifest_names(m, where)  # every name it holds is joined onto the pack's path later
     return m

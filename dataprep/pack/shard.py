@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import PackError
+from .names import check_name
 
 TMP_PREFIX = ".tmp-"
 SHARD_RECORD = "shard.json"
@@ -55,7 +56,7 @@ def write_shard(split_dir: Path, index: int | str, arrays: dict[str, np.ndarray]
     `shard.json` is what lets a resumed build trust a finished shard: it is written inside the
     temporary directory, before the rename that makes the shard visible.
     """
-    final = split_dir / shard_name(index)
+    final = split_dir / check_name(shard_name(index), "shard", str(split_dir), PackError)
     # unique across the hosts of a cluster that share the output directory, and across retries of one shard
     tmp = split_dir / f"{TMP_PREFIX}{shard_name(index)}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     files: dict[str, Any] = {}

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataprepError
+from ..pack.names import check_name
 
 MISSING = ("error", "mean", "value", "mask")
 DATETIME_PARTS = ("year", "month", "day", "day_of_week", "hour")
@@ -119,7 +120,10 @@ def _assign_splits(df, split_col: str | None, s: TableSettings) -> np.ndarray:
     if split_col is not None:
         if df[split_col].isna().any():
             raise DataprepError(f"column {split_col!r} (the split column) has missing values")
-        return df[split_col].astype(str).to_numpy()
+        split_of = df[split_col].astype(str).to_numpy()
+        for name in sorted(set(split_of.tolist())):  # each becomes a directory of the pack
+            check_name(name, "split", f"column {split_col!r} (the split column)")
+        return split_of
     split_of = np.full(n, "train", dtype=object)
     if s.val_fraction:
         rng = np.random.default_rng(s.seed)

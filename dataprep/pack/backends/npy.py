@@ -9,6 +9,7 @@ import numpy as np
 
 from ...errors import PackError
 from ..manifest import MANIFEST, read_manifest_file, write_manifest
+from ..names import check_name, inside
 from ..shard import map_npy, read_npy_into, write_shard
 from .layout import ArrayPlan, plan_arrays
 
@@ -20,7 +21,11 @@ class NpyReader:
 
     def __init__(self, root: Path):
         self.root = root
-        self.manifest = read_manifest_file(root)
+        self.manifest = read_manifest_file(root)  # its names are checked: none holds "/" or ".."
+        for split, entry in self.manifest["splits"].items():  # and no symlink leads outside the pack
+            inside(root, root / split, "split directory")
+            for s in entry["shards"]:
+                inside(root, root / split / str(s["name"]), "shard directory")
         self._plans: dict[str, dict[str, ArrayPlan]] = {}
 
     def plans(self, split: str) -> dict[str, ArrayPlan]:
@@ -99,7 +104,7 @@ def write_npy(reader, out: Path, manifest: dict[str, Any], compression: str = "n
                     if files[f]["sha256"] != rec["sha256"]:
                         raise PackError(f"{out / split / str(s['name']) / f}: converted bytes differ from the manifest's checksum")
         for name, data in reader.attachments().items():
-            (out / name).write_bytes(data)
+            (out / check_name(name, "attached file", str(reader.root), PackError)).write_bytes(data)
         write_manifest(out, manifest)
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
