@@ -58,6 +58,7 @@ class Source:
     classes: list[str]
     class_names: list[str] | None
     splits: list[SplitSource]
+    val_labels: Path | None = None  # the labels file a flat val folder was labelled from (recorded in the manifest)
 
     def planned(self, limit: int | None = None) -> int:
         """Samples a build will try, over all splits."""
@@ -154,7 +155,7 @@ def _existing_dir(root: str | os.PathLike) -> Path:
 
 
 def _find_up(root: Path, name: str, levels: int = 3) -> Path | None:
-    """A metadata file in root or up to `levels` parents (the Kaggle layout keeps it above Data/CLS-LOC)."""
+    """A metadata file in root or up to `levels` parents."""
     p = root.resolve()
     for _ in range(levels + 1):
         if (p / name).is_file():
@@ -215,6 +216,7 @@ def scan_imagenet(
         raise SourceError(f"{train_dir}: missing (expected the ImageNet layout {root}/train/<wnid>/*.JPEG)")
     classes, train = scan_class_folders(train_dir, "train", root, allow_empty_classes=allow_empty_classes)
     out = [train]
+    labels_file = None
     if "val" in splits:
         val_dir = root / "val"
         if not val_dir.is_dir():
@@ -223,20 +225,23 @@ def scan_imagenet(
         elif _class_dirs(val_dir):
             out.append(scan_class_folders(val_dir, "val", root, classes=classes, allow_empty_classes=True)[1])
         else:
-            out.append(_scan_flat_val(root, val_dir, classes, val_labels))
+            val, labels_file = _scan_flat_val(root, val_dir, classes, val_labels)
+            out.append(val)
     names = None
     mapping = _find_up(root, SYNSET_MAPPING)
     if mapping is not None:
         names = _read_synset_names(mapping, classes)
-    return Source("imagenet", root, classes, names, out)
+    return Source("imagenet", root, classes, names, out, labels_file)
 
 
-def _scan_flat_val(root: Path, val_dir: Path, classes: list[str], val_labels) -> SplitSource:
-    labels_path = Path(val_labels) if val_labels else _find_up(root, KAGGLE_VAL_LABELS)
+def _scan_flat_val(root: Path, val_dir: Path, classes: list[str], val_labels) -> tuple[SplitSource, Path]:
+    # Without --val-labels, only SRC and its parent are searched: a stray labels file higher up must never
+    # label a split silently (Kaggle's layout keeps it three levels above Data/CLS-LOC: pass --val-labels).
+    labels_path = Path(val_labels) if val_labels else _find_up(root, KAGGLE_VAL_LABELS, levels=1)
     if labels_path is None:
         raise SourceError(
             f"{val_dir}: images are not in class folders and no labels file was found "
-            f"(looked for {KAGGLE_VAL_LABELS} in {root} and its parents); pass --val-labels FILE or --splits train"
+            f"(looked for {KAGGLE_VAL_LABELS} in {root} and its parent); pass --val-labels FILE or --splits train"
         )
     if not labels_path.is_file():
         raise SourceError(f"{labels_path}: labels file does not exist")
@@ -252,7 +257,7 @@ def _scan_flat_val(root: Path, val_dir: Path, classes: list[str], val_labels) ->
             labels.append(lab)
     if not paths:
         raise SourceError(f"{val_dir}: no image matches an entry of {labels_path}")
-    return SplitSource("val", paths, np.asarray(labels, np.int64), unlabeled)
+    return SplitSource("val", paths, np.asarray(labels, np.int64), unlabeled), labels_path
 
 
 def _read_synset_names(path: Path, classes: list[str]) -> list[str] | None:

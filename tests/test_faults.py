@@ -1,7 +1,8 @@
 """Trust: kill -9 and resume, a full disk, Ctrl-C, flipped bytes, and the bad-input suite.
 
-Builds that must be interrupted read one source through a FIFO: the worker that opens it blocks
-until the test decides, so "mid-way" is a state the test controls, not a race against the clock.
+Builds that must be interrupted run with a hook that makes the worker reading one source wait on a
+FIFO until the test decides, so "mid-way" is a state the test controls, not a race against the clock.
+(The source itself stays a regular file: a FIFO among the sources is skipped as "not a regular file".)
 """
 import json
 import os
@@ -37,9 +38,27 @@ def build_args(src, out, *extra):
     return ["build", "folder", src, "--out", out, "--size", 64, "--shard-size", 2, "-j", 2, "--no-progress", *extra]
 
 
-def start(args, **kw):
-    return subprocess.Popen([sys.executable, "-m", "dataprep", *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)
+# Runs the CLI with read_source patched: reading the plugged source first waits on the plug's FIFO (forked
+# build workers inherit the patch).
+STALLED_CLI = """
+import os, sys
+import dataprep.images.process as process
+victim, fifo, real = os.environ.get("DATAPREP_TEST_VICTIM"), os.environ.get("DATAPREP_TEST_PLUG"), process.read_source
+def read_source(path):
+    if victim and os.path.samefile(path, victim):
+        with open(fifo, "rb") as f:
+            f.read()
+    return real(path)
+process.read_source = read_source
+from dataprep.cli import main
+main(sys.argv[1:], prog_name="dataprep")
+"""
+
+
+def start(args, plugged: tuple[Path, Path] | None = None, **kw):
+    env = {**os.environ, **({"DATAPREP_TEST_VICTIM": str(plugged[0]), "DATAPREP_TEST_PLUG": str(plugged[1])} if plugged else {})}
+    return subprocess.Popen([sys.executable, "-c", STALLED_CLI, *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, env=env, **kw)
 
 
 def finished_shards(out: Path) -> dict[str, int]:
@@ -57,18 +76,16 @@ def wait_until_stable(out: Path, want: int, timeout=60) -> dict[str, int]:
     raise AssertionError(f"only {len(finished_shards(out))} shards finished in {timeout}s")
 
 
-def plug(src: Path) -> tuple[Path, bytes]:
-    """Replace one image (in shard 11 of 16) with a FIFO; return it and its real bytes."""
+def plug(src: Path) -> tuple[Path, Path]:
+    """Choose one image (in shard 11 of 16) whose reading will wait on a FIFO beside the tree; return both."""
     victim = sorted(src.rglob("*.JPEG"))[22]
-    data = victim.read_bytes()
-    victim.unlink()
-    os.mkfifo(victim)
-    return victim, data
+    fifo = src.parent / "plug.fifo"
+    os.mkfifo(fifo)
+    return victim, fifo
 
 
-def unplug(victim: Path, data: bytes) -> None:
-    victim.unlink()
-    victim.write_bytes(data)
+def unplug(plugged: tuple[Path, Path]) -> None:
+    plugged[1].unlink()
 
 
 def group_gone(pgid: int) -> bool:
@@ -81,13 +98,13 @@ def group_gone(pgid: int) -> bool:
 
 def test_kill9_then_resume_is_byte_identical(tree, tmp_path):
     assert cli(*build_args(tree, tmp_path / "ref")).exit_code == 0
-    victim, data = plug(tree)
-    p = start(build_args(tree, tmp_path / "out"))
+    plugged = plug(tree)
+    p = start(build_args(tree, tmp_path / "out"), plugged)
     before = wait_until_stable(tmp_path / "out", SHARDS - 1)  # everything but the plugged shard
     os.killpg(p.pid, signal.SIGKILL)  # the whole tree: driver and workers
     p.communicate(timeout=10)
     assert not (tmp_path / "out" / "manifest.json").exists()
-    unplug(victim, data)
+    unplug(plugged)
     r = cli(*build_args(tree, tmp_path / "out"))
     assert r.exit_code == 1 and "--resume" in r.output  # no silent reuse without asking
     r = cli(*build_args(tree, tmp_path / "out", "--resume"))
@@ -134,9 +151,9 @@ def test_full_disk_fails_clearly_then_resume_completes(tree, tmp_path):
 
 def test_ctrl_c_stops_everything_and_says_how_to_resume(tree, tmp_path):
     shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-    victim, data = plug(tree)
+    plugged = plug(tree)
     out = tmp_path / "out"
-    p = start(build_args(tree, out))
+    p = start(build_args(tree, out), plugged)
     wait_until_stable(out, SHARDS - 1)
     os.killpg(p.pid, signal.SIGINT)  # what a terminal sends to the foreground group
     _, err = p.communicate(timeout=20)
@@ -149,7 +166,7 @@ def test_ctrl_c_stops_everything_and_says_how_to_resume(tree, tmp_path):
     assert len(finished_shards(out)) == SHARDS - 1
     if os.path.isdir("/dev/shm"):
         assert set(os.listdir("/dev/shm")) <= shm_before  # no semaphore or segment left behind
-    unplug(victim, data)
+    unplug(plugged)
     assert cli(*build_args(tree, out, "--resume")).exit_code == 0
 
 

@@ -32,7 +32,11 @@ def test_flat_val_with_kaggle_csv_and_synset_names(tmp_path):
         "ILSVRC2012_val_00000002,n00000000 1 2 3 4\n"
     )
     (tmp_path / "LOC_synset_mapping.txt").write_text("n00000000 tench, Tinca tinca\nn00000001 goldfish\n")
-    s = scan_imagenet(root)
+    # three levels above SRC is too far to be trusted without being named
+    with pytest.raises(SourceError, match="its parent\\); pass --val-labels"):
+        scan_imagenet(root)
+    s = scan_imagenet(root, val_labels=tmp_path / "LOC_val_solution.csv")
+    assert s.val_labels == tmp_path / "LOC_val_solution.csv"
     val = s.splits[1]
     assert val.paths == ["val/ILSVRC2012_val_00000001.JPEG", "val/ILSVRC2012_val_00000002.JPEG"]
     assert list(val.labels) == [1, 0]
@@ -96,3 +100,18 @@ def test_symlink_loop_is_not_followed_forever(tmp_path):
     write_tree(tmp_path, classes=1, per_class=2, sizes=((8, 8),))
     (tmp_path / "train" / "n00000000" / "loop").symlink_to(tmp_path / "train" / "n00000000")
     assert len(scan_folder(tmp_path / "train").splits[0].paths) == 2
+
+
+def test_a_labels_file_in_the_parent_is_used_and_named_one_higher_is_not(tmp_path):
+    root = tmp_path / "a" / "b"
+    write_tree(root, classes=2, per_class=1, sizes=((8, 8),))
+    (root / "val").mkdir()
+    (root / "val" / "x1.JPEG").write_bytes(b"x")
+    stray = tmp_path / "LOC_val_solution.csv"  # two levels above SRC: a leftover, not this tree's
+    stray.write_text("ImageId,PredictionString\nx1,n00000001 1 2 3 4\n")
+    with pytest.raises(SourceError, match="no labels file was found"):
+        scan_imagenet(root)
+    mine = tmp_path / "a" / "LOC_val_solution.csv"
+    mine.write_text("ImageId,PredictionString\nx1,n00000000 1 2 3 4\n")
+    s = scan_imagenet(root)
+    assert s.val_labels == mine.resolve() and list(s.splits[1].labels) == [0]

@@ -123,3 +123,112 @@ def test_a_bad_split_name_from_the_command_line_is_a_usage_level_error(index_tre
                                   "--out", str(tmp_path / "p"), "--no-progress"])
     assert r.exit_code == 1 and "split name '../up' is not allowed" in r.output
     assert not (tmp_path / "up").exists()
+
+
+# -- one bad input never aborts a build, nor exhausts its memory -------------------------------------------
+def _tree_with(tmp_path, bad: dict):
+    """A one-class tree of two good photos plus the `bad` files (name -> a function that makes it at a path)."""
+    from PIL import Image
+
+    from dataprep.synthetic import photo_like
+
+    cls = tmp_path / "src" / "train" / "n0"
+    cls.mkdir(parents=True)
+    for k in range(2):
+        Image.fromarray(photo_like(k, 60, 80)).save(cls / f"good{k}.png")
+    for name, make in bad.items():
+        make(cls / name)
+    return tmp_path / "src"
+
+
+def _build(src, out, **image):
+    s = build_images(scan_imagenet(src), out, BuildSettings(workers=1), ImageSettings(**{"size": 32, **image}))
+    split = s.splits[0]
+    return split.written, dict(split.skipped)
+
+
+def test_an_image_jpeg_cannot_hold_is_skipped_not_the_build(tmp_path):
+    from PIL import Image
+
+    src = _tree_with(tmp_path, {"long.png": lambda p: Image.fromarray(np.zeros((1, 100_000, 3), np.uint8)).save(p)})
+    written, skipped = _build(src, tmp_path / "p")  # encoded, shorter side 32: 1 x 100000 stays as it is
+    assert written == 2 and skipped == {"too large for JPEG": 1}
+
+
+def test_a_planned_output_gets_the_pixel_limit_of_sources(tmp_path):
+    """With --upscale and center-crop, a 1 x 100000 image would be resized to 256 x 25.6 M (19.7 GB)."""
+    from PIL import Image
+
+    src = _tree_with(tmp_path, {"thin.png": lambda p: Image.fromarray(np.zeros((100_000, 1, 3), np.uint8)).save(p)})
+    written, skipped = _build(src, tmp_path / "p", size=256, resize="center-crop", upscale=True, mode="raw")
+    assert written == 2 and skipped == {"too many pixels": 1}
+
+
+def test_files_that_are_not_regular_are_skipped_and_never_read_forever(tmp_path):
+    def fifo(p):
+        os.mkfifo(p)
+
+    def zero(p):
+        os.symlink("/dev/zero", p)
+
+    src = _tree_with(tmp_path, {"pipe.png": fifo, "zeros.png": zero})
+    written, skipped = _build(src, tmp_path / "p")
+    assert written == 2 and skipped == {"not a regular file": 2}
+
+
+def _broken_png(path, seed=3):
+    """A PNG whose zlib stream is damaged two thirds of the way in (Pillow's own load() raises)."""
+    import io
+
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    buf = io.BytesIO()
+    Image.fromarray((rng.random((200, 300, 3)) * 255).astype(np.uint8)).save(buf, "PNG")
+    data = bytearray(buf.getvalue())
+    pos = data.find(b"IDAT") + 2 * len(data) // 3
+    data[pos : pos + 200] = rng.integers(0, 256, 200, dtype=np.uint8).tobytes()
+    path.write_bytes(bytes(data))
+
+
+def test_a_png_with_a_broken_data_stream_is_skipped_not_stored_half_black(tmp_path):
+    from PIL import Image
+
+    from dataprep.images.decode import decode_source
+
+    bad = tmp_path / "bad.png"
+    _broken_png(bad)
+    with pytest.raises(Exception):  # the control: Pillow itself refuses it
+        Image.open(bad).load()
+    with pytest.raises(DataprepError, match="broken data stream|corrupt data|truncated"):
+        decode_source(bad.read_bytes(), str(bad), ImageSettings(size=64))
+    src = _tree_with(tmp_path, {"bad.png": lambda p: _broken_png(p)})
+    written, skipped = _build(src, tmp_path / "p", mode="raw")
+    assert written == 2 and sum(skipped.values()) == 1 and set(skipped) <= {"truncated", "corrupt data"}
+
+
+def test_dataprep_leaves_pillows_globals_alone_and_still_refuses_truncated_files(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("from PIL import ImageFile\nImageFile.LOAD_TRUNCATED_IMAGES = True\n"
+            "import dataprep.images.decode, dataprep.images.build\nprint(ImageFile.LOAD_TRUNCATED_IMAGES)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "True", out.stderr
+    from PIL import ImageFile
+
+    from dataprep.images.decode import decode_source
+    from dataprep.synthetic import photo_like
+
+    import cv2
+
+    ok, jpg = cv2.imencode(".jpg", photo_like(1, 120, 160))
+    cut = jpg.tobytes()[: len(jpg) // 2]
+    old = ImageFile.LOAD_TRUNCATED_IMAGES
+    ImageFile.LOAD_TRUNCATED_IMAGES = True  # a user's choice for their own code
+    try:
+        with pytest.raises(DataprepError, match="truncated"):
+            decode_source(cut, "cut.jpg", ImageSettings(size=64))
+        assert ImageFile.LOAD_TRUNCATED_IMAGES is True
+    finally:
+        ImageFile.LOAD_TRUNCATED_IMAGES = old

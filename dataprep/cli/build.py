@@ -148,6 +148,8 @@ def imagenet(src, splits, val_labels, allow_empty_classes, **kw):
 
     names = tuple(s.strip() for s in splits.split(",") if s.strip()) if splits else None
     source = scan_imagenet(src, names, val_labels, allow_empty_classes)
+    if source.val_labels:
+        click.echo(f"val labels: {source.val_labels}", err=True)
     run_image_build(source, **kw)
 
 

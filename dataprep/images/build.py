@@ -113,7 +113,9 @@ def build_images(
     write_manifest(
         out,
         {
-            **pack_header("images", settings, {"layout": source.layout, "root": str(source.root.resolve())}, seconds,
+            **pack_header("images", settings, {"layout": source.layout, "root": str(source.root.resolve()),
+                                               **({"val_labels": str(source.val_labels.resolve())} if source.val_labels else {})},
+                          seconds,
                           {"image": image.to_dict()}),
             "classes": source.classes,
             "class_names": source.class_names,

@@ -19,8 +19,6 @@ from ..errors import ImageDecodeError
 from .settings import ImageSettings
 from . import resize
 
-ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated file is an error, never a grey half-image
-
 # EXIF orientation -> Pillow transpose applied to make the image upright.
 _ORIENT = {
     2: (Image.Transpose.FLIP_LEFT_RIGHT,),
@@ -88,25 +86,27 @@ def decode_source(data: bytes, path: str, settings: ImageSettings) -> Decoded:
     w, h = im.size
     if w * h > settings.max_pixels:
         raise ImageDecodeError(path, "too many pixels", f"{w}x{h} exceeds max_pixels={settings.max_pixels}")
-    try:
-        orientation = int(im.getexif().get(0x0112, 1)) if fmt in ("JPEG", "PNG", "TIFF", "WEBP") else 1
-    except Exception:
-        orientation = 1  # unreadable EXIF is not worth losing the picture over
-    if orientation not in _ORIENT:
-        orientation = 1
-    upright = (w, h) if orientation < 5 else (h, w)
-    geom = resize.plan(upright[1], upright[0], settings.size, settings.resize, settings.upscale)
-    drafted = False
-    if fmt == "JPEG" and geom.scale < 1:
-        want = (geom.scaled[1], geom.scaled[0]) if orientation < 5 else (geom.scaled[0], geom.scaled[1])
-        # draft picks the largest DCT reduction (1/2, 1/4, 1/8) that keeps the image >= `want`.
-        drafted = im.draft(im.mode, want) is not None
-    try:
-        im.load()
-    except Exception as e:
-        msg = str(e)
-        reason = "truncated" if "truncated" in msg or "broken data stream" in msg else "corrupt data"
-        raise ImageDecodeError(path, reason, f"{type(e).__name__}: {msg}") from None
+    if fmt == "JPEG":
+        # A JPEG's EXIF is in its APP1 segment: read before any pixel is decoded, so the orientation can
+        # size the reduced-scale decode (draft).
+        orientation = _orientation(im)
+        upright = (w, h) if orientation < 5 else (h, w)
+        geom = plan_output(upright, settings, path)
+        drafted = False
+        if geom.scale < 1:
+            want = (geom.scaled[1], geom.scaled[0]) if orientation < 5 else (geom.scaled[0], geom.scaled[1])
+            # draft picks the largest DCT reduction (1/2, 1/4, 1/8) that keeps the image >= `want`.
+            drafted = im.draft(im.mode, want) is not None
+        _load(im, path)
+    else:
+        # Other formats may keep EXIF after the pixel data (PNG's eXIf chunk): reading it first would load
+        # the pixels inside getexif, where a decode failure is hidden, and a second load() would then
+        # return the partial picture. Load first, so every failure is raised here.
+        _load(im, path)
+        orientation = _orientation(im) if fmt in ("PNG", "TIFF", "WEBP") else 1
+        upright = (w, h) if orientation < 5 else (h, w)
+        geom = plan_output(upright, settings, path)
+        drafted = False
     source_mode = im.mode
     if is_deep(im, fmt, data):
         # 16 bits per channel: Pillow would cut RGB to 8 bits, so OpenCV decodes these
@@ -118,6 +118,48 @@ def decode_source(data: bytes, path: str, settings: ImageSettings) -> Decoded:
     keepable = (fmt == "JPEG" and orientation == 1 and not drafted and settings.depth == 8
                 and source_mode == ("L" if settings.grayscale else "RGB"))
     return Decoded(pixels, fmt, (upright[1], upright[0]), geom, keepable)
+
+
+def _load(im: Image.Image, path: str) -> None:
+    """Decode the pixels; any failure is an ImageDecodeError, whatever Pillow's global LOAD_TRUNCATED_IMAGES
+    says (a user may have set it for their own code; for a pack, a truncated file is never a half-image)."""
+    lenient = ImageFile.LOAD_TRUNCATED_IMAGES
+    try:
+        if lenient:  # only then is the global touched, and it is put back at once
+            ImageFile.LOAD_TRUNCATED_IMAGES = False
+        im.load()
+    except Exception as e:
+        msg = str(e)
+        reason = "truncated" if "truncated" in msg or "broken data stream" in msg else "corrupt data"
+        raise ImageDecodeError(path, reason, f"{type(e).__name__}: {msg}") from None
+    finally:
+        if lenient:
+            ImageFile.LOAD_TRUNCATED_IMAGES = lenient
+
+
+def _orientation(im: Image.Image) -> int:
+    try:
+        orientation = int(im.getexif().get(0x0112, 1))
+    except Exception:
+        orientation = 1  # unreadable EXIF is not worth losing the picture over
+    return orientation if orientation in _ORIENT else 1
+
+
+JPEG_MAX_SIDE = 65500  # libjpeg's JPEG_MAX_DIMENSION (the format's 16-bit sides, less a margin)
+
+
+def plan_output(upright: tuple[int, int], settings: ImageSettings, path: str) -> resize.Geometry:
+    """The geometry of the stored image for an upright (w, h) source, refused (an ImageDecodeError, so the
+    sample is skipped with its reason) when what would be made is too large: more pixels than the sources
+    may have, or a side JPEG cannot hold."""
+    geom = resize.plan(upright[1], upright[0], settings.size, settings.resize, settings.upscale)
+    for what, (gh, gw) in (("resized", geom.scaled), ("stored", geom.out)):
+        if gh * gw > settings.max_pixels:
+            raise ImageDecodeError(path, "too many pixels", f"the {what} image would be {gw}x{gh}, more than max_pixels={settings.max_pixels}")
+    if settings.mode == "encoded" and max(geom.out) > JPEG_MAX_SIDE:
+        raise ImageDecodeError(path, "too large for JPEG", f"the stored image would be {geom.out[1]}x{geom.out[0]}; "
+                               f"JPEG sides end at {JPEG_MAX_SIDE} (use --mode raw, or another --resize)")
+    return geom
 
 
 def is_deep(im: Image.Image, fmt: str, data: bytes) -> bool:

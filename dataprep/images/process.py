@@ -4,6 +4,8 @@ decode (reduced-scale, upright, converted) -> resize (mode) -> encode (JPEG or r
 """
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,13 +27,26 @@ class Processed:
 
 
 def read_source(path: str) -> bytes:
+    """A source file's bytes: only a regular file (a FIFO named .png would block, a symlink to /dev/zero
+    never end), and no more than the size it had when opened."""
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once instead of waiting for a writer
     except IsADirectoryError:
         raise ImageDecodeError(path, "unreadable", "is a directory") from None
     except OSError as e:
         raise ImageDecodeError(path, "unreadable", e.strerror or str(e)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
+            raise ImageDecodeError(path, "not a regular file", f"it is {kind}")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(st.st_size)
+    except OSError as e:
+        raise ImageDecodeError(path, "unreadable", e.strerror or str(e)) from None
+    finally:
+        os.close(fd)
 
 
 def process_image(path: str, settings: ImageSettings) -> Processed:
@@ -48,13 +63,25 @@ def process_levels(path: str, settings: ImageSettings) -> list[Processed]:
     out, scaled = [], dec.pixels
     for k, size in enumerate(settings.all_sizes):
         geom = dec.geometry if k == 0 else resize.plan(h, w, size, settings.resize, settings.upscale)
-        scaled = resize.scale(scaled, geom)
-        pixels = resize.crop_pad(scaled, geom)
+        try:
+            scaled = resize.scale(scaled, geom)
+            pixels = resize.crop_pad(scaled, geom)
+        except (cv2_error(), ValueError, MemoryError) as e:  # one sample's failure is a skip, never the build's end
+            raise ImageDecodeError(path, "cannot resize", f"to {geom.out[1]}x{geom.out[0]}: {type(e).__name__}: {e}") from None
         shape = (pixels.shape[0], pixels.shape[1], pixels.shape[2])
         if settings.mode == "raw":
             out.append(Processed(pixels, shape, False, len(data), geom))
         elif settings.keep_jpeg and dec.keepable_source and geom.identity:
             out.append(Processed(np.frombuffer(data, np.uint8), shape, True, len(data), geom))
         else:
-            out.append(Processed(encode_jpeg(pixels, settings.quality), shape, False, len(data), geom))
+            try:
+                out.append(Processed(encode_jpeg(pixels, settings.quality), shape, False, len(data), geom))
+            except (cv2_error(), ValueError, MemoryError) as e:
+                raise ImageDecodeError(path, "cannot encode", f"{shape[1]}x{shape[0]} as JPEG: {type(e).__name__}: {e}") from None
     return out
+
+
+def cv2_error() -> type[Exception]:
+    import cv2
+
+    return cv2.error
