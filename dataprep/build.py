@@ -22,7 +22,7 @@ from . import __version__
 from .engine import Engine, LocalEngine
 from .errors import PackExistsError
 from .pack.backends import is_pack
-from .pack.manifest import FORMAT_VERSION, MANIFEST
+from .pack.manifest import FORMAT_VERSION, MANIFEST, MANIFEST_TMP
 from .pack.names import check_name, inside
 from .pack.shard import remove_temporaries, reusable_shard, shard_name, write_shard
 from .settings import BuildSettings
@@ -107,7 +107,8 @@ def prepare_output(out: Path, overwrite: bool, resume: bool = False) -> None:
     if out.exists() and not out.is_dir():
         raise PackExistsError(f"{out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()):
-        ours = is_pack(out) or all(p.is_dir() and _looks_like_split(p) for p in out.iterdir())
+        ours = is_pack(out) or all((p.is_dir() and _looks_like_split(p)) or (p.is_file() and p.name.startswith(MANIFEST_TMP))
+                                   for p in out.iterdir())
         if not ours:
             raise PackExistsError(f"{out}: holds files that are not a dataprep pack; refusing to write into it")
         if not (overwrite or resume):
@@ -117,6 +118,8 @@ def prepare_output(out: Path, overwrite: bool, resume: bool = False) -> None:
                 f"{out}: holds an unfinished build; pass --resume to continue it, or --overwrite to start again"
             )
         (out / MANIFEST).unlink(missing_ok=True)
+        for stale in out.glob(MANIFEST_TMP + "*"):  # a manifest whose writing was cut short
+            stale.unlink(missing_ok=True)
         if overwrite:
             for p in out.iterdir():
                 shutil.rmtree(p) if p.is_dir() else p.unlink()

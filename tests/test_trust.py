@@ -232,3 +232,116 @@ def test_dataprep_leaves_pillows_globals_alone_and_still_refuses_truncated_files
         assert ImageFile.LOAD_TRUNCATED_IMAGES is True
     finally:
         ImageFile.LOAD_TRUNCATED_IMAGES = old
+
+
+def test_volume_sources_that_are_not_regular_files_are_skipped(tmp_path):
+    from dataprep.sources import scan_files
+    from dataprep.volumes.build import VolumeSettings, build_volumes
+    from dataprep.volumes.read import VOLUME_EXTENSIONS
+
+    (tmp_path / "v").mkdir()
+    np.save(tmp_path / "v" / "a.npy", np.arange(60, dtype=np.uint16).reshape(3, 4, 5))
+    os.mkfifo(tmp_path / "v" / "b.npy")
+    s = build_volumes(scan_files(tmp_path / "v", "train", VOLUME_EXTENSIONS), tmp_path / "p", BuildSettings(workers=1), VolumeSettings())
+    assert s.splits[0].written == 1 and dict(s.splits[0].skipped) == {"not a regular file": 1}
+
+
+# -- a pack that disagrees with itself --------------------------------------------------------------------
+def test_a_jpeg_whose_header_disagrees_with_the_manifest_is_not_decoded(pack):
+    """A tiny JPEG that declares 12000 x 12000 would decode to 432 MB; the recorded shape says 32 x h."""
+    from dataprep import InMemoryImageDataset
+    from dataprep.images.codec import jpeg_header
+
+    ds = InMemoryImageDataset(pack, as_numpy=True)
+    want0, want1 = ds[0][0], ds[1][0]
+    m = json.loads((pack / "manifest.json").read_text())
+    f = pack / "train" / m["splits"]["train"]["shards"][0]["name"] / "images.npy"
+    blob = np.load(f)
+    i = next(k for k in range(len(blob) - 9) if blob[k] == 0xFF and blob[k + 1] == 0xC0)
+    blob[i + 5 : i + 9] = [12000 >> 8, 12000 & 255, 12000 >> 8, 12000 & 255]  # frame header: 12000 x 12000
+    np.save(f, blob)  # same size: only verify=True would see it
+    assert jpeg_header(blob[: len(blob)])[:2] == (12000, 12000)
+    ds = InMemoryImageDataset(pack, as_numpy=True)
+    with pytest.raises(PackError, match=r"sample 0 .* holds a 12000x12000 JPEG, but the pack records"):
+        ds[0]
+    assert np.array_equal(ds[1][0], want1) and want0.shape[:2] != (12000, 12000)  # the others still serve
+
+
+def test_an_hdf5_dataset_shorter_than_the_manifest_is_an_error(pack, tmp_path):
+    import h5py
+
+    from dataprep import InMemoryImageDataset
+    from dataprep.pack.convert import convert
+
+    for comp in ("none", "gzip"):
+        h5 = tmp_path / f"p-{comp}.h5"
+        convert(pack, h5, "hdf5", comp)
+        with h5py.File(h5, "r+") as f:
+            labels = f["train/labels"][...]
+            del f["train/labels"]
+            f.create_dataset("train/labels", data=labels[:-3])
+        with pytest.raises(PackError, match="labels is stored as .* the manifest needs"):
+            InMemoryImageDataset(h5)
+        assert len(InMemoryImageDataset(h5, split="val")) == 6  # the untouched split still loads
+
+
+def test_a_manifest_cut_short_by_a_full_disk_leaves_nothing_that_blocks_resume(index_tree, tmp_path, monkeypatch):
+    import errno
+
+    from dataprep.pack import manifest as manifest_mod
+
+    out = tmp_path / "p"
+
+    class FullDisk:  # json as the manifest writer sees it: the disk fills up while the manifest is written
+        @staticmethod
+        def dump(obj, f, **kw):
+            f.write("{")
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(manifest_mod, "json", FullDisk)
+    with pytest.raises(PackError, match="manifest.json: cannot write the manifest .*disk is full.*--resume"):
+        build_images(scan_imagenet(index_tree), out, BuildSettings(workers=1, shard_size=5), ImageSettings(size=16))
+    monkeypatch.setattr(manifest_mod, "json", json)
+    assert not list(out.glob(".manifest.json.tmp-*")) and not (out / "manifest.json").exists()
+    # one a crash left behind (a kill while writing) is no reason to refuse either
+    (out / ".manifest.json.tmp-99999").write_text("{")
+    s = build_images(scan_imagenet(index_tree), out, BuildSettings(workers=1, shard_size=5, resume=True), ImageSettings(size=16))
+    assert s.splits[0].reused == s.splits[0].shards == 4 and (out / "manifest.json").is_file()
+    (out / ".manifest.json.tmp-99999").write_text("{")
+    build_images(scan_imagenet(index_tree), out, BuildSettings(workers=1, shard_size=5, overwrite=True), ImageSettings(size=16))
+    assert not list(out.glob(".manifest.json.tmp-*"))
+
+
+TRUNCATE_WHILE_MAPPED = """
+import os, sys
+from pathlib import Path
+from dataprep import InMemoryImageDataset
+from dataprep.errors import PackError
+pack = Path(sys.argv[1])
+ds = InMemoryImageDataset(pack, cache="mmap", as_numpy=True)
+first = ds[0][0].copy()
+os.truncate(pack / "train" / "00001" / "images.npy", 200)  # samples 5-9 lived there
+try:
+    ds[6]
+    print("read")
+except PackError as e:
+    print("PackError", e)
+assert (ds[0][0] == first).all()  # the intact shards still serve
+try:
+    ds[[0, 7]]
+    print("read")
+except PackError as e:
+    print("PackError", e)
+"""
+
+
+def test_a_shard_file_truncated_while_mapped_is_an_error_not_sigbus(index_tree, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "raw"
+    build_images(scan_imagenet(index_tree), out, BuildSettings(workers=1, shard_size=5), ImageSettings(size=16, resize="center-crop", mode="raw"))
+    r = subprocess.run([sys.executable, "-c", TRUNCATE_WHILE_MAPPED, str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, (r.returncode, r.stderr[-500:])  # -7 is SIGBUS
+    lines = r.stdout.splitlines()
+    assert len(lines) == 2 and all(ln.startswith("PackError") and "truncated to 200 bytes while mapped" in ln for ln in lines), r.stdout

@@ -22,6 +22,40 @@ def encode_jpeg(pixels: np.ndarray, quality: int) -> np.ndarray:
     return buf.reshape(-1)
 
 
+_SOF = frozenset((0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF))
+
+
+def jpeg_header(buf) -> tuple[int, int, int] | None:
+    """(height, width, components) from a JPEG's frame header (its first SOF segment), read by walking the
+    marker segments without decoding anything; None when the bytes are not a JPEG or end before a frame."""
+    b = memoryview(buf).cast("B") if not isinstance(buf, (bytes, bytearray)) else buf
+    n = len(b)
+    if n < 4 or b[0] != 0xFF or b[1] != 0xD8:
+        return None
+    i = 2
+    while i + 3 < n:
+        if b[i] != 0xFF:
+            return None
+        marker = b[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if 0xD0 <= marker <= 0xD7 or marker == 0x01:  # standalone markers carry no length
+            i += 2
+            continue
+        if marker in (0xD9, 0xDA):  # end of image, or scan data before any frame header
+            return None
+        length = (b[i + 2] << 8) | b[i + 3]
+        if marker in _SOF:
+            if i + 9 >= n or length < 8:
+                return None
+            return (b[i + 5] << 8) | b[i + 6], (b[i + 7] << 8) | b[i + 8], b[i + 9]
+        if length < 2:
+            return None
+        i += 2 + length
+    return None
+
+
 def decode_cv2(buf: np.ndarray, channels: int) -> np.ndarray | None:
     import cv2
 

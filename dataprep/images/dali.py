@@ -143,7 +143,8 @@ class DaliImageLoader:
 
     Iterating gives `(images, labels)`: images (N, C, H, W) (or NHWC) of the normalisation's dtype on the
     device, labels int64 (N,). `len(loader)` is batches per epoch; `samples_per_epoch` the samples a rank sees.
-    The dataset is read through its public `stored(i)` (a view of the cached JPEG bytes) and `labels`.
+    The dataset is read through its public `jpeg(i)` (a view of the cached JPEG bytes, its header checked
+    against the recorded shape) and `labels`.
     """
 
     def __init__(self, dataset, batch_size: int, augment: DaliAugment | str = "train",
@@ -221,7 +222,7 @@ class DaliImageLoader:
         if start >= len(order) or info.iteration >= len(self):
             raise StopIteration
         idx = order[start : start + self.batch_size]
-        jpegs = [self.dataset.stored(i) for i in idx]  # views of the RAM cache: no copy
+        jpegs = [self.dataset.jpeg(int(i)) for i in idx]  # views of the RAM cache (headers checked): no copy
         return jpegs, [self._labels[i : i + 1] for i in idx]
 
     def _build(self, num_threads: int, prefetch: int):

@@ -18,7 +18,7 @@ from ..errors import DataprepError, PackError
 from .resize import center_crop_into
 from ..pack.fields import take_rows
 from ..serve.cache import open_split
-from .codec import DECODERS
+from .codec import DECODERS, jpeg_header
 from .field import ImageField, served_fields
 
 
@@ -174,16 +174,28 @@ class InMemoryImageDataset(Dataset):
         """Sample i as the pack stores it, a read-only view of the cache (no copy): JPEG bytes, or pixels."""
         return self.field.sample(self._arrays, self._check(i))
 
+    def jpeg(self, i: int) -> np.ndarray:
+        """Sample i's JPEG bytes (a read-only view of the cache) once its frame header agrees with the shape
+        the pack records: a damaged or hostile pack must not make a 633-byte sample decode to 12000 x 12000."""
+        buf = self._blob[self._offsets[i] : self._offsets[i + 1]]
+        head, (h, w, _) = jpeg_header(buf), self._shapes[i]
+        if head is None or head[0] != h or head[1] != w:
+            said = "no JPEG frame header" if head is None else f"a {head[1]}x{head[0]} JPEG"
+            raise PackError(f"{self.pack}/{self.split}: sample {i} ({self.sources[i]}) holds {said}, but the pack records "
+                            f"{w}x{h}; not decoded (verify the pack, or rebuild it)")
+        return buf
+
     def image(self, i: int) -> np.ndarray:
         """Sample i's pixels (HWC uint8, a private copy), or its stored bytes with decode="none"."""
         if self._pixels is not None:
             return np.array(self._pixels[i])
-        buf = self._blob[self._offsets[i] : self._offsets[i + 1]]
         if self.field.encoding == "raw":
+            buf = self._blob[self._offsets[i] : self._offsets[i + 1]]
             return buf.view(self.field.np_dtype).reshape(self._shapes[i]).copy()
         fn = DECODERS[self.decode]
         if fn is None:
-            return buf.copy()
+            return self._blob[self._offsets[i] : self._offsets[i + 1]].copy()
+        buf = self.jpeg(i)
         img = fn(buf, self.field.channels)
         if img is None:
             raise PackError(f"{self.pack}/{self.split}: sample {i} ({self.sources[i]}) does not decode as JPEG")

@@ -204,12 +204,35 @@ def _load_blob_whole(split_dir: Path, shards: list[dict], blob: str, offsets: st
     return data, offs
 
 
+class MapGuard:
+    """Mapped shard files checked before they are read: a file truncated while mapped (a rebuild in place,
+    a damaged disk) would kill the process with SIGBUS on the first read past its new end; a stat per
+    access turns that into a PackError naming the file."""
+
+    def __init__(self, arrays: Sequence[np.ndarray]):
+        self.files = [(getattr(a, "filename", None), int(getattr(a, "offset", 0)) + a.nbytes) for a in arrays]
+
+    def check(self, k: int | None = None) -> None:
+        for path, need in (self.files if k is None else [self.files[k]]):
+            if path is None:
+                continue
+            try:
+                size = os.stat(path).st_size
+            except OSError as e:
+                raise PackError(f"{path}: a mapped shard file is gone ({e.strerror or e}); reopen the dataset") from None
+            if size < need:
+                raise PackError(f"{path}: truncated to {size} bytes while mapped ({need} needed); the pack changed on "
+                                "disk under a running job: verify it, then reopen the dataset")
+
+
 class Segments:
     """One logical array kept as several pieces (one per shard file, memory-mapped), addressed by
-    global row; a slice must fall within one piece, which holds for samples (none spans shards)."""
+    global row; a slice must fall within one piece, which holds for samples (none spans shards). Every
+    access first checks that the piece's file still holds it (`MapGuard`)."""
 
     def __init__(self, parts: list[np.ndarray]):
         self.parts = parts
+        self.guard = MapGuard(parts)
         self.starts = np.zeros(len(parts) + 1, np.int64)
         np.cumsum([len(p) for p in parts], out=self.starts[1:])
         self.dtype = parts[0].dtype if parts else BYTES
@@ -226,8 +249,10 @@ class Segments:
         if isinstance(key, slice):
             k = self._part(key.start)
             base = self.starts[k]
+            self.guard.check(k)
             return self.parts[k][key.start - base : key.stop - base]
         k = self._part(key)
+        self.guard.check(k)
         return self.parts[k][key - self.starts[k]]
 
     def setflags(self, write: bool) -> None:
@@ -240,6 +265,7 @@ def take_rows(arr, idx: np.ndarray, out: np.ndarray) -> np.ndarray:
         return np.take(arr, idx, axis=0, out=out)
     part = np.searchsorted(arr.starts, idx, "right") - 1
     for k in np.unique(part):
+        arr.guard.check(int(k))
         sel = part == k
         out[sel] = arr.parts[k][idx[sel] - arr.starts[k]]
     return out

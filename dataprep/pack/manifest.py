@@ -5,6 +5,7 @@ through a temporary file, fsync and an atomic rename, so a directory without it 
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -16,18 +17,28 @@ from .names import check_manifest_names
 FORMAT = "dataprep-pack"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
+MANIFEST_TMP = f".{MANIFEST}.tmp-"  # + pid: a manifest being written
 
 
 def write_manifest(pack_dir: str | os.PathLike, manifest: dict[str, Any]) -> Path:
     """Write `manifest.json` atomically (tmp file, fsync, rename, fsync of the directory)."""
     pack_dir = Path(pack_dir)
     body = {"format": FORMAT, "format_version": FORMAT_VERSION, **manifest}
-    tmp = pack_dir / f".{MANIFEST}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(body, f, indent=1, sort_keys=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
+    tmp = pack_dir / f"{MANIFEST_TMP}{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(body, f, indent=1, sort_keys=False)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        tmp.unlink(missing_ok=True)  # a full disk must not leave a file that makes --resume and --overwrite refuse
+        hint = "; the disk is full: free space, then rerun with --resume (every shard is kept)" if e.errno in (
+            errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else ""
+        raise PackError(f"{pack_dir / MANIFEST}: cannot write the manifest ({e.strerror or e}){hint}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     final = pack_dir / MANIFEST
     os.replace(tmp, final)
     fsync_dir(pack_dir)

@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ..errors import DataprepError
+from ..pack.fields import MapGuard
 from ..serve.cache import open_split
 from .field import fields_of
 
@@ -44,6 +45,8 @@ class TabularDataset(Dataset):
         # mapped: one file per split as written (several shards are joined)
         self.arrays: dict[str, np.ndarray] = {k: (a.parts[0] if len(a.parts) == 1 else np.concatenate(a.parts))
                                               if hasattr(a, "parts") else a for k, a in c.arrays.items()}
+        mapped = [a for a in self.arrays.values() if isinstance(a, np.memmap)]
+        self._guard = MapGuard(mapped) if mapped else None
         m = self.manifest = c.manifest
         self.feature_columns: list[str] = list(m["fields"]["features"]["columns"])
         cat = m["fields"].get("categorical")
@@ -70,6 +73,8 @@ class TabularDataset(Dataset):
         return mean, std
 
     def _rows(self, idx) -> tuple[torch.Tensor, ...]:
+        if self._guard:
+            self._guard.check()
         a = self.arrays
         feats = torch.from_numpy(np.array(a["features"][idx]))
         y = np.asarray(a["target"][idx])

@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ..errors import DataprepError
+from ..pack.fields import MapGuard
 from ..serve.cache import open_split
 from .field import fields_of
 
@@ -27,6 +28,7 @@ class _TokenSplit:
                        kinds=("tokens",), modes=("ram", "mmap"))
         field = c.fields["tokens"]
         self.tokens, self.doc_offsets = c.arrays[field.tokens], c.arrays[field.offsets]
+        self.guard = MapGuard([self.tokens]) if isinstance(self.tokens, np.memmap) else None
         self.manifest = c.manifest
         self.eot_id = int(c.manifest["tokenizer"]["eot_id"])
 
@@ -78,6 +80,8 @@ class TokenDataset(Dataset):
         return len(self.starts)
 
     def _windows(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.data.guard:
+            self.data.guard.check()
         w = self.data.tokens[self.starts[idx][..., None] + np.arange(self.context + 1)]
         if self.dtype == "int64":
             w = w.astype(np.int64)
@@ -104,6 +108,8 @@ class TokenDataset(Dataset):
         return {"x": ((self.context,), dt), "y": ((self.context,), dt)}
 
     def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray]) -> None:
+        if self.data.guard:
+            self.data.guard.check()
         w = self.data.tokens[self.starts[np.asarray(idx, np.int64) % len(self)][:, None] + np.arange(self.context + 1)]
         out["x"][: len(idx)] = w[:, :-1]
         out["y"][: len(idx)] = w[:, 1:]
@@ -132,4 +138,6 @@ class DocumentDataset(Dataset):
             raise IndexError(f"index {i} out of range for {n} documents")
         i %= n
         a, b = self.data.doc_offsets[i], self.data.doc_offsets[i + 1] - 1
+        if self.data.guard:
+            self.data.guard.check()
         return torch.from_numpy(np.asarray(self.data.tokens[a:b]).astype(np.int64))

@@ -10,6 +10,7 @@ needs a window [lo, hi] mapped linearly onto the stored range.
 from __future__ import annotations
 
 import os
+import stat
 
 import numpy as np
 
@@ -22,6 +23,12 @@ VOLUME_EXTENSIONS = frozenset({".npy", ".tif", ".tiff"})
 def read_volume(path: str) -> np.ndarray:
     """The file's volume as a (D, H, W) array of its own dtype."""
     ext = os.path.splitext(path)[1].lower()
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise ImageDecodeError(path, "unreadable", e.strerror or str(e)) from None
+    if not stat.S_ISREG(st.st_mode):  # a FIFO would block the worker, a device never end
+        raise ImageDecodeError(path, "not a regular file")
     if ext == ".npy":
         arr = _read_npy(path)
     elif ext in (".tif", ".tiff"):

@@ -59,6 +59,16 @@ class ConcatReader:
         """Rows [a, b) of the stored array at `key` into `out`."""
         raise NotImplementedError
 
+    def _check_extent(self, key: str, shape, dtype, b: int, want: np.ndarray | np.dtype, row_shape: tuple) -> None:
+        """The stored array holds at least b rows of `row_shape` in the wanted dtype: rows come from the
+        manifest, and must never be read past the end of what is stored (nor from what follows it)."""
+        want_dtype = want.dtype if isinstance(want, np.ndarray) else np.dtype(want)
+        if len(shape) < 1 or int(shape[0]) < b or tuple(int(x) for x in shape[1:]) != tuple(row_shape):
+            raise PackError(f"{self.root}: {key} is stored as {list(shape)}, the manifest needs {b} rows of {list(row_shape)} "
+                            "(truncated or replaced)")
+        if np.dtype(dtype).newbyteorder("=") != want_dtype.newbyteorder("="):
+            raise PackError(f"{self.root}: {key} is stored as {np.dtype(dtype)}, the manifest says {want_dtype}")
+
     def _map(self, key: str, a: int, b: int) -> np.ndarray:
         raise PackError(f"{self.root}: {self.why_no_map}")
 

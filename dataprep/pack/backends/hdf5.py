@@ -95,6 +95,7 @@ class Hdf5Reader(ConcatReader):
 
     def _rows(self, key: str, a: int, b: int, out: np.ndarray) -> None:
         d = self._dset(key)
+        self._check_extent(key, d.shape, d.dtype, b, out, out.shape[1:])
         offset = d.id.get_offset() if d.chunks is None else None
         row = int(np.prod(d.shape[1:], dtype=np.int64)) * d.dtype.itemsize
         if offset is not None and out.flags.c_contiguous and out.dtype == d.dtype:
@@ -108,6 +109,7 @@ class Hdf5Reader(ConcatReader):
 
     def _map(self, key: str, a: int, b: int) -> np.ndarray:
         d = self._dset(key)
+        self._check_extent(key, d.shape, d.dtype, b, d.dtype, tuple(d.shape[1:]))
         offset = d.id.get_offset()
         if offset is None or d.compression is not None or d.chunks is not None:
             raise PackError(f"{self.root}: {key} is chunked or compressed; cache='mmap' needs contiguous uncompressed "

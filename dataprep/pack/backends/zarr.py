@@ -109,6 +109,11 @@ class ZarrReader(ConcatReader):
     def _rows(self, key: str, a: int, b: int, out: np.ndarray) -> None:
         m = self._meta(key)
         shape, c = m["shape"], m["chunk_grid"]["configuration"]["chunk_shape"][0]
+        try:
+            stored = np.dtype(m["data_type"])
+        except TypeError:
+            raise PackError(f"{self.root}/{key}: unknown data type {m['data_type']!r}") from None
+        self._check_extent(key, shape, stored, b, out, out.shape[1:])
         for i in range(a // c, (b - 1) // c + 1):
             f = self._chunk_file(key, i, len(shape))
             if not f.is_file():
