@@ -345,3 +345,18 @@ def test_a_shard_file_truncated_while_mapped_is_an_error_not_sigbus(index_tree, 
     assert r.returncode == 0, (r.returncode, r.stderr[-500:])  # -7 is SIGBUS
     lines = r.stdout.splitlines()
     assert len(lines) == 2 and all(ln.startswith("PackError") and "truncated to 200 bytes while mapped" in ln for ln in lines), r.stdout
+
+
+@pytest.mark.parametrize("cache", ["ram", "mmap"])
+def test_a_huge_declared_count_is_a_clear_error(pack, cache):
+    from dataprep import InMemoryImageDataset
+
+    def change(m):
+        for s in m["splits"]["train"]["shards"]:
+            s["count"] = 10**13  # labels alone would need 10 TB
+        m["splits"]["train"]["count"] = 10**13 * len(m["splits"]["train"]["shards"])
+
+    _edit_manifest(pack, change)
+    with pytest.raises(DataprepError, match=r"\.npy: holds .* expected|does not fit|available") as e:
+        InMemoryImageDataset(pack, cache=cache)
+    assert not isinstance(e.value, MemoryError)

@@ -15,6 +15,7 @@ rebase them, without knowing any kind (it holds for every pack of format version
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,6 +128,13 @@ def load_blob(split_dir: Path, shards: list[dict], blob: str, offsets: str, ctx:
     each shard's, as Segments) and one global offsets array (in items), checking both."""
     ctx = ctx or LoadContext()
     (total,), (noffs,) = blob_shapes(split_dir, shards, blob, offsets)
+    for s, n in zip(shards, counts(shards)):  # every record agrees with its shard before anything is allocated
+        opath, orec = _shard_file(split_dir, s, offsets)
+        if orec["shape"] != [n + 1] or (orec.get("bytes") is not None and int(orec["bytes"]) < 8 * (n + 1)):
+            raise PackError(f"{opath}: holds {orec['shape']} offsets ({orec.get('bytes')} bytes) for {n} samples")
+        bpath, brec = _shard_file(split_dir, s, blob)
+        if brec.get("bytes") is not None and int(brec["bytes"]) < int(brec["shape"][0]) * np.dtype(dtype).itemsize:
+            raise PackError(f"{bpath}: its record says {brec['bytes']} bytes, too few for {brec['shape'][0]} items")
     if _whole_arrays(ctx, shards):
         return _load_blob_whole(split_dir, shards, blob, offsets, ctx, map_data, total, noffs, dtype)
     data = None if map_data else ctx.alloc(blob, (total,), dtype)
@@ -159,13 +167,18 @@ def load_rows(split_dir: Path, shards: list[dict], name: str, dtype: np.dtype, r
     or map each shard's (as Segments)."""
     ctx = ctx or LoadContext()
     whole = _whole_arrays(ctx, shards)
-    out = None if map_data else ctx.alloc(name, rows_shape(shards, row_shape), dtype)
-    parts = []
-    start = 0
-    for s, n in zip(shards, counts(shards)):
+    files = []
+    for s, n in zip(shards, counts(shards)):  # every record agrees with its shard before anything is allocated
         path, rec = _shard_file(split_dir, s, name)
         if rec["shape"] != [n, *row_shape] or rec.get("dtype") != dtype.str:
             raise PackError(f"{path}: holds {rec.get('dtype')} {rec['shape']}, expected {dtype.str} {[n, *row_shape]}")
+        if rec.get("bytes") is not None and int(rec["bytes"]) < n * math.prod(row_shape) * dtype.itemsize:
+            raise PackError(f"{path}: its record says {rec['bytes']} bytes, too few for {n} rows of {list(row_shape)} {dtype.str}")
+        files.append((path, rec, n))
+    out = None if map_data else ctx.alloc(name, rows_shape(shards, row_shape), dtype)
+    parts = []
+    start = 0
+    for path, rec, n in files:
         if whole:
             continue
         if map_data:

@@ -96,7 +96,11 @@ def open_split(pack: str | os.PathLike, split: str, fields_of: Callable[[dict[st
         generic = {name: key for f in fields.values() for name, key in f.stored().items()}
         arrays = {generic.get(k, k): v for k, v in segment.arrays.items()}
     else:
-        arrays = load(ctx)
+        try:
+            arrays = load(ctx)
+        except MemoryError:
+            raise DataprepError(f"{pack}/{split}: the manifest declares {total / 1e9:,.1f} GB of arrays and they do not fit in "
+                                f"memory; if the pack is not that large, its manifest is damaged (run dataprep verify {pack})") from None
     if report:
         report.done()
     for a in arrays.values():
