@@ -360,3 +360,108 @@ def test_a_huge_declared_count_is_a_clear_error(pack, cache):
     with pytest.raises(DataprepError, match=r"\.npy: holds .* expected|does not fit|available") as e:
         InMemoryImageDataset(pack, cache=cache)
     assert not isinstance(e.value, MemoryError)
+
+
+# -- processes that outlive their parent, segments that outlive their users -----------------------------
+TRAINER = """
+import os, sys, time
+from dataprep import InMemoryImageDataset, Loader
+ds = InMemoryImageDataset(sys.argv[1], cache=sys.argv[2])
+loader = Loader(ds, 4, shuffle=True, num_workers=2, crop=(16, 16))
+next(iter(loader))
+print(" ".join(str(p.pid) for p in loader._procs), flush=True)
+if sys.argv[3] == "hang":
+    time.sleep(600)
+# else: a normal exit, without loader.close()
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _gone_within(pids, seconds=10.0) -> bool:
+    import time
+
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if not any(_alive(p) for p in pids):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_loader_workers_exit_when_the_trainer_is_killed(pack):
+    import signal
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", TRAINER, str(pack), "ram", "hang"], stdout=subprocess.PIPE, text=True)
+    workers = [int(x) for x in p.stdout.readline().split()]
+    assert len(workers) == 2 and all(_alive(w) for w in workers)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait(timeout=10)
+    p.stdout.close()
+    try:
+        assert _gone_within(workers), "loader workers outlived the trainer"
+    finally:
+        for w in workers:
+            if _alive(w):
+                os.kill(w, signal.SIGKILL)
+
+
+def test_a_shm_segment_is_released_on_a_normal_exit_without_close(pack, tmp_path):
+    import subprocess
+    import sys
+
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    env = {**os.environ, "DATAPREP_SHM_DIR": str(shm)}
+    r = subprocess.run([sys.executable, "-c", TRAINER, str(pack), "shm", "exit"], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-400:]
+    workers = [int(x) for x in r.stdout.split()]
+    assert _gone_within(workers)
+    assert not [p.name for p in shm.iterdir() if p.name.startswith("dataprep-")], "the segment outlived its last user"
+
+
+def test_build_workers_exit_when_the_driver_is_killed(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from dataprep.synthetic import write_tree
+
+    tree = write_tree(tmp_path / "src", classes=2, per_class=8, sizes=((64, 80),)) / "train"
+    victim = sorted(tree.rglob("*.JPEG"))[9]
+    fifo = tmp_path / "plug.fifo"
+    os.mkfifo(fifo)
+    from .test_faults import STALLED_CLI
+
+    env = {**os.environ, "DATAPREP_TEST_VICTIM": str(victim), "DATAPREP_TEST_PLUG": str(fifo)}
+    p = subprocess.Popen([sys.executable, "-c", STALLED_CLI, "build", "folder", str(tree), "--out", str(tmp_path / "out"),
+                          "--size", "32", "--shard-size", "2", "-j", "2", "--no-progress"], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    kids = []
+    while time.time() < deadline and len(kids) < 2:
+        try:
+            with open(f"/proc/{p.pid}/task/{p.pid}/children") as f:
+                kids = [int(x) for x in f.read().split()]
+        except FileNotFoundError:
+            pass
+        time.sleep(0.1)
+    assert len(kids) == 2
+    time.sleep(1.0)  # one worker now waits on the plug, the other on the queue
+    os.kill(p.pid, signal.SIGKILL)  # the driver alone, as an OOM killer would
+    p.wait(timeout=10)
+    try:
+        assert _gone_within(kids), "build workers outlived their driver"
+    finally:
+        for k in kids:
+            if _alive(k):
+                os.kill(k, signal.SIGKILL)

@@ -5,8 +5,11 @@ naming the shards in flight, never a hang; Ctrl-C stops every worker before it p
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import signal
 import sys
+import threading
+import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Sequence
@@ -20,7 +23,23 @@ from ..errors import DataprepError, WorkerError
 _CTX = "fork" if "fork" in mp.get_all_start_methods() and sys.platform.startswith("linux") else "spawn"
 
 
-def _init_worker() -> None:
+def exit_with_parent(parent: int | None = None, every: float = 0.5) -> None:
+    """In a worker process: exit as soon as the process that started it is gone (SIGKILLed, or crashed),
+    instead of waiting forever on a pipe another worker still holds open. A daemon thread compares the
+    parent pid every `every` seconds (a parent-death signal would be tied to the thread that forked)."""
+    parent = os.getppid() if parent is None else parent
+
+    def watch() -> None:
+        while True:
+            time.sleep(every)
+            if os.getppid() != parent:
+                os._exit(1)  # nothing of ours to clean up: temporaries are the next run's (or --resume's) business
+
+    threading.Thread(target=watch, name="dataprep-parent-watch", daemon=True).start()
+
+
+def _init_worker(parent: int | None = None) -> None:
+    exit_with_parent(parent)
     # The driver owns Ctrl-C: it stops the pool and cleans up; workers must not die mid-write on their own.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -52,7 +71,8 @@ def run_tasks(
                 on_result(i, results[i])
         return results
     pool = ProcessPoolExecutor(
-        max_workers=min(workers, len(tasks)), mp_context=mp.get_context(_CTX), initializer=_init_worker
+        max_workers=min(workers, len(tasks)), mp_context=mp.get_context(_CTX), initializer=_init_worker,
+        initargs=(os.getpid(),),
     )
     pending: dict[Future, int] = {}
     todo = iter(range(len(tasks)))

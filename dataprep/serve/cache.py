@@ -203,6 +203,7 @@ class ShmSegment:
             os.close(users_fd)
             raise
         seg = cls(path, users_fd, arrays, created)
+        _USER_FDS.add(users_fd)
         # multiprocessing's Finalize, not weakref.finalize: it also runs when a DataLoader or Loader
         # worker (a multiprocessing child, which never runs atexit) exits, so a segment attached in a
         # worker (a resolution switched to there) is released too.
@@ -278,6 +279,25 @@ def _map(path: Path) -> mmap.mmap:
         return mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
 
 
+# This process's "users" lock descriptors. A forked child (a Loader or DataLoader worker) shares them with its
+# parent, and a flock lasts while any process holds the description: a worker still alive when the parent's
+# release runs at exit would keep the segment in /dev/shm. The child closes its copies at once; its mapping
+# stays valid, and the parent's lock keeps the segment for as long as the parent uses it.
+_USER_FDS: set[int] = set()
+
+
+def _forget_inherited_locks() -> None:
+    for fd in list(_USER_FDS):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _USER_FDS.clear()
+
+
+os.register_at_fork(after_in_child=_forget_inherited_locks)
+
+
 def _release(users_fd: int, path: Path, pid: int) -> None:
     """Drop this process's use of the segment; the last user removes it.
 
@@ -287,6 +307,7 @@ def _release(users_fd: int, path: Path, pid: int) -> None:
     if os.getpid() != pid:
         return  # a forked child inherited the object: the parent owns the lock
     try:
+        _USER_FDS.discard(users_fd)
         os.close(users_fd)
         fill_fd = os.open(_lock_dir() / f"{path.name}.fill", os.O_RDWR)
     except OSError:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import mmap
 import multiprocessing as mp
+import os
 import signal
 from multiprocessing.connection import wait
 from typing import Iterable, Iterator
@@ -27,6 +28,7 @@ from typing import Iterable, Iterator
 import numpy as np
 import torch
 
+from ..engine.local import exit_with_parent
 from ..errors import DataprepError, WorkerError
 
 
@@ -136,7 +138,9 @@ class Loader:
         ctx = mp.get_context("fork")
         for w in range(self.num_workers):
             mine, theirs = ctx.Pipe()
-            p = ctx.Process(target=_worker, args=(self.dataset, ring, theirs), daemon=True, name=f"dataprep-loader-{w}")
+            # the child closes its copies of every parent-side end, so a dead parent is an EOF, never a hang
+            p = ctx.Process(target=_worker, args=(self.dataset, ring, theirs, [mine, *self._pipes], os.getpid()),
+                            daemon=True, name=f"dataprep-loader-{w}")
             p.start()
             theirs.close()
             self._pipes.append(mine)
@@ -251,7 +255,10 @@ class Loader:
         raise DataprepError(f"loader worker failed on batch {msg[2]}: {msg[3]}")
 
 
-def _worker(dataset, ring: dict[str, np.ndarray], conn) -> None:
+def _worker(dataset, ring: dict[str, np.ndarray], conn, parent_ends: list, parent: int) -> None:
+    for end in parent_ends:
+        end.close()
+    exit_with_parent(parent)  # a SIGKILLed trainer leaves no worker behind
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process owns Ctrl-C and stops us
     try:
         import cv2
