@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader
 from dataprep.pack.backends import read_manifest
 from dataprep.images.build import build_images
 from dataprep.serve import cache as cache_mod
+from dataprep.serve import shm as shm_mod
 from dataprep.images.dataset import InMemoryImageDataset
 from dataprep.errors import DataprepError, PackError
 from dataprep.pack.fields import Segments
@@ -41,10 +42,10 @@ def packs(index_tree, tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def no_leftover_segments():
-    before = set(cache_mod.list_segments())
+    before = set(shm_mod.list_segments())
     yield
     gc.collect()
-    assert set(cache_mod.list_segments()) == before, "a test left a shared-memory segment behind"
+    assert set(shm_mod.list_segments()) == before, "a test left a shared-memory segment behind"
 
 
 @pytest.mark.parametrize("kind", ["raw", "jpeg", "varsize"])
@@ -119,10 +120,10 @@ def test_a_segment_left_by_a_crash_is_reused(packs):
 
 
 def test_a_half_filled_or_damaged_segment_is_replaced(packs):
-    name = cache_mod.segment_name(read_manifest(packs["raw"]), "train/image")
-    half = cache_mod.SHM_DIR / f"{name}.tmp-99999"
+    name = shm_mod.segment_name(read_manifest(packs["raw"]), "train/image")
+    half = shm_mod.SHM_DIR / f"{name}.tmp-99999"
     half.write_bytes(b"\0" * 100)  # a filler that died mid-copy
-    wrong = cache_mod.SHM_DIR / name
+    wrong = shm_mod.SHM_DIR / name
     wrong.write_bytes(b"not a segment")  # a segment of the wrong size
     ds = InMemoryImageDataset(packs["raw"], cache="shm", as_numpy=True)
     assert ds._cached.segment.created and not half.exists()

@@ -79,7 +79,7 @@ def test_keep_resolutions_lets_the_previous_one_go(multires):
 
 @pytest.mark.parametrize("cache", ["mmap", "shm"])
 def test_progressive_run_reaches_persistent_workers(multires, cache):
-    from dataprep.serve.cache import list_segments
+    from dataprep.serve.shm import list_segments
 
     before = set(list_segments())
     ds = InMemoryImageDataset(multires, resolution=16, cache=cache)
