@@ -121,9 +121,9 @@ def test_a_segment_left_by_a_crash_is_reused(packs):
 
 def test_a_half_filled_or_damaged_segment_is_replaced(packs):
     name = shm_mod.segment_name(read_manifest(packs["raw"]), "train/image")
-    half = shm_mod.SHM_DIR / f"{name}.tmp-99999"
+    half = shm_mod.segment_dir() / f"{name}.tmp-99999"
     half.write_bytes(b"\0" * 100)  # a filler that died mid-copy
-    wrong = shm_mod.SHM_DIR / name
+    wrong = shm_mod.segment_dir() / name
     wrong.write_bytes(b"not a segment")  # a segment of the wrong size
     ds = InMemoryImageDataset(packs["raw"], cache="shm", as_numpy=True)
     assert ds._cached.segment.created and not half.exists()

@@ -3,6 +3,7 @@ that disagree with themselves. Each case here was reproduced on the code before 
 import json
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -395,6 +396,14 @@ def _gone_within(pids, seconds=10.0) -> bool:
     return False
 
 
+def _reap(pids) -> None:
+    import signal
+
+    for pid in pids:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_loader_workers_exit_when_the_trainer_is_killed(pack):
     import signal
     import subprocess
@@ -409,9 +418,7 @@ def test_loader_workers_exit_when_the_trainer_is_killed(pack):
     try:
         assert _gone_within(workers), "loader workers outlived the trainer"
     finally:
-        for w in workers:
-            if _alive(w):
-                os.kill(w, signal.SIGKILL)
+        _reap(workers)
 
 
 def test_a_shm_segment_is_released_on_a_normal_exit_without_close(pack, tmp_path):
@@ -425,7 +432,8 @@ def test_a_shm_segment_is_released_on_a_normal_exit_without_close(pack, tmp_path
     assert r.returncode == 0, r.stderr[-400:]
     workers = [int(x) for x in r.stdout.split()]
     assert _gone_within(workers)
-    assert not [p.name for p in shm.iterdir() if p.name.startswith("dataprep-")], "the segment outlived its last user"
+    left = [p.name for p in shm.rglob("dataprep-*") if p.is_file() and not p.name.endswith((".fill", ".users"))]
+    assert not left, "the segment outlived its last user"
 
 
 def test_build_workers_exit_when_the_driver_is_killed(tmp_path):
@@ -462,6 +470,174 @@ def test_build_workers_exit_when_the_driver_is_killed(tmp_path):
     try:
         assert _gone_within(kids), "build workers outlived their driver"
     finally:
-        for k in kids:
-            if _alive(k):
-                os.kill(k, signal.SIGKILL)
+        _reap(kids)
+
+
+# -- the /dev/shm cache across local users --------------------------------------------------------------------
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to fork a child that drops to another user (uid 65534)")
+
+
+def _as_other_user(fn) -> dict:
+    """Run fn() in a forked child that has dropped to uid/gid 65534 (nobody); give what it returned."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            out = fn()
+        except BaseException as e:  # noqa: BLE001 - reported to the parent
+            out = {"error": f"{type(e).__name__}: {e}"}
+        os.write(w, json.dumps(out).encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+def _try(fn) -> str:
+    try:
+        fn()
+        return "ok"
+    except OSError as e:
+        return type(e).__name__
+
+
+@pytest.fixture
+def shm_base(monkeypatch):
+    import tempfile
+
+    from dataprep.serve import shm as shm_mod
+
+    base = tempfile.mkdtemp(prefix="dataprep-shm-test-", dir="/tmp")
+    os.chmod(base, 0o1777)  # as /dev/shm: everyone may create, nobody may remove what is not theirs
+    monkeypatch.setattr(shm_mod, "SHM_DIR", Path(base))
+    yield Path(base)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@needs_root
+def test_another_user_can_neither_read_plant_truncate_nor_block(pack, shm_base):
+    import gc
+
+    from dataprep import InMemoryImageDataset
+    from dataprep.serve import shm as shm_mod
+
+    ds = InMemoryImageDataset(pack, cache="shm")
+    seg = Path(ds.segment)
+    mine = seg.parent
+    assert mine.name == f"dataprep-{os.getuid()}" and (os.stat(mine).st_mode & 0o777) == 0o700
+    assert (os.stat(seg).st_mode & 0o777) == 0o600
+    locks = [mine / f"{seg.name}.fill", mine / f"{seg.name}.users"]
+    assert all((os.stat(p).st_mode & 0o777) == 0o600 for p in locks)
+
+    def attack():
+        import fcntl
+
+        return {"list": _try(lambda: os.listdir(mine)),
+                "read": _try(lambda: open(seg, "rb").read(10)),
+                "truncate": _try(lambda: os.truncate(seg, 10)),
+                "plant": _try(lambda: open(mine / "dataprep-planted", "wb").write(b"x")),
+                "block": _try(lambda: fcntl.flock(os.open(locks[0], os.O_RDWR), fcntl.LOCK_EX))}
+
+    got = _as_other_user(attack)
+    assert got == {k: "PermissionError" for k in ("list", "read", "truncate", "plant", "block")}, got
+    labels = ds.labels.copy()
+    del ds
+    gc.collect()
+    assert not seg.exists()
+    # a second attach after the attempts: the victim's data, intact
+    assert np.array_equal(InMemoryImageDataset(pack, cache="shm").labels, labels)
+    assert shm_mod.segment_dir() == mine
+
+
+@needs_root
+@pytest.mark.parametrize("planted", ["directory", "symlink"])
+def test_a_directory_planted_under_the_victims_name_is_refused(pack, shm_base, planted):
+    from dataprep import InMemoryImageDataset
+
+    target = shm_base / f"dataprep-{os.getuid()}"
+
+    def plant():
+        if planted == "directory":
+            os.mkdir(target, 0o777)
+            os.chmod(target, 0o777)
+        else:
+            os.mkdir(shm_base / "attacker", 0o777)
+            os.symlink(shm_base / "attacker", target)
+        return {"ok": True}
+
+    assert _as_other_user(plant) == {"ok": True}
+    with pytest.raises(DataprepError, match="refusing"):
+        InMemoryImageDataset(pack, cache="shm")
+
+
+def test_a_segment_of_other_content_under_the_right_name_is_not_trusted(pack, tmp_path, shm_base, index_tree):
+    """Same user: a segment whose header names another manifest is replaced; one whose bytes were changed
+    after filling is caught by verify=True on attach (it used to be checked only when filling)."""
+    import gc
+
+    from dataprep import InMemoryImageDataset
+
+    other = tmp_path / "other"
+    build_images(scan_imagenet(index_tree), other, BuildSettings(workers=1, shard_size=5), ImageSettings(size=24))
+    ds = InMemoryImageDataset(pack, cache="shm")
+    seg = Path(ds.segment)
+    theirs = InMemoryImageDataset(other, cache="shm")
+    keep = seg.read_bytes()
+    del ds
+    gc.collect()
+    shutil.copyfile(theirs.segment, seg)  # well formed, the other pack's, under this pack's name
+    os.chmod(seg, 0o600)
+    ds = InMemoryImageDataset(pack, cache="shm")
+    assert ds._cached.segment.created  # not trusted: filled anew
+    labels = ds.labels.copy()
+    del ds
+    gc.collect()
+    seg.write_bytes(keep)  # the right header...
+    os.chmod(seg, 0o600)
+    with open(seg, "r+b") as f:  # ...and one changed label
+        raw = bytearray(f.read())
+        i = len(raw) - 1
+        while raw[i] == 0:
+            i -= 1
+        f.seek(i)
+        f.write(bytes([raw[i] ^ 1]))
+    ds = InMemoryImageDataset(pack, cache="shm")  # without verify the header is trusted
+    assert not ds._cached.segment.created
+    with pytest.raises(PackError, match="differs from the pack's checksum"):
+        InMemoryImageDataset(pack, cache="shm", verify=True)
+    del ds, theirs
+    gc.collect()
+    assert np.array_equal(InMemoryImageDataset(pack, cache="shm", verify=True).labels, labels)
+
+
+def test_a_lock_held_forever_is_a_timeout_naming_its_holder(pack, shm_base, monkeypatch):
+    import subprocess
+    import sys
+
+    from dataprep import InMemoryImageDataset
+    from dataprep.pack.backends import read_manifest
+    from dataprep.serve import shm as shm_mod
+
+    name = shm_mod.segment_name(read_manifest(pack), "train/image")
+    lock = shm_mod.segment_dir() / f"{name}.fill"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time\n"
+        f"fd = os.open({str(lock)!r}, os.O_CREAT | os.O_RDWR, 0o600)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, str(os.getpid()).encode()); print('held', flush=True)\n"
+        "time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        monkeypatch.setenv("DATAPREP_SHM_TIMEOUT", "1")
+        with pytest.raises(DataprepError, match=rf"waited 1 s for this lock; it is held by pid {holder.pid}"):
+            InMemoryImageDataset(pack, cache="shm")
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    assert len(InMemoryImageDataset(pack, cache="shm")) == 18  # free again: no timeout

@@ -79,7 +79,8 @@ def open_split(pack: str | os.PathLike, split: str, fields_of: Callable[[dict[st
     segment = None
     if cache == "shm":
         segment = ShmSegment.attach(pack, m, f"{split}/{next(iter(fields))}", plan,
-                                    lambda alloc: load(LoadContext(verify, alloc, False, ctx.progress, reader)))
+                                    lambda alloc: load(LoadContext(verify, alloc, False, ctx.progress, reader)),
+                                    verify, split)
         generic = {name: key for f in fields.values() for name, key in f.stored().items()}
         arrays = {generic.get(k, k): v for k, v in segment.arrays.items()}
     else:

@@ -1,18 +1,30 @@
 """Shared-memory segments: one copy of a split per machine, in a file under /dev/shm that every process and
-rank maps. Two lock files per segment: "fill" is held exclusively, briefly, to check for the segment and
-fill it if missing (a temporary file, published by rename); "users" is held shared by every process
-attached. The last user to leave (its exclusive try on "users", under "fill") removes the segment. A
-segment a crash left behind is complete (it was renamed only when full) and is reused; a half-filled
-temporary one is replaced.
+rank of one user maps. Two lock files per segment: "fill" is held exclusively, briefly, to check for the
+segment and fill it if missing (a temporary file, published by rename); "users" is held shared by every
+process attached. The last user to leave (its exclusive try on "users", under "fill") removes the
+segment. A segment a crash left behind is complete (it was renamed only when full) and is reused; a
+half-filled temporary one is replaced.
+
+Other local users are not trusted. Segments and their locks live in a directory of this user's own,
+`SHM_DIR/dataprep-UID` (mode 0700), so nobody else can read a segment, plant one, truncate one or hold
+its locks; every file is opened with O_NOFOLLOW (temporaries with O_EXCL too) and checked with fstat (a
+regular file, ours, private) before anything in it is trusted. A segment's header carries the digest
+of the manifest and split it was filled from and the filler's uid; `verify=True` also checks its bytes
+against the manifest's checksums on attach, not only when filling. Lock waits time out
+(DATAPREP_SHM_TIMEOUT seconds, default 600) with a message naming the holder's pid. Sharing one segment
+between users is an explicit opt-in: DATAPREP_SHM_GROUP=<group> puts segments in `dataprep-g<GID>`
+(mode 2770), readable and writable by that group's members, trusted as far as they are.
 """
 from __future__ import annotations
 
 import fcntl
+import grp
 import hashlib
 import json
 import mmap
 import os
-import tempfile
+import stat
+import time
 from dataclasses import dataclass, field
 from multiprocessing import util as mp_util
 from pathlib import Path
@@ -23,25 +35,132 @@ import numpy as np
 from ..errors import DataprepError, PackError
 
 SHM_DIR = Path(os.environ.get("DATAPREP_SHM_DIR", "/dev/shm"))
-_MAGIC = b"DPSHM\x00v1"
+_MAGIC = b"DPSHM\x00v2"
 _ALIGN = 4096
+_OPEN = os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _nbytes(shape, dtype) -> int:
     return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
 
 
-def _lock_dir() -> Path:
-    d = Path(tempfile.gettempdir()) / "dataprep-locks"
-    d.mkdir(exist_ok=True)
+def _timeout() -> float:
+    return float(os.environ.get("DATAPREP_SHM_TIMEOUT", "600"))
+
+
+def _group() -> int | None:
+    """The group segments are shared with (DATAPREP_SHM_GROUP, a name or a gid), or None: this user only."""
+    g = os.environ.get("DATAPREP_SHM_GROUP")
+    if not g:
+        return None
+    try:
+        return int(g) if g.isdigit() else grp.getgrnam(g).gr_gid
+    except KeyError:
+        raise DataprepError(f"DATAPREP_SHM_GROUP={g!r}: no such group") from None
+
+
+def segment_dir() -> Path:
+    """This user's directory of segments and locks (or the opted-in group's), made if missing; refused when
+    what stands there is not exactly what it would have made: a symlink, not a directory, owned by someone
+    else, or open to other users."""
+    group = _group()
+    d = SHM_DIR / (f"dataprep-{os.getuid()}" if group is None else f"dataprep-g{group}")
+    mode = 0o700 if group is None else 0o2770
+    try:
+        os.mkdir(d, mode)
+        if group is not None:
+            os.chown(d, -1, group)
+        os.chmod(d, mode)  # whatever the umask took away
+    except FileExistsError:
+        pass
+    except OSError as e:
+        raise DataprepError(f"{d}: cannot make the shared-memory directory ({e.strerror or e}); use cache='mmap' "
+                            "or set DATAPREP_SHM_DIR") from None
+    st = os.lstat(d)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise DataprepError(f"{d}: is a symlink or not a directory; refusing to keep shared memory there (remove it)")
+    if group is None and (st.st_uid != os.getuid() or st.st_mode & 0o077):
+        raise DataprepError(f"{d}: owned by uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):o}, not a directory private "
+                            f"to you (uid {os.getuid()}); refusing to trust it (remove it, or set DATAPREP_SHM_DIR)")
+    if group is not None and (st.st_gid != group or st.st_mode & 0o007):
+        raise DataprepError(f"{d}: group {st.st_gid} and mode {stat.S_IMODE(st.st_mode):o}, not private to group {group}; "
+                            "refusing to trust it")
     return d
+
+
+def _trusted(fd: int, path: Path, size: int | None = None) -> str | None:
+    """Why the open file must not be trusted (None: it may): not a regular file, someone else's, readable by
+    others, or not of `size`."""
+    st = os.fstat(fd)
+    group = _group()
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if group is None and (st.st_uid != os.getuid() or st.st_mode & 0o077):
+        return f"owned by uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}"
+    if group is not None and (st.st_gid != group or st.st_mode & 0o007):
+        return f"group {st.st_gid}, mode {stat.S_IMODE(st.st_mode):o}"
+    if size is not None and st.st_size != size:
+        return f"{st.st_size} bytes, not {size}"
+    return None
+
+
+def _open_lock(path: Path) -> int:
+    mode = 0o600 if _group() is None else 0o660
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_RDWR | _OPEN, mode)
+    except OSError as e:
+        raise DataprepError(f"{path}: cannot open the lock file ({e.strerror or e})") from None
+    why = _trusted(fd, path)
+    if why:
+        os.close(fd)
+        raise DataprepError(f"{path}: a lock file that is {why}; refusing to trust it (remove it)")
+    return fd
+
+
+def _lock(fd: int, how: int, path: Path, holder: Path | None = None, timeout: float | None = None) -> None:
+    """flock with a deadline: a process that holds the lock forever is named, not waited for forever."""
+    timeout = _timeout() if timeout is None else timeout
+    deadline, pause = time.monotonic() + timeout, 0.005
+    while True:
+        try:
+            fcntl.flock(fd, how | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                who = _holder(holder) if holder else None
+                raise DataprepError(f"{path}: waited {timeout:.0f} s for this lock"
+                                    + (f"; it is held by pid {who}" if who else "")
+                                    + " (a stuck process filling or leaving a shared-memory segment: stop it, or run "
+                                    "`dataprep cache clean`)") from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.25)
+
+
+def _holder(path: Path) -> int | None:
+    """The pid the fill lock's holder wrote into it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _OPEN)
+        try:
+            return int(os.read(fd, 32).decode().strip() or 0) or None
+        finally:
+            os.close(fd)
+    except (OSError, ValueError):
+        return None
+
+
+def _say_holder(fd: int) -> None:
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
 
 
 def segment_name(manifest: dict[str, Any], split: str) -> str:
     """Named after the manifest (which holds every shard's checksum): the same pack content gives the
     same segment, whatever its backend or path; a rebuilt pack a new one."""
-    digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode() + b"\0" + split.encode()).hexdigest()
-    return f"dataprep-{digest[:24]}"
+    return f"dataprep-{_digest(manifest, split)[:24]}"
+
+
+def _digest(manifest: dict[str, Any], split: str) -> str:
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode() + b"\0" + split.encode()).hexdigest()
 
 
 @dataclass
@@ -53,24 +172,39 @@ class ShmSegment:
 
     @classmethod
     def attach(cls, pack: Path, manifest: dict[str, Any], split: str, plan: list,
-               fill: Callable[[Callable], dict[str, Any]]) -> "ShmSegment":
+               fill: Callable[[Callable], dict[str, Any]], verify: bool = False, shard_split: str | None = None) -> "ShmSegment":
+        """The segment of `split` (a split and what of it is held, e.g. "train/image@128"), filled by `fill`
+        if it is missing or not to be trusted; with `verify`, its bytes are checked against the checksums
+        of `shard_split`'s shard files in the manifest, however it came to be there."""
+        d = segment_dir()
         name = segment_name(manifest, split)
-        path = SHM_DIR / name
+        path = d / name
+        digest = _digest(manifest, split)
         offsets, total = _offsets(plan)
-        fill_fd = os.open(_lock_dir() / f"{name}.fill", os.O_CREAT | os.O_RDWR, 0o666)
-        users_fd = os.open(_lock_dir() / f"{name}.users", os.O_CREAT | os.O_RDWR, 0o666)
+        fill_fd = _open_lock(d / f"{name}.fill")
+        users_fd = _open_lock(d / f"{name}.users")
         try:
             created = False
-            fcntl.flock(fill_fd, fcntl.LOCK_EX)  # one process checks or fills at a time; held briefly
+            _lock(fill_fd, fcntl.LOCK_EX, path, d / f"{name}.fill")  # one process checks or fills at a time
             try:
-                if not _complete(path, total):
-                    _create(path, pack, split, plan, offsets, total, fill)
+                _say_holder(fill_fd)
+                seg_fd = _open_complete(path, total, digest)
+                if seg_fd is None:
+                    _create(path, pack, split, plan, offsets, total, fill, digest)
                     created = True
-                fcntl.flock(users_fd, fcntl.LOCK_SH)  # a user until released: the segment stays
+                    seg_fd = _open_complete(path, total, digest)
+                    if seg_fd is None:  # pragma: no cover - we just made it
+                        raise DataprepError(f"{path}: the segment just filled does not check out")
+                _lock(users_fd, fcntl.LOCK_SH, path)  # a user until released: the segment stays
             finally:
                 fcntl.flock(fill_fd, fcntl.LOCK_UN)
                 os.close(fill_fd)
-            arrays = _views(_map(path), plan, offsets)
+            try:
+                arrays = _views(mmap.mmap(seg_fd, 0, prot=mmap.PROT_READ), plan, offsets)
+            finally:
+                os.close(seg_fd)
+            if verify and not created:
+                _verify(arrays, manifest, shard_split or split.split("/")[0], path)
         except BaseException:
             os.close(users_fd)
             raise
@@ -91,31 +225,47 @@ def _offsets(plan) -> tuple[dict[str, int], int]:
     return out, pos
 
 
-def _complete(path: Path, total: int) -> bool:
+def _open_complete(path: Path, total: int, digest: str) -> int | None:
+    """A descriptor of the segment at `path` when it is complete and ours to trust: a regular private file of
+    this user (or group) of the right size whose header names this manifest and split; else None."""
     try:
-        with open(path, "rb") as f:
-            return os.fstat(f.fileno()).st_size == total and f.read(len(_MAGIC)) == _MAGIC
+        fd = os.open(path, os.O_RDONLY | _OPEN)
     except OSError:
-        return False
+        return None
+    try:
+        if _trusted(fd, path, total) is None:
+            head = os.pread(fd, _ALIGN, 0)
+            if head.startswith(_MAGIC):
+                n = int.from_bytes(head[len(_MAGIC) : len(_MAGIC) + 8], "little")
+                header = json.loads(head[len(_MAGIC) + 8 : len(_MAGIC) + 8 + n])
+                if header.get("digest") == digest and (_group() is not None or header.get("uid") == os.getuid()):
+                    return fd
+    except (OSError, ValueError, UnicodeDecodeError, AttributeError):
+        pass
+    os.close(fd)
+    return None
 
 
-def _create(path: Path, pack: Path, split: str, plan, offsets: dict[str, int], total: int, fill) -> None:
+def _create(path: Path, pack: Path, split: str, plan, offsets: dict[str, int], total: int, fill, digest: str) -> None:
     for stale in list(path.parent.glob(path.name + ".tmp-*")) + [path]:
-        stale.unlink(missing_ok=True)  # a crash mid-fill, or a segment of the wrong size
+        stale.unlink(missing_ok=True)  # a crash mid-fill, or a segment not to be trusted (we hold the fill lock)
     st = os.statvfs(path.parent)
     if st.f_bavail * st.f_frsize < total:
         raise DataprepError(
             f"{path.parent}: {total / 1e9:.2f} GB needed for {pack}/{split} with cache='shm', "
             f"{st.f_bavail * st.f_frsize / 1e9:.2f} GB free; use cache='mmap' or enlarge {path.parent}"
         )
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
+    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_RDWR | _OPEN, 0o600 if _group() is None else 0o640)
     try:
-        with open(tmp, "w+b") as f:
+        with os.fdopen(fd, "w+b") as f:
             f.truncate(total)
             mm = mmap.mmap(f.fileno(), total)
-            header = json.dumps({"pack": str(pack.resolve()), "split": split, "layout": [[k, list(s), np.dtype(d).str] for k, s, d in plan]}).encode()
-            if len(_MAGIC) + 8 + len(header) > _ALIGN:
-                header = b"{}"
+            meta = {"digest": digest, "uid": os.getuid(), "split": split, "pack": str(pack.resolve()),
+                    "layout": [[k, list(s), np.dtype(d).str] for k, s, d in plan]}
+            header = json.dumps(meta).encode()
+            if len(_MAGIC) + 8 + len(header) > _ALIGN:  # a long layout is not needed to trust the segment
+                header = json.dumps({k: meta[k] for k in ("digest", "uid", "split")}).encode()
             _fill_into(mm, plan, offsets, fill, f"{pack}/{split}")
             mm[len(_MAGIC) : len(_MAGIC) + 8] = len(header).to_bytes(8, "little")
             mm[len(_MAGIC) + 8 : len(_MAGIC) + 8 + len(header)] = header
@@ -125,6 +275,29 @@ def _create(path: Path, pack: Path, split: str, plan, offsets: dict[str, int], t
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _verify(arrays: dict[str, np.ndarray], manifest: dict[str, Any], split: str, path: Path) -> None:
+    """Each array's rows of each shard, hashed as that shard's .npy file (header and data, offsets made local
+    again), must give the manifest's sha256."""
+    from ..pack.backends.layout import plan_arrays
+    from ..pack.shard import npy_header_bytes
+
+    plans = plan_arrays(manifest, split)
+    shards = manifest["splits"][split]["shards"]
+    for name, arr in arrays.items():
+        p = plans.get(name)
+        if p is None:
+            raise PackError(f"{path}: holds {name}, which split {split} of the manifest does not")
+        for k, (start, rows) in enumerate(zip(p.starts, p.shard_rows)):
+            piece = np.asarray(arr[start : start + rows])
+            if p.is_offsets and rows:
+                piece = piece - piece[0]
+            sha = hashlib.sha256(npy_header_bytes(p.dtype.str, (rows, *p.row_shape)))
+            sha.update(np.ascontiguousarray(piece, p.dtype).reshape(-1).view(np.uint8))
+            if sha.hexdigest() != shards[k]["files"][f"{name}.npy"]["sha256"]:
+                raise PackError(f"{path}: {name} of shard {shards[k]['name']} differs from the pack's checksum; the "
+                                "segment is not this pack's (remove it, or run `dataprep cache clean`)")
 
 
 def _views(buf, plan, offsets: dict[str, int]) -> dict[str, np.ndarray]:
@@ -144,11 +317,6 @@ def _fill_into(mm: mmap.mmap, plan, offsets: dict[str, int], fill, where: str) -
         return v
 
     fill(alloc)
-
-
-def _map(path: Path) -> mmap.mmap:
-    with open(path, "rb") as f:
-        return mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
 
 
 # This process's "users" lock descriptors. A forked child (a Loader or DataLoader worker) shares them with its
@@ -181,12 +349,12 @@ def _release(users_fd: int, path: Path, pid: int) -> None:
     try:
         _USER_FDS.discard(users_fd)
         os.close(users_fd)
-        fill_fd = os.open(_lock_dir() / f"{path.name}.fill", os.O_RDWR)
+        fill_fd = os.open(path.parent / f"{path.name}.fill", os.O_RDWR | _OPEN)
     except OSError:
         return
     try:
-        fcntl.flock(fill_fd, fcntl.LOCK_EX)
-        users = os.open(_lock_dir() / f"{path.name}.users", os.O_RDWR)
+        _lock(fill_fd, fcntl.LOCK_EX, path, path.parent / f"{path.name}.fill", timeout=5.0)
+        users = os.open(path.parent / f"{path.name}.users", os.O_RDWR | _OPEN)
         try:
             fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
             path.unlink(missing_ok=True)  # nobody else holds it: we were the last user
@@ -194,10 +362,15 @@ def _release(users_fd: int, path: Path, pid: int) -> None:
             pass  # somebody still uses it
         finally:
             os.close(users)
+    except DataprepError:
+        pass  # at exit a stuck peer must not hang us; the segment stays for `dataprep cache clean`
     finally:
         os.close(fill_fd)
 
 
 def list_segments() -> list[Path]:
-    """dataprep's segments in the shared-memory directory (complete or not)."""
-    return sorted(SHM_DIR.glob("dataprep-*")) if SHM_DIR.is_dir() else []
+    """This user's (or the opted-in group's) segments, complete or being filled; not their lock files."""
+    d = SHM_DIR / (f"dataprep-{os.getuid()}" if _group() is None else f"dataprep-g{_group()}")
+    if not d.is_dir():
+        return []
+    return sorted(p for p in d.iterdir() if p.name.startswith("dataprep-") and not p.name.endswith((".fill", ".users")))
