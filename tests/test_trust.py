@@ -641,3 +641,42 @@ def test_a_lock_held_forever_is_a_timeout_naming_its_holder(pack, shm_base, monk
         holder.wait()
         holder.stdout.close()
     assert len(InMemoryImageDataset(pack, cache="shm")) == 18  # free again: no timeout
+
+
+def test_cache_list_and_clean_show_and_remove_this_users_segments(pack, index_tree, tmp_path, shm_base, monkeypatch):
+    import gc
+    import signal
+    import subprocess
+    import sys
+
+    from click.testing import CliRunner
+
+    from dataprep import InMemoryImageDataset
+    from dataprep.cli import main
+    from dataprep.serve import shm as shm_mod
+
+    other = tmp_path / "other"
+    build_images(scan_imagenet(index_tree), other, BuildSettings(workers=1, shard_size=5), ImageSettings(size=24))
+    monkeypatch.setenv("DATAPREP_SHM_DIR", str(shm_base))  # for the child
+    crash = ("import os, signal, sys\nfrom dataprep import InMemoryImageDataset\n"
+             "ds = InMemoryImageDataset(sys.argv[1], cache='shm')\nprint(ds.segment, flush=True)\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    p = subprocess.run([sys.executable, "-c", crash, str(other)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == -signal.SIGKILL
+    left = Path(p.stdout.strip())  # complete, unused: its user was killed
+    ds = InMemoryImageDataset(pack, cache="shm")  # in use by this process
+    half = shm_mod.segment_dir() / f"{left.name}.tmp-12345-abcd"
+    half.write_bytes(b"\0" * 64)
+    r = CliRunner().invoke(main, ["cache", "list"])
+    assert r.exit_code == 0 and "3 segment(s)" in r.output, r.output
+    line = next(ln for ln in r.output.splitlines() if ds.segment in ln)
+    assert f"used by pid {os.getpid()}" in line and str(pack.resolve()) in line and "complete" in line
+    assert "unused" in next(ln for ln in r.output.splitlines() if str(left) + " " in ln)
+    r = CliRunner().invoke(main, ["cache", "clean"])
+    assert r.exit_code == 0 and f"removed {left}\n" in r.output and f"removed {half}" in r.output, r.output
+    assert Path(ds.segment).exists() and not left.exists() and not half.exists()
+    assert not (shm_mod.segment_dir() / f"{left.name}.users").exists()  # its locks went with it
+    r = CliRunner().invoke(main, ["cache", "clean", "--all-mine"])
+    assert f"removed {ds.segment}" in r.output and not Path(ds.segment).exists()
+    assert ds.labels.sum() >= 0  # this process keeps what it mapped
+    del ds
+    gc.collect()

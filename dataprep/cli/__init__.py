@@ -47,6 +47,7 @@ class LazyGroup(click.Group):
         "bench": ("dataprep.cli.bench", "bench"),
         "tokenize": ("dataprep.cli.tokenize", "tokenize"),
         "convert": ("dataprep.cli.convert", "convert"),
+        "cache": ("dataprep.cli.cache", "cache"),
     },
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )

@@ -374,3 +374,76 @@ def list_segments() -> list[Path]:
     if not d.is_dir():
         return []
     return sorted(p for p in d.iterdir() if p.name.startswith("dataprep-") and not p.name.endswith((".fill", ".users")))
+
+
+def _header(path: Path) -> dict[str, Any]:
+    try:
+        fd = os.open(path, os.O_RDONLY | _OPEN)
+        try:
+            head = os.pread(fd, _ALIGN, 0)
+        finally:
+            os.close(fd)
+        n = int.from_bytes(head[len(_MAGIC) : len(_MAGIC) + 8], "little")
+        return json.loads(head[len(_MAGIC) + 8 : len(_MAGIC) + 8 + n]) if head.startswith(_MAGIC) else {}
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+
+
+def _mappers(paths: list[Path]) -> dict[str, list[int]]:
+    """The pids that map each file now (from /proc/PID/maps; processes of other users are not visible)."""
+    want = {str(p): [] for p in paths}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/maps") as f:
+                seen = {line.split(maxsplit=5)[-1].strip() for line in f if "/" in line}
+        except OSError:
+            continue
+        for p in want:
+            if p in seen:
+                want[p].append(int(entry.name))
+    return want
+
+
+def describe_segments() -> list[dict[str, Any]]:
+    """This user's segments: path, bytes, pack and split they hold, the pids mapping them, whether complete."""
+    segs = list_segments()
+    users = _mappers(segs)
+    out = []
+    for p in segs:
+        h = _header(p)
+        out.append({"path": str(p), "bytes": p.stat().st_size, "pack": h.get("pack", "?"), "split": h.get("split", "?"),
+                    "complete": bool(h) and ".tmp-" not in p.name, "users": users[str(p)]})
+    return out
+
+
+def clean(all_mine: bool = False) -> list[str]:
+    """Remove this user's segments nobody uses (every one with `all_mine`: processes that map one keep their
+    mapping), half-filled temporaries no process is filling, and lock files whose segment is gone; give
+    what was removed."""
+    d = SHM_DIR / (f"dataprep-{os.getuid()}" if _group() is None else f"dataprep-g{_group()}")
+    if not d.is_dir():
+        return []
+    removed = []
+    for s in describe_segments():
+        p = Path(s["path"])
+        base = p.name.split(".tmp-")[0]
+        fill_fd = _open_lock(d / f"{base}.fill")
+        try:
+            try:
+                fcntl.flock(fill_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody is filling or leaving it now
+            except BlockingIOError:
+                continue
+            if s["users"] and not all_mine:
+                continue
+            p.unlink(missing_ok=True)
+            removed.append(str(p))
+        finally:
+            os.close(fill_fd)
+    live = {p.name for p in list_segments()}
+    for lock in sorted(d.glob("dataprep-*.fill")) + sorted(d.glob("dataprep-*.users")):
+        if lock.name.rsplit(".", 1)[0] not in live and not any(n.startswith(lock.name.rsplit(".", 1)[0] + ".tmp-") for n in live):
+            lock.unlink(missing_ok=True)
+            removed.append(str(lock))
+    return removed
