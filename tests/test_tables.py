@@ -1,4 +1,5 @@
 """Tables: real files from the corpus and synthetic frames; every conversion matches pandas' own values."""
+import json
 import numpy as np
 import pandas as pd
 import pytest
@@ -94,7 +95,9 @@ def test_column_types_and_policies(mixed, tmp_path):
     assert X[:, ds.feature_columns.index("member")].tolist() == [1, 0, 1, 1, 0, 0]
     assert X[:, ds.feature_columns.index("joined.year")].tolist() == [2020, 2021, 2019, 2022, 2020, 2023]
     assert m["stats"]["features"]["age"]["mean"] == pytest.approx(np.nanmean(df["age"]))  # masked values not counted
-    assert m["stats"]["categorical"]["city"] == {"<missing>": 1, "lima": 2, "oslo": 1, "paris": 2}
+    vocab = json.loads((tmp_path / "b" / "vocab.json").read_text())  # beside the manifest, not in it
+    assert vocab["city"] == {"values": ["<missing>", "lima", "oslo", "paris"], "train_counts": [1, 2, 1, 2]}
+    assert m["stats"]["categorical"]["city"] == {"values": 4, "train_rows": 6} and "vocab" not in m["fields"]["categorical"]
     build_table([str(path)], tmp_path / "c", TableSettings(target="label", missing="mean", drop=("city", "joined")), {})
     X, y = TabularDataset(tmp_path / "c")[list(range(6))]
     assert X[2, 0] == pytest.approx(np.nanmean(df["age"]))

@@ -143,3 +143,96 @@ def test_parquet_text_column(tmp_path, bpe_pack):
     tok = load_tokenizer(str(bpe_pack / "tokenizer.json"))
     docs = DocumentDataset(tmp_path / "p")
     assert [tok.decode(docs[i].tolist()) for i in range(4)] == DOCS[:4]
+
+
+# -- bounded memory: files streamed, long documents in pieces -------------------------------------------------
+def _whole_file_docs(text: str, split: str) -> list[str]:
+    """What the reader gave when it read files whole (the reference for the streamed reader)."""
+    docs = [text] if split == "file" else text.splitlines() if split == "line" else text.replace("\r\n", "\n").split("\n\n")
+    return [d for d in docs if d and d.strip()]
+
+
+@pytest.mark.parametrize("split", ["file", "line", "paragraph"])
+def test_the_streamed_reader_gives_the_documents_a_whole_file_read_gives(tmp_path, split, monkeypatch):
+    from dataprep.tokens import read
+
+    text = ("first line\r\nsecond\rthird\u2028fourth\n\n\npara two ünï 日本語\r\n\r\n  \n\nlast" + " word" * 50) * 3
+    raw = text.encode("utf-8")[:-3] + b"\xff\xfe broken \xc3" + text.encode("utf-8")[-3:]
+    f = tmp_path / "t.txt"
+    f.write_bytes(raw)
+    ref_text = raw.decode("utf-8", errors="replace")
+    for block in (1, 2, 3, 7, 64):  # every block boundary: inside \r\n, inside a multi-byte character, ...
+        monkeypatch.setattr(read, "BLOCK", block)
+        stats = read.ReadStats()
+        got = ["".join(doc) for doc in _docs(read.pieces([str(f)], split, stats=stats, limit=1 << 20))]
+        assert got == _whole_file_docs(ref_text, split), block
+        assert stats.replaced == {str(f): 3} and stats.documents == len(got)
+    with pytest.raises(SourceError, match="not UTF-8 at byte"):
+        list(read.pieces([str(f)], split, strict=True))
+
+
+def _docs(pieces):
+    out, cur = [], []
+    for p, last in pieces:
+        cur.append(p)
+        if last:
+            out.append(cur)
+            cur = []
+    assert not cur
+    return out
+
+
+def test_a_long_document_comes_in_bounded_pieces_cut_at_whitespace(tmp_path):
+    from dataprep.tokens import read
+
+    words = [f"w{k % 977}" + "é" * (k % 3) for k in range(40_000)]
+    doc = " ".join(words)
+    f = tmp_path / "one.txt"
+    f.write_text(doc + "\n" + "short line\n", encoding="utf-8")
+    docs = _docs(read.pieces([str(f)], "line", limit=5000))
+    assert len(docs) == 2 and docs[1] == ["short line"]
+    assert len(docs[0]) > 40 and max(len(p) for p in docs[0]) <= 2 * 5000 and "".join(docs[0]) == doc
+    assert all(p[0].isspace() for p in docs[0][1:])  # each cut is before a space: the space leads the next piece
+
+
+@pytest.mark.parametrize("tokenizer", ["bpe", "wordpiece"])
+def test_a_long_document_encodes_to_the_ids_of_the_whole_document(tmp_path, tokenizer, bpe_pack):
+    """Pieces cut at whitespace give the ids whole-document encoding gives, for tokenizers that split words
+    at whitespace (byte-level BPE, WordPiece); one end-of-text id ends the document."""
+    from tokenizers import Tokenizer
+
+    tok_file = bpe_pack / "tokenizer.json" if tokenizer == "bpe" else corpus_dir("tokenizer", "tokenizer.json")
+    tok = Tokenizer.from_file(str(tok_file))
+    tok.no_truncation()  # the corpus file truncates at 128 (dataprep switches that off too)
+    tok.no_padding()
+    text = " ".join(f"word{k % 313} ünï,{k}" for k in range(60_000))  # ~1 MB on one line
+    (tmp_path / "long.txt").write_text(text + "\nnext document\n", encoding="utf-8")
+    tokenize([str(tmp_path / "long.txt")], tmp_path / "p", TokenizeSettings(split="line", chunk_bytes=64 << 10), str(tok_file))
+    docs = DocumentDataset(tmp_path / "p")
+    assert len(docs) == 2
+    want = tok.encode(text, add_special_tokens=False).ids
+    assert docs[0].tolist() == want and len(want) > 100_000
+    assert docs[1].tolist() == tok.encode("next document", add_special_tokens=False).ids
+
+
+@pytest.mark.slow
+def test_a_20_mb_single_line_document_stays_within_bounded_memory(tmp_path):
+    """It peaked at 3.3 GB when a line was read and encoded whole; now pieces of --chunk-mb bound it."""
+    import subprocess
+    import sys
+
+    f = tmp_path / "line.txt"
+    with open(f, "w", encoding="utf-8") as out:
+        for k in range(20):
+            out.write(" ".join(f"w{(k * 7919 + j) % 5003}" for j in range(170_000)) + " ")
+    tok = corpus_dir("tokenizer", "tokenizer.json")
+    # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a child of pytest would report pytest's own size
+    code = ("import sys\nfrom dataprep.tokens.tokenize import TokenizeSettings, tokenize\n"
+            "r = tokenize([sys.argv[1]], sys.argv[2], TokenizeSettings(split='line'), sys.argv[3])\n"
+            "hwm = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM:'))\n"
+            "print(r['documents'], r['tokens'], hwm // 1024)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(f), str(tmp_path / "p"), str(tok)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-500:]
+    docs, tokens, peak_mb = (int(x) for x in out.stdout.split())
+    assert docs == 1 and tokens > 3_000_000
+    assert peak_mb < 600, f"peak RSS {peak_mb} MB"

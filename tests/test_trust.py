@@ -680,3 +680,58 @@ def test_cache_list_and_clean_show_and_remove_this_users_segments(pack, index_tr
     assert ds.labels.sum() >= 0  # this process keeps what it mapped
     del ds
     gc.collect()
+
+
+# -- tables: no fixed-width strings, a stated policy for many categories, vocabularies beside the manifest ----
+WIDE_CELL = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (1536 << 20, 1536 << 20))  # the old code asked for 3.7 GiB here
+from dataprep.tables.build import build_table
+from dataprep.tables.columns import TableSettings
+r = build_table([sys.argv[1]], sys.argv[2], TableSettings(target="y"), {})
+print(r["splits"]["train"])
+"""
+
+
+def test_one_wide_cell_does_not_make_every_row_that_wide(tmp_path):
+    import subprocess
+    import sys
+
+    rows = [f"{k % 7},note{k % 13},{k % 2}" for k in range(30_000)]
+    rows[4321] = f"1,{'x' * 50_000},0"
+    csv = tmp_path / "t.csv"
+    csv.write_text("a,note,y\n" + "\n".join(rows) + "\n")
+    assert 300_000 < csv.stat().st_size < 500_000
+    r = subprocess.run([sys.executable, "-c", WIDE_CELL, str(csv), str(tmp_path / "p")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "30000", r.stderr[-600:]
+    from dataprep import TabularDataset
+
+    ds = TabularDataset(tmp_path / "p")
+    assert "x" * 50_000 in ds.vocab["note"] and len(ds.vocab["note"]) == 14
+
+
+def test_many_distinct_values_follow_a_stated_policy_and_stay_out_of_the_manifest(tmp_path):
+    from dataprep import TabularDataset
+    from dataprep.pack.backends import read_manifest
+    from dataprep.tables.build import build_table
+    from dataprep.tables.columns import TableSettings
+
+    n = 200_000
+    ids = [f"id{k:06d}" for k in range(n)]
+    ids[:30] = ["id000007"] * 30  # one frequent value among 199 971 singletons
+    csv = tmp_path / "t.csv"
+    pd.DataFrame({"user": ids, "x": np.arange(n) % 5, "y": np.arange(n) % 2}).to_csv(csv, index=False)
+    build_table([str(csv)], tmp_path / "capped", TableSettings(target="y", max_categories=1000), {})
+    m = read_manifest(tmp_path / "capped")
+    ds = TabularDataset(tmp_path / "capped")
+    assert len(ds.vocab["user"]) == 1000 and ds.vocab["user"][-1] == "<other>" and "id000007" in ds.vocab["user"]
+    _, codes, _ = ds[list(range(40))]
+    assert codes[:30, 0].tolist() == [ds.vocab["user"].index("id000007")] * 30
+    assert "rarer than the 999 most frequent" in m["fields"]["conversions"]["user"]
+    build_table([str(csv)], tmp_path / "all", TableSettings(target="y", max_categories=0), {})
+    ds = TabularDataset(tmp_path / "all")
+    assert len(ds.vocab["user"]) == n - 29
+    manifest_bytes = (tmp_path / "all" / "manifest.json").stat().st_size
+    assert manifest_bytes < csv.stat().st_size / 50, manifest_bytes  # it used to be twice the CSV
+    with pytest.raises(DataprepError, match="max_categories"):
+        TableSettings(target="y", max_categories=1)

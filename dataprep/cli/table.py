@@ -40,6 +40,8 @@ def _list(value) -> tuple[str, ...]:
 @click.option("--val-fraction", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_default=True)
 @click.option("--split-column", default=None, help="A column naming each row's split (instead of --val-fraction).")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--max-categories", type=click.IntRange(0), default=10_000, show_default=True,
+              help="Codes per categorical column; rarer values beyond it share the code of '<other>' (0: no limit).")
 @click.option("--overwrite", is_flag=True)
 @click.option("--workers", "-j", type=click.IntRange(1), default=1, show_default=True,
               help="Processes reading files for the local engine (one file per task), or the local Dask cluster's size.")
@@ -47,7 +49,7 @@ def _list(value) -> tuple[str, ...]:
 @engine_options
 @storage_options(dest="store_fmt")
 def table(src, target, out, task, fmt, sep, header, skip_rows, names, target_file, missing, fill_value, float_dtype, dt,
-          categorical, numeric, dates, drop, val_fraction, split_column, seed, overwrite, workers, engine, address, scheduler_file,
+          categorical, numeric, dates, drop, val_fraction, split_column, seed, max_categories, overwrite, workers, engine, address, scheduler_file,
           store_fmt, compress):
     """Convert tables to typed arrays: floats, integer codes with vocabularies, statistics, splits."""
     from ..tables.build import build_table
@@ -55,7 +57,7 @@ def table(src, target, out, task, fmt, sep, header, skip_rows, names, target_fil
 
     settings = TableSettings(target=target, task=task, float_dtype=float_dtype, missing=missing, fill_value=fill_value, datetime=dt,
                              categorical=_list(categorical), numeric=_list(numeric), dates=_list(dates), drop=_list(drop),
-                             val_fraction=val_fraction, split_column=split_column, seed=seed)
+                             val_fraction=val_fraction, split_column=split_column, seed=seed, max_categories=max_categories)
     read = {"fmt": fmt, "sep": sep, "header": header, "skip_rows": skip_rows, "names": list(_list(names)) or None}
     with engine_for(engine, workers, address, scheduler_file) as eng, staged_output(out, store_fmt, compress, overwrite, eng) as target_dir:
         r = build_table(list(src), target_dir, settings, read, target_file, overwrite, engine=eng)

@@ -3,6 +3,7 @@ written atomically, manifest last), reusing the image build's output rules and s
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import time
 from pathlib import Path
@@ -12,7 +13,7 @@ from .. import __version__
 from ..build import prepare_output
 from ..pack.manifest import write_manifest
 from ..pack.shard import shard_name, write_shard
-from .columns import TableSettings, convert
+from .columns import VOCAB_FILE, TableSettings, convert
 from .read import read_tables
 
 
@@ -37,6 +38,8 @@ def build_table(paths: list[str], out: str | os.PathLike, settings: TableSetting
         files = write_shard(out / name, 0, arrays, {"count": conv.counts[name]})
         splits[name] = {"count": conv.counts[name], "shards": [{"name": shard_name(0), "count": conv.counts[name], "files": files}],
                         "bytes": sum(f["bytes"] for f in files.values())}
+    if conv.vocab:  # beside the manifest, which stays small however many categories there are
+        (out / VOCAB_FILE).write_text(json.dumps(conv.vocab), encoding="utf-8")
     seconds = time.perf_counter() - t0
     write_manifest(out, {
         "kind": "table",

@@ -35,6 +35,7 @@ class TableSettings:
     val_fraction: float = 0.0
     split_column: str | None = None
     seed: int = 0
+    max_categories: int = 10_000  # per categorical column; the rarest values beyond it share one code, "<other>" (0: no limit)
 
     def __post_init__(self):
         if self.task not in ("auto", "classification", "regression"):
@@ -47,6 +48,8 @@ class TableSettings:
             raise DataprepError(f"float_dtype must be a float type, not {self.float_dtype}")
         if not 0 <= self.val_fraction < 1:
             raise DataprepError("val_fraction must be in [0, 1)")
+        if self.max_categories < 0 or self.max_categories == 1:
+            raise DataprepError("max_categories must be 0 (no limit) or at least 2")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,12 +74,16 @@ def resolve(df, name: str) -> str:
         raise DataprepError(f"no column {name!r}; the table has {cols[:12]}{' ...' if len(cols) > 12 else ''}") from None
 
 
+VOCAB_FILE = "vocab.json"  # beside the manifest: every categorical column's values and train counts
+
+
 @dataclass
 class Converted:
     splits: dict[str, dict[str, np.ndarray]]
     fields: dict[str, Any]
     stats: dict[str, Any]
     counts: dict[str, int] = field(default_factory=dict)
+    vocab: dict[str, Any] = field(default_factory=dict)  # what VOCAB_FILE holds (kept out of the manifest)
 
 
 @dataclass
@@ -105,13 +112,13 @@ def convert(df, s: TableSettings) -> Converted:
     feats = _features(df, {target, split_col} | {resolve(df, c) for c in s.drop}, s, train_rows)
     arrays, fields = _arrays(feats, s, len(df))
     fields = {"features": fields.pop("features"), "target": {**tfield, "dtype": y.dtype.str}, "conversions": feats.conversions, **fields}
-    stats = _statistics(arrays, feats, train_rows)
+    stats, vocab = _statistics(arrays, feats, train_rows)
     splits = {}
     for name in sorted(set(split_of.tolist())):
         rows = split_of == name
         splits[name] = {"features": np.ascontiguousarray(arrays["features"][rows]), "target": np.ascontiguousarray(y[rows]),
                         **{k: np.ascontiguousarray(a[rows]) for k, a in arrays.items() if k != "features"}}
-    return Converted(splits, fields, stats, {k: len(v["target"]) for k, v in splits.items()})
+    return Converted(splits, fields, stats, {k: len(v["target"]) for k, v in splits.items()}, vocab)
 
 
 def _assign_splits(df, split_col: str | None, s: TableSettings) -> np.ndarray:
@@ -146,7 +153,7 @@ def _target(tcol, target: str, s: TableSettings, force_cat: bool) -> tuple[np.nd
         y = tcol.to_numpy(np.float64).astype(s.float_dtype)
         tfield["task"] = "regression"
     elif _is_text(tcol) or force_cat or (s.task == "classification" and not integral):
-        codes, vocab = _codes(tcol, target, "error")
+        codes, vocab, _ = _codes(tcol, target, "error")
         y = codes.astype(smallest_int(0, max(len(vocab) - 1, 0)))
         tfield.update(task="classification", classes=vocab)
     elif integral:
@@ -185,11 +192,13 @@ def _features(df, skip: set, s: TableSettings, train_rows: np.ndarray) -> _Featu
             except (ValueError, TypeError) as e:
                 raise DataprepError(f"column {c!r} cannot be read as dates: {e}") from None
         if c in force_cat or _is_text(col):
-            codes, vocab = _codes(col, c, s.missing)
+            codes, vocab, rare = _codes(col, c, s.missing, s.max_categories)
             out.cat_cols.append(c)
             out.cat_arrays.append(codes)
             out.vocabs[c] = vocab
-            out.conversions[c] = f"categorical: {len(vocab)} codes"
+            out.conversions[c] = f"categorical: {len(vocab)} codes" + (
+                f" ({rare} values rarer than the {len(vocab) - 1} most frequent share the code of '<other>'; "
+                f"--max-categories {s.max_categories})" if rare else "")
         elif pd.api.types.is_datetime64_any_dtype(col):
             _datetime(col, c, s, train_rows, out)
         elif pd.api.types.is_bool_dtype(col) or pd.api.types.is_numeric_dtype(col):
@@ -231,8 +240,8 @@ def _arrays(f: _Features, s: TableSettings, n: int) -> tuple[dict[str, np.ndarra
     if f.cat_arrays:
         cats = np.stack(f.cat_arrays, axis=1)
         arrays["categorical"] = cats.astype(smallest_int(0, max(len(v) for v in f.vocabs.values())))
-        fields["categorical"] = {"dtype": arrays["categorical"].dtype.str, "columns": f.cat_cols, "vocab": f.vocabs,
-                                 "shape": [None, len(f.cat_cols)]}
+        fields["categorical"] = {"dtype": arrays["categorical"].dtype.str, "columns": f.cat_cols, "vocab_file": VOCAB_FILE,
+                                 "sizes": {c: len(v) for c, v in f.vocabs.items()}, "shape": [None, len(f.cat_cols)]}
     if s.missing == "mask" and f.masks:
         arrays["mask"] = np.stack(f.masks, axis=1).astype(np.uint8)
         fields["mask"] = {"dtype": "|u1", "columns": f.num_cols, "meaning": "1 where the value was missing (stored as 0)"}
@@ -242,9 +251,11 @@ def _arrays(f: _Features, s: TableSettings, n: int) -> tuple[dict[str, np.ndarra
     return arrays, fields
 
 
-def _statistics(arrays: dict[str, np.ndarray], f: _Features, train_rows: np.ndarray) -> dict[str, Any]:
-    """The train split's mean, std, min and max per feature (masked values left out) and category counts."""
+def _statistics(arrays: dict[str, np.ndarray], f: _Features, train_rows: np.ndarray) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The train split's mean, std, min and max per feature (masked values left out), for the manifest; and
+    each categorical column's vocabulary with its train counts, for VOCAB_FILE (as large as the data needs)."""
     stats: dict[str, Any] = {"features": {}, "categorical": {}}
+    vocab: dict[str, Any] = {}
     tr = arrays["features"][train_rows]
     mask = arrays.get("mask")
     for j, c in enumerate(f.num_cols):
@@ -253,8 +264,9 @@ def _statistics(arrays: dict[str, np.ndarray], f: _Features, train_rows: np.ndar
                                 "min": float(v.min()) if len(v) else 0.0, "max": float(v.max()) if len(v) else 0.0}
     for j, c in enumerate(f.cat_cols):
         counts = np.bincount(arrays["categorical"][train_rows][:, j].astype(np.int64), minlength=len(f.vocabs[c]))
-        stats["categorical"][c] = dict(zip(f.vocabs[c], (int(x) for x in counts)))
-    return stats
+        vocab[c] = {"values": f.vocabs[c], "train_counts": [int(x) for x in counts]}
+        stats["categorical"][c] = {"values": len(f.vocabs[c]), "train_rows": int(counts.sum())}
+    return stats, vocab
 
 
 def _is_text(col) -> bool:
@@ -264,16 +276,27 @@ def _is_text(col) -> bool:
             or isinstance(col.dtype, pd.CategoricalDtype))
 
 
-def _codes(col, name: str, missing: str) -> tuple[np.ndarray, list[str]]:
+def _codes(col, name: str, missing: str, max_categories: int = 0) -> tuple[np.ndarray, list[str], int]:
     """Integer codes of a categorical column, its vocabulary sorted (missing values: their own code,
-    "<missing>", under any policy but "error")."""
+    "<missing>", under any policy but "error"), and how many rare values share "<other>" (the last code)
+    beyond `max_categories`. Values stay Python strings: a fixed-width unicode array would make every
+    row as wide as the longest cell (a 50 kB cell in 10 k rows: 2 GB)."""
+    import pandas as pd
+
     isna = col.isna().to_numpy()
     if isna.any() and missing == "error":
         raise DataprepError(f"column {name!r} has {int(isna.sum())} missing values (choose a --missing policy)")
     vals = col.astype(str).to_numpy(dtype=object)
     vals[isna] = "<missing>"
-    vocab, codes = np.unique(vals.astype(str), return_inverse=True)
-    return codes.astype(np.int64), [str(v) for v in vocab]
+    codes, uniques = pd.factorize(vals, sort=True)  # sorted by code point, as np.unique sorted
+    vocab = [str(v) for v in uniques]
+    if not max_categories or len(vocab) <= max_categories:
+        return codes.astype(np.int64), vocab, 0
+    counts = np.bincount(codes, minlength=len(vocab))
+    keep = np.sort(np.lexsort((np.arange(len(vocab)), -counts))[: max_categories - 1])  # most frequent; ties by value
+    remap = np.full(len(vocab), len(keep), np.int64)
+    remap[keep] = np.arange(len(keep))
+    return remap[codes], [vocab[i] for i in keep] + ["<other>"], len(vocab) - len(keep)
 
 
 def _fill(v: np.ndarray, name: str, s: TableSettings, train_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

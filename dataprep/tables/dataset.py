@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..errors import DataprepError
+from ..errors import DataprepError, PackError
 from ..pack.fields import MapGuard
 from ..serve.cache import open_split
 from .field import fields_of
@@ -51,7 +51,7 @@ class TabularDataset(Dataset):
         self.feature_columns: list[str] = list(m["fields"]["features"]["columns"])
         cat = m["fields"].get("categorical")
         self.categorical_columns: list[str] = list(cat["columns"]) if cat else []
-        self.vocab: dict[str, list[str]] = dict(cat["vocab"]) if cat else {}
+        self.vocab: dict[str, list[str]] = _vocab(self.pack, cat) if cat else {}
         self.target_info: dict[str, Any] = m["fields"]["target"]
 
     def __getstate__(self):
@@ -125,3 +125,28 @@ class TabularDataset(Dataset):
     def __getitems__(self, indices: Sequence[int]) -> list[tuple[torch.Tensor, ...]]:
         cols = self.batch(indices)
         return list(zip(*cols))
+
+
+def _vocab(pack: Path, cat: dict[str, Any]) -> dict[str, list[str]]:
+    """Each categorical column's values: from the file beside the manifest, or (packs made before it) the manifest."""
+    if "vocab" in cat:
+        return dict(cat["vocab"])
+    import json
+
+    from ..pack.backends import open_reader
+
+    reader = open_reader(pack)
+    try:
+        raw = reader.attachments().get(cat["vocab_file"])
+    finally:
+        reader.close()
+    if raw is None:
+        raise PackError(f"{pack}: {cat['vocab_file']} is missing; the categorical columns have no vocabulary")
+    try:
+        vocab = {c: list(v["values"]) for c, v in json.loads(raw).items()}
+    except (ValueError, KeyError, TypeError) as e:
+        raise PackError(f"{pack}/{cat['vocab_file']}: unreadable ({e})") from None
+    if any(len(vocab.get(c, [])) != n for c, n in cat.get("sizes", {}).items()):
+        raise PackError(f"{pack}/{cat['vocab_file']}: vocabulary sizes disagree with the manifest's")
+    return vocab
+

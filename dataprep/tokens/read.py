@@ -7,6 +7,7 @@ Bytes that are not UTF-8 are replaced and counted, or fail with `strict`.
 """
 from __future__ import annotations
 
+import codecs
 import glob
 import gzip
 import json
@@ -49,26 +50,101 @@ def _base_suffix(path: str) -> str:
     return os.path.splitext(p)[1].lower()
 
 
-def _text(path: str, strict: bool, stats: ReadStats) -> str:
+BLOCK = 1 << 20  # bytes read at a time
+PIECE_CHARS = 256 << 10  # a document longer than this is handed on in pieces cut at whitespace
+
+
+def _blocks(path: str, strict: bool, stats: ReadStats) -> Iterator[str]:
+    """The file's text, decoded as UTF-8 a block at a time (never the whole file at once). Bytes that are not
+    UTF-8 are replaced and counted in `stats.replaced`, or, with `strict`, an error naming the byte."""
     opener = gzip.open if path.endswith(".gz") else open
+    decoder = codecs.getincrementaldecoder("utf-8")("strict" if strict else "replace")
+    ignoring = codecs.getincrementaldecoder("utf-8")("ignore")  # the same text without replacements: their count
+    pos = replaced = 0
     try:
         with opener(path, "rb") as f:
-            data = f.read()
+            while True:
+                data = f.read(BLOCK)
+                pending = len(decoder.getstate()[0])
+                try:
+                    text = decoder.decode(data, final=not data)
+                except UnicodeDecodeError as e:
+                    raise SourceError(f"{path}: not UTF-8 at byte {pos - pending + e.start} "
+                                      "(drop --strict to replace and count such bytes)") from None
+                if not strict:
+                    plain = ignoring.decode(data, final=not data)
+                    if "\ufffd" in text:
+                        replaced += text.count("\ufffd") - plain.count("\ufffd")
+                pos += len(data)
+                if text:
+                    yield text
+                if not data:
+                    break
     except (OSError, EOFError) as e:
         raise SourceError(f"{path}: cannot read ({e})") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        if strict:
-            raise SourceError(f"{path}: not UTF-8 at byte {e.start} (drop --strict to replace and count such bytes)") from None
-        text = data.decode("utf-8", errors="replace")
-        stats.replaced[path] = text.count("\ufffd") - data.decode("utf-8", errors="ignore").count("\ufffd")
-        return text
+    if replaced:
+        stats.replaced[path] = replaced
 
 
-def documents(paths: list[str], split: str = "file", text_field: str = "text", strict: bool = False,
-              stats: ReadStats | None = None) -> Iterator[str]:
-    """Every document of every file, in order; empty documents are left out."""
+def _cut(text: str, limit: int) -> int:
+    """Where to cut a too-long piece: before the last whitespace within `limit` (the whitespace starts the next
+    piece, as a byte-level BPE expects a word's leading space), else at `limit`."""
+    for i in range(limit, max(limit - 4096, 0), -1):
+        if text[i].isspace():
+            return i if i > 0 else limit
+    return limit
+
+
+def _split_long(doc: str, limit: int) -> Iterator[tuple[str, bool]]:
+    """A whole document as (piece, last) pairs of at most about `limit` characters."""
+    while len(doc) > limit:
+        i = _cut(doc, limit)
+        yield doc[:i], False
+        doc = doc[i:]
+    yield doc, True
+
+
+def _streamed(blocks: Iterator[str], split: str, limit: int) -> Iterator[tuple[str, bool]]:
+    """Documents of a text stream as (piece, last): the whole text, each line (str.splitlines' boundaries)
+    or each paragraph (blank-line separated), each bounded by `limit` characters per piece whatever the
+    line lengths; the same documents a whole-file split gives."""
+    carry = ""
+    for block in blocks:
+        if split == "paragraph":
+            if carry.endswith("\r"):  # a \r\n cut in two by the block boundary
+                block, carry = "\r" + block, carry[:-1]
+            block = block.replace("\r\n", "\n")
+        buf = carry + block
+        if split == "line":
+            parts = buf.splitlines(keepends=True)
+            done, carry = (parts, "") if parts and parts[-1].splitlines()[0] != parts[-1] else (parts[:-1], parts[-1] if parts else "")
+            for line in done:
+                yield from _split_long(line.splitlines()[0] if line.splitlines() else "", limit)
+        elif split == "paragraph":
+            parts = buf.split("\n\n")
+            carry = parts.pop()
+            for par in parts:
+                yield from _split_long(par, limit)
+        else:
+            carry = buf
+        while len(carry) > 2 * limit:  # a document still growing: hand on its beginning
+            i = _cut(carry, limit)
+            yield carry[:i], False
+            carry = carry[i:]
+    if split == "paragraph":
+        carry = carry.replace("\r\n", "\n")
+    if split == "line":
+        for line in carry.splitlines() or [carry]:
+            yield from _split_long(line, limit)
+    else:
+        yield from _split_long(carry, limit)
+
+
+def pieces(paths: list[str], split: str = "file", text_field: str = "text", strict: bool = False,
+           stats: ReadStats | None = None, limit: int = PIECE_CHARS) -> Iterator[tuple[str, bool]]:
+    """Every document of every file, in order, as (piece, last): a document of more than `limit` characters
+    comes in pieces cut at whitespace, `last` on its final one. Empty documents are left out. Files are
+    streamed: memory is bounded by `limit`, the block size and one jsonl line, not by the file or its lines."""
     if split not in SPLITS:
         raise SourceError(f"unknown document split {split!r}; choose one of {list(SPLITS)}")
     stats = stats if stats is not None else ReadStats()
@@ -76,25 +152,36 @@ def documents(paths: list[str], split: str = "file", text_field: str = "text", s
         stats.files += 1
         kind = _base_suffix(path)
         if kind in (".csv", ".tsv", ".parquet"):
-            docs = _table_column(path, kind, text_field)
+            stream = (piece for d in _table_column(path, kind, text_field) for piece in _split_long(d, limit))
         elif kind in (".jsonl", ".json"):
-            docs = _jsonl(path, text_field, strict, stats)
+            stream = (piece for d in _jsonl(path, text_field, strict, stats) for piece in _split_long(d, limit))
         else:
-            text = _text(path, strict, stats)
-            if split == "file":
-                docs = [text]
-            elif split == "line":
-                docs = text.splitlines()
-            else:
-                docs = [p for p in text.replace("\r\n", "\n").split("\n\n")]
-        for d in docs:
-            if d and d.strip():
-                stats.documents += 1
-                yield d
+            stream = _streamed(_blocks(path, strict, stats), split, limit)
+        doc: list[str] = []  # pieces not yet handed on: the last one, and any before the first that is not blank
+        started = False
+        for piece, last in stream:
+            doc.append(piece)
+            started = started or bool(piece.strip())
+            if started:
+                while len(doc) > 1:
+                    yield doc.pop(0), False
+            if last:
+                if started:
+                    stats.documents += 1
+                    yield doc[0], True
+                doc, started = [], False
+
+
+def documents(paths: list[str], split: str = "file", text_field: str = "text", strict: bool = False,
+              stats: ReadStats | None = None) -> Iterator[str]:
+    """Every document of every file, in order, as text (a long one in pieces); empty documents are left out."""
+    return (piece for piece, _ in pieces(paths, split, text_field, strict, stats))
 
 
 def _jsonl(path: str, text_field: str, strict: bool, stats: ReadStats) -> Iterator[str]:
-    for n, line in enumerate(_text(path, strict, stats).splitlines(), 1):
+    n = 0
+    for line, _ in _streamed(_blocks(path, strict, stats), "line", 1 << 62):
+        n += 1
         if not line.strip():
             continue
         try:

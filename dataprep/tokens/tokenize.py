@@ -27,7 +27,7 @@ from ..errors import DataprepError, SourceError
 from ..pack.manifest import write_manifest
 from ..pack.shard import remove_temporaries, write_shard
 from .field import TokensField
-from .read import ReadStats, documents
+from .read import PIECE_CHARS, ReadStats, documents, pieces
 
 EOT_CANDIDATES = ("<|endoftext|>", "</s>", "[SEP]", "<eos>", "<|end_of_text|>")
 
@@ -85,6 +85,49 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype("<u2") if vocab_size <= 1 << 16 else np.dtype("<u4")
 
 
+LONG_BATCH_CHARS = 1 << 20  # text encoded at once while a long document is in progress
+
+
+def _batches(sizes: list[int], limit: int) -> list[tuple[int, int]]:
+    """[a, b) ranges of consecutive items of about `limit` total size (at least one item each)."""
+    out, a, total = [], 0, 0
+    for i, n in enumerate(sizes):
+        if total and total + n > limit:
+            out.append((a, i))
+            a, total = i, 0
+        total += n
+    out.append((a, len(sizes)))
+    return out
+
+
+class _LongDocument:
+    """The pieces of a document too long to encode at once, held in the stored dtype until its last piece;
+    its split (train or val) is drawn for its first piece."""
+
+    def __init__(self) -> None:
+        self.parts: list[np.ndarray] = []
+        self.val = False
+
+    @property
+    def empty(self) -> bool:
+        return not self.parts
+
+    def add(self, ids: np.ndarray, val: bool) -> None:
+        if not self.parts:
+            self.val = val
+        self.parts.append(ids)
+
+    def finish(self, eot_id: int, dtype: np.dtype) -> tuple[np.ndarray, bool]:
+        tokens = np.concatenate([*self.parts, np.array([eot_id], dtype)])
+        val, self.parts = self.val, []
+        return tokens, val
+
+
+def _check_ids(tokens: np.ndarray, limit: int, dtype: np.dtype, where: str) -> None:
+    if len(tokens) and (tokens.max() > limit or tokens.min() < 0):
+        raise DataprepError(f"{where}: token id {int(tokens.max())} does not fit in {dtype} (vocabulary {limit + 1})")  # never truncate
+
+
 def _join(encs, eot_id: int) -> tuple[np.ndarray, np.ndarray]:
     """Every encoding's ids, each followed by eot_id, as one int64 array; and each document's length."""
     lens = np.fromiter((len(e.ids) for e in encs), np.int64, len(encs))
@@ -98,11 +141,12 @@ def _join(encs, eot_id: int) -> tuple[np.ndarray, np.ndarray]:
     return out, lengths
 
 
-def _chunks(docs: Iterator[str], limit: int) -> Iterator[list[str]]:
+def _chunks(docs: Iterator, limit: int) -> Iterator[list]:
+    """Consecutive items (documents, or (piece, last) pairs) in lists of about `limit` characters."""
     chunk, size = [], 0
     for d in docs:
         chunk.append(d)
-        size += len(d)
+        size += len(d if isinstance(d, str) else d[0])
         if size >= limit:
             yield chunk
             chunk, size = [], 0
@@ -127,7 +171,7 @@ class _SplitWriter:
         """Documents already joined: `tokens` of several documents, each `lengths[i]` long (its eot included)."""
         if not len(lengths):
             return
-        self.parts.append(tokens.astype(self.dtype))  # held in the stored dtype: 4x less than int64
+        self.parts.append(tokens.astype(self.dtype, copy=False))  # held in the stored dtype: 4x less than int64
         self.lengths.extend(lengths.tolist())
         self.waiting += len(tokens)
         if self.waiting >= self.limit:
@@ -136,7 +180,8 @@ class _SplitWriter:
     def flush(self) -> None:
         if not self.parts:
             return
-        tokens = np.concatenate(self.parts)
+        tokens = self.parts[0] if len(self.parts) == 1 else np.concatenate(self.parts)
+        self.parts = []
         name = f"{self.task_no:05d}{len(self.shards):04d}"
         arrays = TokensField(self.dtype.str).shard_arrays(tokens, self.lengths)
         files = write_shard(self.dir, name, arrays, {"count": len(self.lengths)})
@@ -172,19 +217,34 @@ def tokenize_file(task: FileTask) -> dict[str, Any]:
     names = ["train", "val"] if s.val_fraction else ["train"]
     writers = {n: _SplitWriter(Path(task.out), n, dtype, s.shard_tokens, task.task_no) for n in names}
     stats = ReadStats()
-    for k, chunk in enumerate(_chunks(documents(list(task.paths), s.split, s.text_field, s.strict, stats), s.chunk_bytes)):
-        encs = tok.encode_batch_fast(chunk, add_special_tokens=False)
-        tokens, lengths = _join(encs, task.eot_id)
-        del encs  # an Encoding holds offsets and masks per token: let them go before the next chunk
-        if len(tokens) and (tokens.max() > limit or tokens.min() < 0):
-            raise DataprepError(f"{task.paths[0]}: token id {int(tokens.max())} does not fit in {dtype} (vocabulary {limit + 1})")  # never truncate
+    pending = _LongDocument()
+    stream = pieces(list(task.paths), s.split, s.text_field, s.strict, stats, min(PIECE_CHARS, s.chunk_bytes))
+    for k, chunk in enumerate(_chunks(stream, s.chunk_bytes)):
         val = np.random.default_rng([s.seed, task.task_no, k]).random(len(chunk)) < s.val_fraction
-        if val.any():
-            in_val = np.repeat(val, lengths)
-            writers["val"].add(tokens[in_val], lengths[val])
-            writers["train"].add(tokens[~in_val], lengths[~val])
-        else:
-            writers["train"].add(tokens, lengths)
+        if pending.empty and all(last for _, last in chunk):  # whole documents only: one vectorised join
+            encs = tok.encode_batch_fast([text for text, _ in chunk], add_special_tokens=False)
+            tokens, lengths = _join(encs, task.eot_id)
+            del encs  # an Encoding holds offsets and masks per token: let them go before the next chunk
+            _check_ids(tokens, limit, dtype, task.paths[0])
+            if val.any():
+                in_val = np.repeat(val, lengths)
+                writers["val"].add(tokens[in_val], lengths[val])
+                writers["train"].add(tokens[~in_val], lengths[~val])
+            else:
+                writers["train"].add(tokens, lengths)
+            continue
+        # A long document's pieces, a few at a time (an Encoding costs ~100 bytes per token): joined, with
+        # one end-of-text id after the last.
+        for a, b in _batches([len(text) for text, _ in chunk], LONG_BATCH_CHARS):
+            encs = tok.encode_batch_fast([text for text, _ in chunk[a:b]], add_special_tokens=False)
+            for enc, (_, last), v in zip(encs, chunk[a:b], val[a:b]):
+                ids = np.asarray(enc.ids, np.int64)
+                _check_ids(ids, limit, dtype, task.paths[0])
+                pending.add(ids.astype(dtype), bool(v))
+                if last:
+                    tokens, in_val = pending.finish(task.eot_id, dtype)
+                    writers["val" if in_val else "train"].add(tokens, np.array([len(tokens)], np.int64))
+            del encs
     for w in writers.values():
         w.flush()
     return {"splits": {n: {"docs": w.docs, "tokens": w.tokens, "shards": w.shards} for n, w in writers.items()},
