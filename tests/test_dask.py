@@ -255,3 +255,20 @@ def test_segmentation_volumes_and_zarr_output_through_dask_match_local(tmp_path)
     _same_pack(tmp_path / "vol_local", tmp_path / "vol_dask")
     convert(tmp_path / "seg.zarr", tmp_path / "seg_back", "npy")
     _same_pack(tmp_path / "seg_local", tmp_path / "seg_back")
+
+
+@needs_dask
+def test_the_local_cluster_a_build_starts_accepts_no_stranger():
+    """A build's own cluster speaks TLS with a certificate made for it: a client without it (another local
+    user, a stray script) can neither connect in clear nor complete a TLS handshake."""
+    from distributed import Client
+
+    from dataprep.engine.dask import DaskEngine
+
+    with DaskEngine(workers=1) as eng:
+        addr = eng.client.scheduler.address
+        assert addr.startswith("tls://127.0.0.1:")
+        assert eng.map(abs, [-3]) == [3]
+        for stranger in (addr.replace("tls://", "tcp://"), addr):
+            with pytest.raises((OSError, TimeoutError, TypeError)):  # refused: in clear, or with no certificate
+                Client(stranger, timeout=2)

@@ -2,7 +2,8 @@
 
 With an address or a scheduler file it connects to an existing cluster (on Kubernetes, SLURM through
 dask-jobqueue, a cloud service) and never shuts it down; without either it starts a local cluster
-bound to 127.0.0.1 (its HTTP server too, on a free port) and stops it at the end. The driver keeps a
+bound to 127.0.0.1 (its HTTP server too, on a free port), speaking TLS with a certificate made for the run
+(so another local user cannot submit tasks to it), and stops it at the end. The driver keeps a
 bounded number of tasks in flight (twice the cluster's threads), reports each result as it arrives, and retries a
 task that failed for a reason other than bad data: a worker that dies mid-shard has its task
 rescheduled elsewhere by the scheduler, and after the scheduler gives up (KilledWorker) the driver
@@ -77,9 +78,15 @@ class DaskEngine:
             elif self.scheduler_file:
                 self.client = Client(scheduler_file=self.scheduler_file, timeout=self.connect_timeout)
             else:
-                self._cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
-                                             host="127.0.0.1", dashboard_address="127.0.0.1:0", silence_logs=logging.WARNING)
-                self.client = Client(self._cluster)
+                # TLS with a certificate made for this run only (Security.temporary): other local users can reach
+                # 127.0.0.1 too, and a plain-TCP scheduler would run whatever tasks they sent it.
+                from distributed.security import Security
+
+                security = Security.temporary()
+                self._cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True, protocol="tls",
+                                             host="127.0.0.1", dashboard_address="127.0.0.1:0", silence_logs=logging.WARNING,
+                                             security=security)
+                self.client = Client(self._cluster, security=security)
         except (OSError, TimeoutError, ValueError) as e:
             where = self.address or self.scheduler_file or "a local cluster"
             self.__exit__()
