@@ -82,7 +82,10 @@ class DaskEngine:
                 # 127.0.0.1 too, and a plain-TCP scheduler would run whatever tasks they sent it.
                 from distributed.security import Security
 
-                security = Security.temporary()
+                try:
+                    security = Security.temporary()
+                except ImportError as e:
+                    raise DataprepError(f"a local Dask cluster needs TLS certificates: {INSTALL} ({e})") from None
                 self._cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True, protocol="tls",
                                              host="127.0.0.1", dashboard_address="127.0.0.1:0", silence_logs=logging.WARNING,
                                              security=security)
