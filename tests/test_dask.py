@@ -272,3 +272,8 @@ def test_the_local_cluster_a_build_starts_accepts_no_stranger():
         for stranger in (addr.replace("tls://", "tcp://"), addr):
             with pytest.raises((OSError, TimeoutError, TypeError)):  # refused: in clear, or with no certificate
                 Client(stranger, timeout=2)
+        from distributed.security import Security
+
+        # a valid TLS client whose certificate this cluster did not issue: the server refuses it
+        with pytest.raises((OSError, TimeoutError)):
+            Client(addr, security=Security.temporary(), timeout=3)

@@ -156,7 +156,7 @@ def _whole_file_docs(text: str, split: str) -> list[str]:
 def test_the_streamed_reader_gives_the_documents_a_whole_file_read_gives(tmp_path, split, monkeypatch):
     from dataprep.tokens import read
 
-    text = ("first line\r\nsecond\rthird\u2028fourth\n\n\npara two ünï 日本語\r\n\r\n  \n\nlast" + " word" * 50) * 3
+    text = ("first line\r\nsecond\rthird\u2028fourth\n\n\npara two ünï 日本語\r\n\r\n  \n\nxx\r\r\ny\r\r\n\nlast" + " word" * 50) * 3
     raw = text.encode("utf-8")[:-3] + b"\xff\xfe broken \xc3" + text.encode("utf-8")[-3:]
     f = tmp_path / "t.txt"
     f.write_bytes(raw)
@@ -205,13 +205,15 @@ def test_a_long_document_encodes_to_the_ids_of_the_whole_document(tmp_path, toke
     tok = Tokenizer.from_file(str(tok_file))
     tok.no_truncation()  # the corpus file truncates at 128 (dataprep switches that off too)
     tok.no_padding()
-    text = " ".join(f"word{k % 313} ünï,{k}" for k in range(60_000))  # ~1 MB on one line
+    # ~1 MB in one document, with runs of spaces and tabs (indented code) where pieces may be cut
+    text = "".join(f"word{k % 313}{' ' * (1 + k % 5)}ünï,{k}{chr(9) * (k % 3)} " for k in range(50_000))
     (tmp_path / "long.txt").write_text(text + "\nnext document\n", encoding="utf-8")
     tokenize([str(tmp_path / "long.txt")], tmp_path / "p", TokenizeSettings(split="line", chunk_bytes=64 << 10), str(tok_file))
     docs = DocumentDataset(tmp_path / "p")
     assert len(docs) == 2
     want = tok.encode(text, add_special_tokens=False).ids
     assert docs[0].tolist() == want and len(want) > 100_000
+    assert (tmp_path / "p" / "manifest.json").is_file()
     assert docs[1].tolist() == tok.encode("next document", add_special_tokens=False).ids
 
 
@@ -236,3 +238,23 @@ def test_a_20_mb_single_line_document_stays_within_bounded_memory(tmp_path):
     docs, tokens, peak_mb = (int(x) for x in out.stdout.split())
     assert docs == 1 and tokens > 3_000_000
     assert peak_mb < 600, f"peak RSS {peak_mb} MB"
+
+
+def test_a_huge_jsonl_line_is_read_in_linear_time_and_text_inputs_must_be_regular_files(tmp_path, monkeypatch):
+    import os
+    import time
+
+    from dataprep.tokens import read
+
+    monkeypatch.setattr(read, "BLOCK", 4096)  # many blocks per line: a rescan per block would be quadratic
+    body = "word " * 400_000  # 2 MB in one JSON line = 500 blocks
+    f = tmp_path / "big.jsonl"
+    f.write_text(json.dumps({"text": body}) + "\n" + json.dumps({"text": "small"}) + "\n")
+    t0 = time.perf_counter()
+    docs = ["".join(d) for d in _docs(read.pieces([str(f)], limit=1 << 20))]
+    assert docs == [body, "small"] and time.perf_counter() - t0 < 20
+    os.symlink("/dev/zero", tmp_path / "zeros.txt")
+    os.mkfifo(tmp_path / "pipe.txt")
+    assert expand([str(tmp_path / "*")]) == [str(f)]  # a glob never yields a FIFO or a symlink to a device
+    with pytest.raises(SourceError, match="not a regular file"):
+        list(read.pieces([str(tmp_path / "zeros.txt")]))

@@ -735,3 +735,29 @@ def test_many_distinct_values_follow_a_stated_policy_and_stay_out_of_the_manifes
     assert manifest_bytes < csv.stat().st_size / 50, manifest_bytes  # it used to be twice the CSV
     with pytest.raises(DataprepError, match="max_categories"):
         TableSettings(target="y", max_categories=1)
+
+
+def test_the_rare_bucket_never_collides_and_missing_keeps_its_code(tmp_path):
+    from dataprep.tables.columns import _codes
+
+    col = pd.Series(["a"] * 4 + ["<other>"] * 5 + ["b", "c", None])  # <missing> is the rarest value
+    codes, vocab, rare = _codes(col, "c", "mask", max_categories=3)
+    assert vocab == ["<missing>", "<other>", "<other*>"] and rare == 3  # the real "<other>" and <missing> kept
+    assert codes[-1] == 0 and codes[4] == 1 and codes[0] == 2 and codes[9] == 2  # "a", "b" share the bucket
+
+
+def test_hdf5_mapped_and_truncated_is_an_error_not_sigbus(index_tree, tmp_path):
+    import subprocess
+    import sys
+
+    from dataprep.pack.convert import convert
+
+    out = tmp_path / "raw"
+    build_images(scan_imagenet(index_tree), out, BuildSettings(workers=1, shard_size=5), ImageSettings(size=16, resize="center-crop", mode="raw"))
+    convert(out, tmp_path / "p.h5", "hdf5")
+    code = ("import os, sys\nfrom dataprep import InMemoryImageDataset\nfrom dataprep.errors import PackError\n"
+            "ds = InMemoryImageDataset(sys.argv[1], cache='mmap', as_numpy=True)\nds[0]\n"
+            "os.truncate(sys.argv[1], 4096)\n"
+            "try:\n    ds[len(ds) - 1]\n    print('read')\nexcept PackError as e:\n    print('PackError', e)\n")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "p.h5")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("PackError") and "while mapped" in r.stdout, (r.returncode, r.stdout, r.stderr[-300:])

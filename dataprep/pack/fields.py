@@ -197,11 +197,11 @@ def _whole_arrays(ctx: LoadContext, shards: list[dict]) -> bool:
     return bool(shards) and not ctx.verify and hasattr(ctx.reader, "whole")
 
 
-def _whole(ctx: LoadContext, split: str, name: str, out: np.ndarray | None, map_data: bool) -> np.ndarray:
+def _whole(ctx: LoadContext, split: str, name: str, out: np.ndarray | None, map_data: bool):
     arr = ctx.reader.map_whole(split, name) if map_data else ctx.reader.whole(split, name, out)
     if ctx.progress:
         ctx.progress(arr.nbytes)
-    return arr
+    return Segments([arr]) if map_data else arr  # mapped: guarded against truncation like npy shard files
 
 
 def _load_blob_whole(split_dir: Path, shards: list[dict], blob: str, offsets: str, ctx: LoadContext, map_data: bool,

@@ -108,6 +108,8 @@ def _open_lock(path: Path) -> int:
     mode = 0o600 if _group() is None else 0o660
     try:
         fd = os.open(path, os.O_CREAT | os.O_RDWR | _OPEN, mode)
+        if os.fstat(fd).st_uid == os.getuid():
+            os.fchmod(fd, mode)  # what the umask took away (a group member must open it too)
     except OSError as e:
         raise DataprepError(f"{path}: cannot open the lock file ({e.strerror or e})") from None
     why = _trusted(fd, path)
@@ -257,6 +259,7 @@ def _create(path: Path, pack: Path, split: str, plan, offsets: dict[str, int], t
         )
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
     fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_RDWR | _OPEN, 0o600 if _group() is None else 0o640)
+    os.fchmod(fd, 0o600 if _group() is None else 0o640)  # whatever the umask took away
     try:
         with os.fdopen(fd, "w+b") as f:
             f.truncate(total)

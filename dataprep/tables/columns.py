@@ -293,10 +293,16 @@ def _codes(col, name: str, missing: str, max_categories: int = 0) -> tuple[np.nd
     if not max_categories or len(vocab) <= max_categories:
         return codes.astype(np.int64), vocab, 0
     counts = np.bincount(codes, minlength=len(vocab))
+    if "<missing>" in vocab and isna.any():
+        counts[vocab.index("<missing>")] = len(codes) + 1  # missing values always keep their own code
     keep = np.sort(np.lexsort((np.arange(len(vocab)), -counts))[: max_categories - 1])  # most frequent; ties by value
     remap = np.full(len(vocab), len(keep), np.int64)
     remap[keep] = np.arange(len(keep))
-    return remap[codes], [vocab[i] for i in keep] + ["<other>"], len(vocab) - len(keep)
+    kept = [vocab[i] for i in keep]
+    other = "<other>"
+    while other in kept:  # a real value may be spelled so
+        other = other[:-1] + "*>"
+    return remap[codes], kept + [other], len(vocab) - len(keep)
 
 
 def _fill(v: np.ndarray, name: str, s: TableSettings, train_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

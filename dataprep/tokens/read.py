@@ -12,6 +12,8 @@ import glob
 import gzip
 import json
 import os
+import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -38,7 +40,7 @@ def expand(inputs: list[str]) -> list[str]:
         elif os.path.isfile(item):
             found = [item]
         else:
-            found = sorted(glob.glob(item, recursive=True))
+            found = sorted(p for p in glob.glob(item, recursive=True) if os.path.isfile(p))  # regular files only
         if not found:
             raise SourceError(f"{item}: no such file, or no text files under it")
         out += found
@@ -51,12 +53,18 @@ def _base_suffix(path: str) -> str:
 
 
 BLOCK = 1 << 20  # bytes read at a time
+_BOUNDARY = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")  # where str.splitlines splits
 PIECE_CHARS = 256 << 10  # a document longer than this is handed on in pieces cut at whitespace
 
 
 def _blocks(path: str, strict: bool, stats: ReadStats) -> Iterator[str]:
     """The file's text, decoded as UTF-8 a block at a time (never the whole file at once). Bytes that are not
     UTF-8 are replaced and counted in `stats.replaced`, or, with `strict`, an error naming the byte."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block, /dev/zero never end
+            raise SourceError(f"{path}: not a regular file")
+    except OSError as e:
+        raise SourceError(f"{path}: cannot read ({e.strerror or e})") from None
     opener = gzip.open if path.endswith(".gz") else open
     decoder = codecs.getincrementaldecoder("utf-8")("strict" if strict else "replace")
     ignoring = codecs.getincrementaldecoder("utf-8")("ignore")  # the same text without replacements: their count
@@ -87,10 +95,13 @@ def _blocks(path: str, strict: bool, stats: ReadStats) -> Iterator[str]:
 
 
 def _cut(text: str, limit: int) -> int:
-    """Where to cut a too-long piece: before the last whitespace within `limit` (the whitespace starts the next
-    piece, as a byte-level BPE expects a word's leading space), else at `limit`."""
+    """Where to cut a too-long piece: before the last run of whitespace that starts within `limit` (the whole
+    run goes to the next piece, as a byte-level BPE would split it), else, with no whitespace in the last
+    4096 characters (CJK text, base64), at `limit`."""
     for i in range(limit, max(limit - 4096, 0), -1):
         if text[i].isspace():
+            while i > 0 and text[i - 1].isspace():
+                i -= 1
             return i if i > 0 else limit
     return limit
 
@@ -109,7 +120,14 @@ def _streamed(blocks: Iterator[str], split: str, limit: int) -> Iterator[tuple[s
     or each paragraph (blank-line separated), each bounded by `limit` characters per piece whatever the
     line lengths; the same documents a whole-file split gives."""
     carry = ""
+    held: list[str] = []  # line mode: blocks of a line still growing (no boundary in them), joined once
     for block in blocks:
+        if split == "line" and not _BOUNDARY.search(block):
+            held.append(block)
+            if sum(map(len, held)) + len(carry) <= 2 * limit:
+                continue
+        if held:
+            block, held = "".join(held) + (block if not held or held[-1] is not block else ""), []
         if split == "paragraph":
             if carry.endswith("\r"):  # a \r\n cut in two by the block boundary
                 block, carry = "\r" + block, carry[:-1]
@@ -131,8 +149,7 @@ def _streamed(blocks: Iterator[str], split: str, limit: int) -> Iterator[tuple[s
             i = _cut(carry, limit)
             yield carry[:i], False
             carry = carry[i:]
-    if split == "paragraph":
-        carry = carry.replace("\r\n", "\n")
+    carry += "".join(held)
     if split == "line":
         for line in carry.splitlines() or [carry]:
             yield from _split_long(line, limit)

@@ -48,7 +48,9 @@ class NpyReader:
 
     def attachments(self) -> dict[str, bytes]:
         """Files a pack keeps beside its shards (a tokenizer trained for it), by name."""
-        return {p.name: p.read_bytes() for p in sorted(self.root.iterdir()) if p.is_file() and p.name != MANIFEST}
+        # regular files only, not hidden ones (.DS_Store, a manifest being written) nor links out of the pack
+        return {p.name: p.read_bytes() for p in sorted(self.root.iterdir())
+                if p.name != MANIFEST and not p.name.startswith(".") and not p.is_symlink() and p.is_file()}
 
     def shard_meta(self, split: str, k: int) -> dict[str, Any]:
         """What shard k's shard.json holds besides its file records (the build's fingerprint and counts)."""
