@@ -761,3 +761,14 @@ def test_hdf5_mapped_and_truncated_is_an_error_not_sigbus(index_tree, tmp_path):
             "try:\n    ds[len(ds) - 1]\n    print('read')\nexcept PackError as e:\n    print('PackError', e)\n")
     r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "p.h5")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.startswith("PackError") and "while mapped" in r.stdout, (r.returncode, r.stdout, r.stderr[-300:])
+
+
+def test_a_shard_file_that_is_a_symlink_out_of_the_pack_is_refused(pack, tmp_path):
+    from dataprep import InMemoryImageDataset
+
+    f = pack / "train" / "00000" / "labels.npy"
+    shutil.copyfile(f, tmp_path / "elsewhere.npy")
+    f.unlink()
+    os.symlink(tmp_path / "elsewhere.npy", f)  # same bytes, checksums and all: only the link gives it away
+    with pytest.raises(PackError, match="labels.npy: cannot open shard file .*symlink"):
+        InMemoryImageDataset(pack)

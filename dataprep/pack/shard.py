@@ -169,9 +169,12 @@ def open_npy(path: Path, record: dict[str, Any]) -> tuple[Any, int, tuple[int, .
     ):
         raise PackError(f"{path}: malformed file record in the manifest")
     try:
-        f = open(path, "rb", buffering=0)  # raw: readinto goes straight to the caller's buffer
+        # raw: readinto goes straight to the caller's buffer; O_NOFOLLOW: a shard file that is a symlink (to a
+        # file outside the pack) is refused, not read
+        f = os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb", buffering=0)
     except OSError as e:
-        raise PackError(f"{path}: cannot open shard file ({e.strerror or e})") from None
+        why = "a symlink; shard files must be the pack's own" if e.errno == errno.ELOOP else (e.strerror or str(e))
+        raise PackError(f"{path}: cannot open shard file ({why})") from None
     try:
         size = os.fstat(f.fileno()).st_size
         if size != record["bytes"]:

@@ -138,7 +138,11 @@ class ZarrReader(ConcatReader):
         for i in range(a // c, (b - 1) // c + 1):
             lo, hi = max(a, i * c), min(b, (i + 1) * c)
             f = self._chunk_file(key, i, len(shape))
-            with open(f, "rb", buffering=0) as fh:
+            try:
+                fh = os.fdopen(os.open(f, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb", buffering=0)
+            except OSError as e:
+                raise PackError(f"{f}: cannot open the chunk of {key} ({e.strerror or e}; a symlink is refused)") from None
+            with fh:
                 fh.seek((lo - i * c) * row)
                 want, got = (hi - lo) * row, 0
                 dst = flat[(lo - a) * row : (hi - a) * row]
