@@ -23,7 +23,6 @@ class Kind:
     package: str  # the kind's package, e.g. "dataprep.images"
     build: str  # the build function in <package>/build.py (tokens: tokenize.py)
     dataset: str  # the dataset class in <package>/dataset.py
-    noun: str  # what one sample is called in summaries
     build_module: str = "build"
 
     def _module(self, name: str):
@@ -49,11 +48,11 @@ class Kind:
 
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
-    Kind("images", "dataprep.images", "build_images", "InMemoryImageDataset", "images"),
-    Kind("segmentation", "dataprep.segmentation", "build_segmentation", "SegmentationDataset", "pairs"),
-    Kind("volumes", "dataprep.volumes", "build_volumes", "VolumeDataset", "volumes"),
-    Kind("tokens", "dataprep.tokens", "tokenize", "TokenDataset", "documents", build_module="tokenize"),
-    Kind("table", "dataprep.tables", "build_table", "TabularDataset", "rows"),
+    Kind("images", "dataprep.images", "build_images", "InMemoryImageDataset"),
+    Kind("segmentation", "dataprep.segmentation", "build_segmentation", "SegmentationDataset"),
+    Kind("volumes", "dataprep.volumes", "build_volumes", "VolumeDataset"),
+    Kind("tokens", "dataprep.tokens", "tokenize", "TokenDataset", build_module="tokenize"),
+    Kind("table", "dataprep.tables", "build_table", "TabularDataset"),
 )}
 
 

@@ -84,7 +84,7 @@ def _verify_shard(pack: Path, reader, fields: dict, split: str, k: int, shard: d
             ok = False
         for what in f.check(arrays, deep=decode):
             rep.problems.append((str(where), what))
-    strings = next((f.strings(loaded[key]) for key, f in fields.items() if key == "source" and key in loaded), None)
+    strings = fields["source"].strings(loaded["source"]) if "source" in loaded else None
     if decode:
         for key, f in fields.items():
             found = f.decode_check(loaded[key]) if key in loaded and hasattr(f, "decode_check") else None

@@ -119,7 +119,7 @@ def captions_kind(tmp_path, monkeypatch):
         (pkg / f"{name}.py").write_text(textwrap.dedent(src))
     monkeypatch.syspath_prepend(str(tmp_path / "kindpkg"))
     # the one registry line
-    monkeypatch.setitem(kinds.KINDS, "captions", kinds.Kind("captions", "captions_kind", "build_captions", "CaptionDataset", "captions"))
+    monkeypatch.setitem(kinds.KINDS, "captions", kinds.Kind("captions", "captions_kind", "build_captions", "CaptionDataset"))
     yield
     for m in [m for m in sys.modules if m.startswith("captions_kind")]:
         del sys.modules[m]

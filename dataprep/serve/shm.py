@@ -59,12 +59,18 @@ def _group() -> int | None:
         raise DataprepError(f"DATAPREP_SHM_GROUP={g!r}: no such group") from None
 
 
+def _segment_path() -> Path:
+    """Where this user's (or the opted-in group's) segments live, made or not."""
+    group = _group()
+    return SHM_DIR / (f"dataprep-{os.getuid()}" if group is None else f"dataprep-g{group}")
+
+
 def segment_dir() -> Path:
     """This user's directory of segments and locks (or the opted-in group's), made if missing; refused when
     what stands there is not exactly what it would have made: a symlink, not a directory, owned by someone
     else, or open to other users."""
     group = _group()
-    d = SHM_DIR / (f"dataprep-{os.getuid()}" if group is None else f"dataprep-g{group}")
+    d = _segment_path()
     mode = 0o700 if group is None else 0o2770
     try:
         os.mkdir(d, mode)
@@ -373,7 +379,7 @@ def _release(users_fd: int, path: Path, pid: int) -> None:
 
 def list_segments() -> list[Path]:
     """This user's (or the opted-in group's) segments, complete or being filled; not their lock files."""
-    d = SHM_DIR / (f"dataprep-{os.getuid()}" if _group() is None else f"dataprep-g{_group()}")
+    d = _segment_path()
     if not d.is_dir():
         return []
     return sorted(p for p in d.iterdir() if p.name.startswith("dataprep-") and not p.name.endswith((".fill", ".users")))
@@ -425,7 +431,7 @@ def clean(all_mine: bool = False) -> list[str]:
     """Remove this user's segments nobody uses (every one with `all_mine`: processes that map one keep their
     mapping), half-filled temporaries no process is filling, and lock files whose segment is gone; give
     what was removed."""
-    d = SHM_DIR / (f"dataprep-{os.getuid()}" if _group() is None else f"dataprep-g{_group()}")
+    d = _segment_path()
     if not d.is_dir():
         return []
     removed = []

@@ -121,13 +121,16 @@ def _streamed(blocks: Iterator[str], split: str, limit: int) -> Iterator[tuple[s
     line lengths; the same documents a whole-file split gives."""
     carry = ""
     held: list[str] = []  # line mode: blocks of a line still growing (no boundary in them), joined once
+    held_chars = 0
     for block in blocks:
         if split == "line" and not _BOUNDARY.search(block):
             held.append(block)
-            if sum(map(len, held)) + len(carry) <= 2 * limit:
+            held_chars += len(block)
+            if held_chars + len(carry) <= 2 * limit:
                 continue
+            block = ""
         if held:
-            block, held = "".join(held) + (block if not held or held[-1] is not block else ""), []
+            block, held, held_chars = "".join(held) + block, [], 0
         if split == "paragraph":
             if carry.endswith("\r"):  # a \r\n cut in two by the block boundary
                 block, carry = "\r" + block, carry[:-1]
