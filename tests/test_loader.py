@@ -51,10 +51,14 @@ def test_shuffled_epochs_see_every_sample_once_and_are_deterministic(packs, work
     loader = Loader(ds, 4, shuffle=True, seed=3, num_workers=workers)
     first = [i for x, _ in loader for i in ids(x)]
     assert sorted(first) == list(range(18)) and first != list(range(18))
-    assert [i for x, _ in loader for i in ids(x)] == first  # same epoch, same order
+    second = [i for x, _ in loader for i in ids(x)]  # a new iter() is the next epoch, as DataLoader reshuffles
+    assert sorted(second) == list(range(18)) and second != first and loader.epoch == 2
     loader.set_epoch(1)
-    second = [i for x, _ in loader for i in ids(x)]
-    assert sorted(second) == list(range(18)) and second != first
+    assert [i for x, _ in loader for i in ids(x)] == second  # set_epoch selects one
+    loader.set_epoch(1)
+    assert [i for x, _ in loader for i in ids(x)] == second  # ... and repeats it
+    other = Loader(ds, 4, shuffle=True, seed=3, num_workers=2 - workers)
+    assert [i for x, _ in other for i in ids(x)] == first  # the order depends on (seed, epoch) only
     assert len(loader) == 5 and len(Loader(ds, 4, drop_last=True)) == 4
     assert sum(len(y) for _, y in Loader(ds, 4, drop_last=True, num_workers=workers)) == 16
 
@@ -90,12 +94,12 @@ class Exploding(InMemoryImageDataset):
 
     how = "kill"
 
-    def fill_batch(self, idx, out):
+    def fill_batch(self, idx, out, request=None):
         if 13 in idx:
             if self.how == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
             raise ValueError("sample 13 is cursed")
-        super().fill_batch(idx, out)
+        super().fill_batch(idx, out, request)
 
 
 def test_a_killed_worker_is_an_error_within_seconds(packs):
@@ -140,9 +144,9 @@ from dataprep.images.dataset import InMemoryImageDataset
 from dataprep.serve.loader import Loader
 
 class Slow(InMemoryImageDataset):
-    def fill_batch(self, idx, out):
+    def fill_batch(self, idx, out, request=None):
         time.sleep(0.2)
-        super().fill_batch(idx, out)
+        super().fill_batch(idx, out, request)
 
 loader = Loader(Slow(sys.argv[1]), 2, num_workers=2)
 print("started", flush=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,8 +74,10 @@ def _cycle(loader):
 def measure(ds, path: str, workers: int, batch: int, seconds: float, warmup: float, crop) -> Run:
     from ..serve.loader import Loader
 
-    loader = Loader(ds, batch, shuffle=True, num_workers=workers, crop=crop)
-    sample_bytes = sum(int(np.prod(s)) * d.itemsize for s, d in loader._spec.values())
+    with warnings.catch_warnings():  # a crop that pads small images is said once by the tool, not per run
+        warnings.simplefilter("ignore")
+        loader = Loader(ds, batch, shuffle=True, num_workers=workers, crop=crop)
+        sample_bytes = sum(int(np.prod(s)) * d.itemsize for s, d in loader._layout(loader.request(0)).values())
     gen = _cycle(loader)
     try:
         t_end = time.perf_counter() + warmup
@@ -106,7 +109,11 @@ def limits(ds, decoders: list[str], batch: int, crop, pack: Path) -> dict[str, f
     from ..images.codec import DECODERS
 
     out: dict[str, float] = {}
-    spec = ds.batch_layout(crop) if crop else ds.batch_layout()
+    from ..serve.request import Request
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = ds.batch_layout(Request(crop=crop))
     shape = spec["images"][0]
     src = np.random.default_rng(0).integers(0, 255, (max(batch * 4, 256), *shape), dtype=np.uint8)
     dst = np.empty((batch, *shape), np.uint8)

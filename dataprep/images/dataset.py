@@ -7,6 +7,7 @@ forked DataLoader workers share it without copy-on-read growth.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -15,6 +16,9 @@ import torch
 from torch.utils.data import Dataset
 
 from ..errors import DataprepError, PackError
+from ..serve.request import Request
+from . import crops
+from .crops import CenterCrop, RandomResizedCrop
 from .resize import center_crop_into
 from ..pack.fields import take_rows
 from ..serve.cache import open_split
@@ -219,6 +223,8 @@ class InMemoryImageDataset(Dataset):
             # travels with its indices and reaches persistent workers too
             self.use(int(index[0]))
             index = index[1]
+        if isinstance(index, slice):
+            return self.batch(np.arange(len(self))[index])
         if isinstance(index, (Sequence, np.ndarray, torch.Tensor)) and not isinstance(index, (str, bytes)):
             if isinstance(index, (np.ndarray, torch.Tensor)) and index.ndim == 0:
                 index = int(index)
@@ -242,34 +248,101 @@ class InMemoryImageDataset(Dataset):
         take_rows(self._pixels, idx, out)
         return torch.from_numpy(out).permute(0, 3, 1, 2)
 
-    # -- the batch-fetch protocol the fast Loader uses -------------------------------------------
-    def batch_layout(self, crop: tuple[int, int] | None = None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-        """What one sample occupies in a batch buffer: {"images": ((H, W, C), uint8), "labels": ((), int64)}.
-        Variable-size packs need `crop` (H, W): each image's central window, padded where smaller."""
-        c = self.field.channels
-        if crop is not None:
+    # -- the batch-fetch protocol the fast Loader uses (serve/request.py) -------------------------
+    def _square_at(self, resolution: int) -> tuple[int, int, int] | None:
+        """Every sample's (H, W, C) at `resolution` when the build made them all one shape."""
+        from .resize import RESIZE_MODES
+
+        image = self.manifest["settings"]["image"]
+        mode = RESIZE_MODES.get(image["resize"])
+        return (resolution, resolution, self.field.channels) if mode is not None and mode.square else None
+
+    def batch_layout(self, request: Request | None = None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """What one sample occupies in a batch buffer: {"images": ((H, W, C), dtype), "labels": ((), int64)}.
+        A crop plan gives its output size; (H, W) cuts each image's central window, padded where smaller;
+        without a crop, every sample must have one shape at the requested resolution."""
+        request = request or Request()
+        res = request.resolution if request.resolution is not None else self.resolution
+        crop, c = request.crop, self.field.channels
+        if crop is not None and not isinstance(crop, (tuple, list)):
+            if not isinstance(crop, (RandomResizedCrop, CenterCrop)):
+                raise DataprepError(f"crop is (H, W), dataprep.RandomResizedCrop or dataprep.CenterCrop, not {crop!r}")
+            shape = (*crop.size, c)
+            self._check_upscale(crop.size, res)
+        elif crop is not None:
+            if len(crop) != 2 or min(int(v) for v in crop) < 1:
+                raise DataprepError(f"crop=(H, W) for images, not {crop!r}")
             shape = (int(crop[0]), int(crop[1]), c)
-        elif self._pixels is not None:
+            self._warn_padding(shape, res)
+        elif res == self.resolution and self._pixels is not None:
             shape = tuple(int(v) for v in self._pixels.shape[1:])
-        else:
+        elif res == self.resolution:
             shapes = {tuple(s) for s in self._shapes.tolist()}
             if len(shapes) != 1:
-                raise DataprepError(f"{self.pack}/{self.split}: images have {len(shapes)} sizes; pass crop=(H, W)")
+                raise DataprepError(f"{self.pack}/{self.split}: images have {len(shapes)} sizes; pass crop=(H, W), "
+                                    "dataprep.CenterCrop(size) or dataprep.RandomResizedCrop(size)")
             shape = shapes.pop()
+        else:
+            shape = self._square_at(res)
+            if shape is None:
+                raise DataprepError(f"{self.pack}/{self.split}: images of resolution {res} have several sizes; pass a crop")
+        if request.flip and len(shape) != 3:
+            raise DataprepError("flip applies to (H, W, C) images")
         return {"images": (shape, self.field.np_dtype.newbyteorder("=")), "labels": ((), np.dtype(np.int64))}
 
-    def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray]) -> None:
+    def _warn_padding(self, crop_shape, res) -> None:
+        """A center crop larger than stored images pads them with zeros: said once per dataset and size."""
+        if res != self.resolution or getattr(self, "_warned_crop", None) == crop_shape[:2]:
+            return
+        small = (self._shapes[:, 0] < crop_shape[0]) | (self._shapes[:, 1] < crop_shape[1])
+        if small.any():
+            self._warned_crop = crop_shape[:2]
+            h, w = (int(v) for v in self._shapes[small][:, :2].min(0))
+            warnings.warn(f"{self.pack}/{self.split}: crop {crop_shape[0]}x{crop_shape[1]} is larger than {int(small.sum())} of "
+                          f"{len(small)} stored images (the smallest {h}x{w} px): they are padded with zeros", stacklevel=4)
+
+    def _check_upscale(self, size, res) -> None:
+        """A crop plan's output larger than the stored images would upscale every sample: refused."""
+        if res != self.resolution:
+            return
+        h, w = (int(v) for v in self._shapes[:, :2].max(0)) if len(self._shapes) else (0, 0)
+        if size[0] > h and size[1] > w:
+            raise DataprepError(f"{self.pack}/{self.split}: a {size[0]}x{size[1]} crop is larger than every stored image "
+                                f"(at most {h}x{w} px); serve a smaller size or build the pack larger")
+
+    def _pixels_of(self, i: int) -> np.ndarray:
+        """Sample i's pixels (HWC), a read-only view for decoded packs, decoded for JPEG packs."""
+        if self._pixels is not None:
+            return self._pixels[i]
+        if self.field.encoding == "raw":
+            return self._blob[self._offsets[i] : self._offsets[i + 1]].view(self.field.np_dtype).reshape(self._shapes[i])
+        return self.image(i)
+
+    def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray], request: Request | None = None) -> None:
         """Write samples `idx` into the preallocated rows of `out` (shaped as `batch_layout` says):
-        decoded packs by one gather, JPEG packs decoded one by one straight into their row."""
+        decoded packs by one gather, others one by one straight into their row, cut by the request's crop
+        and flipped by its draws."""
         if self.transform is not None:
             raise DataprepError("the batch path serves uint8 pixels; apply transforms to the batch (on the GPU)")
+        request = request or Request()
+        if request.resolution is not None and request.resolution != self.resolution:
+            self.use(request.resolution)
         images, n = out["images"], len(idx)
+        idx = np.asarray(idx, np.int64)
         out["labels"][:n] = self._labels[idx]
-        if self._pixels is not None and images.shape[1:] == self._pixels.shape[1:]:
+        crop = request.crop
+        if crop is not None and not isinstance(crop, (tuple, list)):
+            boxes = crop.boxes(self._shapes[idx, 0], self._shapes[idx, 1], (request.seed, request.epoch), idx)
+            for k, i in enumerate(idx):
+                crops.apply(crop, self._pixels_of(int(i)), boxes[k], images[k])
+        elif self._pixels is not None and images.shape[1:] == self._pixels.shape[1:]:
             take_rows(self._pixels, idx, images[:n])
-            return
-        for k, i in enumerate(idx):
-            center_crop_into(self.image(int(i)), images[k])
+        else:
+            for k, i in enumerate(idx):
+                center_crop_into(self._pixels_of(int(i)), images[k])
+        if request.flip:
+            for k in np.flatnonzero(crops.flips((request.seed, request.epoch), idx)):
+                images[k] = images[k, :, ::-1].copy()
 
     def batch(self, indices) -> tuple[Any, torch.Tensor]:
         """A whole batch: images (N, C, H, W) uint8 in channels-last memory, or (N, H, W, C) numpy with

@@ -293,8 +293,10 @@ class Strings:
     def __len__(self) -> int:
         return len(self._offsets) - 1
 
-    def __getitem__(self, i: int) -> str:
+    def __getitem__(self, i: int | slice) -> str | list[str]:
         n = len(self)
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(n))]
         if not -n <= i < n:
             raise IndexError(f"index {i} out of range for {n} items")
         i %= n

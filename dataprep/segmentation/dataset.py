@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from ..serve.request import Request
 from ..errors import DataprepError, PackError
 from ..images.dataset import InMemoryImageDataset
 from ..images.resize import center_crop_into
@@ -79,6 +80,8 @@ class SegmentationDataset(InMemoryImageDataset):
         if isinstance(index, tuple) and len(index) == 2:  # (resolution, index) from a ResolutionBatchSampler
             self.use(int(index[0]))
             index = index[1]
+        if isinstance(index, slice):
+            return self.batch(np.arange(len(self))[index])
         if isinstance(index, (Sequence, np.ndarray, torch.Tensor)) and not isinstance(index, (str, bytes)):
             if not (isinstance(index, (np.ndarray, torch.Tensor)) and index.ndim == 0):
                 return self.batch(index)
@@ -100,16 +103,23 @@ class SegmentationDataset(InMemoryImageDataset):
         return stack([p[0] for p in pairs]), stack([p[1] for p in pairs])
 
     # -- the batch-fetch protocol of the fast Loader ---------------------------------------------
-    def batch_layout(self, crop: tuple[int, int] | None = None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-        """{"images": ((H, W, C), dtype), "masks": ((H, W), mask dtype)}; variable-size packs need `crop`."""
-        images = super().batch_layout(crop)["images"]
+    def batch_layout(self, request: Request | None = None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """{"images": ((H, W, C), dtype), "masks": ((H, W), mask dtype)}; variable-size packs need crop=(H, W)."""
+        request = request or Request()
+        if (request.crop is not None and not isinstance(request.crop, (tuple, list))) or request.flip:
+            raise DataprepError("the Loader serves image-mask pairs center-cropped (crop=(H, W)); random crops and flips "
+                                "of pairs are the joint transforms of segmentation/transforms.py (stock DataLoader)")
+        images = super().batch_layout(request)["images"]
         return {"images": images, "masks": (images[0][:2], self.mask_dtype)}
 
-    def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray]) -> None:
+    def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray], request: Request | None = None) -> None:
         """Write samples `idx` into `out`: fixed-size raw packs by two gathers, others one by one, each
         center-cropped (images padded black, masks with the ignore value or 0)."""
         if self.joint is not None:
             raise DataprepError("the batch path serves the stored pairs; crop or flip the batch on the GPU")
+        request = request or Request()
+        if request.resolution is not None and request.resolution != self.resolution:
+            self.use(request.resolution)
         images, masks, n = out["images"], out["masks"], len(idx)
         data = self._mask_arrays["masks"]
         if self._pixels is not None and images.shape[1:] == self._pixels.shape[1:]:

@@ -1,19 +1,30 @@
-"""The fast loader: takes a dataset that can fill batch buffers (`batch_layout` + `fill_batch`), gives the
-batches a DataLoader would, assembled in buffers allocated once instead of a new tensor per batch.
+"""The fast loader: takes a dataset that can fill batch buffers (`batch_layout` + `fill_batch`, see
+serve/request.py), gives the batches a DataLoader would, assembled in buffers allocated once instead of a
+new tensor per batch; with epochs that advance by themselves, shares per DDP rank, and a state that a
+checkpoint can save and a new process resume from mid-epoch.
 
 - With no workers, batches are gathered (decoded packs) or decoded (JPEG packs) in the main process,
   into one of two reused buffers.
 - With workers, a ring of batch slots lives in one anonymous shared mapping made before the workers
-  fork; a worker fills a whole slot and only (batch number, slot) crosses the pipe back.
+  fork; a worker fills a whole slot and only (batch number, slot) crosses the pipe back. Each request
+  carries everything the samples depend on (epoch, seed, resolution, crop, flip): a worker never acts
+  on the dataset object as it was when it forked.
 
-A yielded batch is a view of its slot and stays valid until the next batch is requested: copy it to
-the GPU (or `.clone()` it) before asking for the next one, as a training step does anyway; or pass
-`pin_memory=True` to get pinned copies. Workers are forked on the first epoch and kept for the next
-ones (`close()` stops them; so does garbage collection); each batch is split across all workers.
-Worker deaths and errors reach the caller as exceptions naming the batch and samples, within a
-fraction of a second, and stop the workers; so does Ctrl-C. The shared mapping goes with the
-processes. Leaving an epoch early is fine: its unfinished parts are waited for before their slots
-are reused. Linux (fork) only for workers.
+Large per-sample fields (images, token windows) are views of their slot and stay valid until the next
+batch is requested: copy them to the GPU (or `.clone()` them) before asking for the next one, as a
+training step does anyway, or pass `copy=True` (or `pin_memory=True` for pinned copies). Small fields
+(labels, targets: at most 1 KiB a sample) are fresh tensors, safe to keep. Workers are forked on the
+first epoch and kept for the next ones (`close()` stops them; so does garbage collection); each batch
+is split across all workers. Worker deaths and errors reach the caller as exceptions naming the batch
+and samples, within a fraction of a second, and stop the workers; so does Ctrl-C. The shared mapping
+goes with the processes. Leaving an epoch early is fine: its unfinished parts are waited for before
+their slots are reused. Linux (fork) only for workers.
+
+Order. An epoch's global order is a permutation drawn from (seed, epoch) (or the dataset's own order,
+or a sampler's). With `world_size` W ranks it is cut into global batches of W x batch_size samples,
+rank r taking the r-th share of each, so after k batches every rank has consumed the same prefix of
+the one order: that prefix is what `state_dict()` records, and a restored run (on any number of ranks)
+serves the rest of the epoch exactly once.
 """
 from __future__ import annotations
 
@@ -23,112 +34,319 @@ import multiprocessing as mp
 import os
 import signal
 from multiprocessing.connection import wait
-from typing import Iterable, Iterator
+import warnings
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import torch
 
 from ..engine.local import exit_with_parent
 from ..errors import DataprepError, WorkerError
+from .request import Request
+
+
+STATE_VERSION = 1
+SMALL_FIELD = 1024  # bytes a sample: fields this small are served as fresh tensors, not slot views
 
 
 class Loader:
     """A drop-in for `DataLoader(dataset, batch_size, shuffle, sampler, num_workers, drop_last)` over
-    dataprep datasets, yielding `(images, labels)`: images uint8 (N, C, H, W) in channels-last memory
-    (`layout="nhwc"` for (N, H, W, C)), labels int64.
+    dataprep datasets, yielding a tuple of tensors per batch in the dataset's batch layout: for images
+    `(images, labels)`, images uint8 (N, C, H, W) in channels-last memory (`layout="nhwc"` for
+    (N, H, W, C)), labels int64.
 
     Args:
-        shuffle, seed: a new permutation every epoch from (seed, epoch); `set_epoch` selects the epoch
-            (and is passed on to a sampler that has it, such as DistributedSampler).
-        sampler: any iterable of indices (e.g. DistributedSampler); replaces shuffle.
-        crop: (H, W) to center-crop images of a variable-size pack (padded where smaller).
+        shuffle, seed: a new permutation every epoch, drawn from (seed, epoch). Every `iter()` starts the
+            next epoch; `set_epoch(e)` selects the one the next `iter()` serves (and is passed on to a
+            sampler that has it, such as DistributedSampler).
+        sampler: any iterable of indices (e.g. DistributedSampler), instead of shuffle and rank sharding.
+        rank, world_size: this process's share of every epoch [default: from torch.distributed when it is
+            initialised, else the whole epoch]. Every rank serves the same number of batches: with
+            `drop_last` the epoch's last incomplete global batch is dropped; without it, that batch is
+            padded to a multiple of world_size with the epoch's first samples (as DistributedSampler
+            pads; `padding(epoch)` says how many).
+        crop: (H, W) to center-crop images of a variable-size pack (padded where smaller), or a crop plan:
+            `dataprep.RandomResizedCrop(size, ...)` or `dataprep.CenterCrop(size)`, cut from the whole
+            stored image per sample in the workers.
+        flip: a random horizontal flip per sample (p = 0.5). Crops and flips are drawn from (seed,
+            epoch, sample index): any num_workers, and a resumed run, gives the same batches.
+        schedule: a `Schedule` of resolutions over epochs: each epoch is served at schedule(epoch), the
+            output size of a crop plan, or else the stored size of a multi-resolution pack. The ring is
+            allocated once for the largest size; persistent workers switch without restarting.
+        copy: large fields (images) as fresh tensors too, for callers who keep batches.
         prefetch: batches each worker may have in flight.
+
+    `state_dict()` / `load_state_dict()` follow torchdata's StatefulDataLoader: save the state with a
+    checkpoint, restore it into a Loader over the same dataset in a new process, and the next `iter()`
+    serves exactly the batches the uninterrupted run would have served next, without touching the
+    skipped ones.
     """
 
     def __init__(self, dataset, batch_size: int, shuffle: bool = False, seed: int = 0, num_workers: int = 0,
                  drop_last: bool = False, sampler: Iterable[int] | None = None, pin_memory: bool = False,
-                 layout: str = "nchw", crop: tuple[int, int] | None = None, prefetch: int = 2, timeout: float = 300.0):
+                 layout: str = "nchw", crop: Any = None, flip: bool = False, schedule=None,
+                 rank: int | None = None, world_size: int | None = None, copy: bool = False,
+                 prefetch: int = 2, timeout: float = 300.0):
+        if not (hasattr(dataset, "batch_layout") and hasattr(dataset, "fill_batch")):
+            raise DataprepError(f"Loader serves dataprep datasets (InMemoryImageDataset, TokenDataset, TabularDataset, "
+                                f"Mixture, ...), which fill whole batches; a {type(dataset).__name__} does not: "
+                                "serve it with torch.utils.data.DataLoader")
+        if getattr(dataset, "transform", None) is not None or getattr(dataset, "joint", None) is not None:
+            raise DataprepError("Loader serves uint8 batches and applies no per-sample transform: make the dataset "
+                                "without transform=, crop and flip with Loader(crop=dataprep.RandomResizedCrop(...), "
+                                "flip=True) and normalise on the GPU (dataprep.Normalize); or use torch's DataLoader")
         if batch_size < 1 or num_workers < 0 or prefetch < 1:
             raise DataprepError("batch_size and prefetch must be >= 1, num_workers >= 0")
         if layout not in ("nchw", "nhwc"):
             raise DataprepError(f"layout must be 'nchw' or 'nhwc', not {layout!r}")
+        if sampler is not None and shuffle:
+            raise DataprepError("sampler and shuffle=True exclude each other (as in DataLoader): the sampler gives "
+                                "the order; shuffle it there (DistributedSampler(shuffle=True))")
+        if sampler is not None and (rank is not None or world_size is not None):
+            raise DataprepError("pass a sampler or rank/world_size, not both: the Loader shards only its own order")
+        if shuffle and getattr(dataset, "ordered", False):
+            raise DataprepError(f"a {type(dataset).__name__} orders its samples itself (members shuffled, interleaved "
+                                "by weight): pass shuffle=False")
         if num_workers and "fork" not in mp.get_all_start_methods():
             raise DataprepError("Loader workers need the fork start method (Linux); use num_workers=0")
-        self.dataset, self.batch_size, self.shuffle, self.seed = dataset, batch_size, shuffle, seed
+        self.rank, self.world_size = _rank_and_world(rank, world_size) if sampler is None else (0, 1)
+        if schedule is not None and isinstance(crop, (tuple, list)):
+            raise DataprepError("a schedule sets each epoch's output size: pass crop=dataprep.CenterCrop(size) or "
+                                "dataprep.RandomResizedCrop(size), not a fixed (H, W)")
+        self.dataset, self.batch_size, self.shuffle, self.seed = dataset, batch_size, shuffle, int(seed)
         self.num_workers, self.drop_last, self.sampler, self.pin_memory = num_workers, drop_last, sampler, pin_memory
-        self.layout, self.prefetch, self.timeout = layout, prefetch, timeout
-        self.epoch = 0
-        self._spec = dataset.batch_layout(crop) if crop is not None else dataset.batch_layout()
-        self._crop = crop
+        self.layout, self.crop, self.flip, self.schedule, self.copy = layout, crop, bool(flip), schedule, copy
+        self.prefetch, self.timeout = prefetch, timeout
+        self._next_epoch = 0  # the epoch a fresh iter() serves
+        self._resume: tuple[int, int] | None = None  # (epoch, samples consumed) a restored state starts from
+        self._state = (0, 0)  # (epoch, samples of its order consumed), as state_dict reports it
+        self._capacity: dict[str, tuple[int, np.dtype]] = {}  # ring bytes per sample, by key
         self._ring: dict[str, np.ndarray] | None = None
         self._procs: list = []
         self._pipes: list = []
         self._outstanding: dict[tuple[int, int, int], tuple[int, np.ndarray]] = {}  # (gen, batch, worker) -> (slot, idx)
         self._gen = 0
+        if schedule is not None and num_workers and getattr(dataset, "cache", None) == "ram" \
+                and len(set(getattr(dataset, "resolutions", []))) > 1:
+            warnings.warn("a schedule over a multi-resolution pack with cache='ram': each worker loads each resolution "
+                          "into its own memory; cache='shm' (or 'mmap') keeps one copy", stacklevel=2)
+        self.request(0)  # refuse a crop, flip or schedule the dataset cannot serve now, not at the first batch
+
+    # -- what each epoch serves ---------------------------------------------------------------------
+    @property
+    def epoch(self) -> int:
+        """The epoch being served (while iterating), else the one the next iter() serves."""
+        return self._state[0]
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+        self._next_epoch, self._resume, self._state = int(epoch), None, (int(epoch), 0)
         if hasattr(self.sampler, "set_epoch"):
-            self.sampler.set_epoch(epoch)
+            self.sampler.set_epoch(int(epoch))
 
-    def _order(self) -> np.ndarray:
+    def request(self, epoch: int) -> Request:
+        """What every batch of `epoch` carries to the workers (and checks the dataset can serve it)."""
+        res, crop = getattr(self.dataset, "resolution", None), self.crop
+        if self.schedule is not None:
+            size = self.schedule(epoch)
+            if crop is not None:
+                crop = crop.resized(size)
+            else:
+                res = size
+        req = Request(epoch=int(epoch), seed=self.seed, resolution=res, crop=crop, flip=self.flip)
+        self.dataset.batch_layout(req)
+        return req
+
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """The epoch's whole order: a sampler's (this rank's share), or the global order all ranks share."""
         if self.sampler is not None:
             return np.fromiter((int(i) for i in self.sampler), np.int64)
         n = len(self.dataset)
         if self.shuffle:
-            return np.random.default_rng([self.seed, self.epoch]).permutation(n)
+            return np.random.default_rng([self.seed, int(epoch)]).permutation(n)
         return np.arange(n, dtype=np.int64)
 
-    def __len__(self) -> int:
-        n = len(self.sampler) if self.sampler is not None else len(self.dataset)
-        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+    def _plan(self, epoch: int, start: int) -> tuple[list[np.ndarray], list[int]]:
+        """This rank's batches of `epoch` from global position `start`, and the position after each."""
+        order = self.epoch_order(epoch)
+        n, w, b = len(order), self.world_size, self.batch_size
+        g = w * b
+        rest = n - start
+        full = max(rest, 0) // g
+        batches, after = [], []
+        for k in range(full):
+            base = start + k * g + self.rank * b
+            batches.append(order[base : base + b])
+            after.append(start + (k + 1) * g)
+        tail = rest - full * g
+        if tail > 0 and not self.drop_last:
+            share = -(-tail // w)
+            extra = share * w - tail  # padded with the epoch's first samples, as DistributedSampler pads
+            last = order[start + full * g :]
+            if extra:
+                last = np.concatenate([last, np.resize(order, extra)])
+            batches.append(last[self.rank * share : (self.rank + 1) * share])
+            after.append(n)
+        return batches, after
 
+    def padding(self, epoch: int = 0) -> int:
+        """How many samples of a whole epoch are served twice to give every rank equal batches."""
+        if self.sampler is not None or self.drop_last:
+            return 0
+        tail = len(self.dataset) % (self.world_size * self.batch_size)
+        return (-tail) % self.world_size if tail else 0
+
+    def __len__(self) -> int:
+        """Batches of a whole epoch on this rank."""
+        if self.sampler is not None:
+            n = len(self.sampler)
+            return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+        n, g = len(self.dataset), self.world_size * self.batch_size
+        return n // g if self.drop_last else math.ceil(n / g)
+
+    # -- resuming -------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Where the run is: seed, epoch, samples of the epoch's order consumed (by all ranks), and what
+        the run was serving; a few hundred bytes, made in microseconds."""
+        epoch, consumed = self._resume or self._state
+        total = len(self.sampler) if self.sampler is not None else len(self.dataset)
+        g = self.batch_size * self.world_size
+        if consumed >= total or (self.drop_last and total - consumed < g):
+            epoch, consumed = epoch + 1, 0  # nothing of this epoch is left to serve
+        return {"format": "dataprep.Loader", "version": STATE_VERSION, "seed": self.seed, "epoch": int(epoch),
+                "samples_consumed": int(consumed), "world_size": self.world_size, "batch_size": self.batch_size,
+                "length": int(total), "shuffle": self.shuffle, "sampler": self.sampler is not None,
+                "crop": repr(self.crop), "flip": self.flip,
+                "resolution": self.schedule(epoch) if self.schedule is not None else getattr(self.dataset, "resolution", None)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from `state_dict()`'s output: the next iter() serves the rest of that epoch (split over
+        this run's ranks, however many there are), then the epochs after it."""
+        if not isinstance(state, dict) or state.get("format") != "dataprep.Loader":
+            raise DataprepError("not a dataprep Loader state (from Loader.state_dict())")
+        if int(state.get("version", 0)) > STATE_VERSION:
+            raise DataprepError(f"a Loader state of version {state['version']}; this dataprep reads up to {STATE_VERSION}")
+        total = len(self.sampler) if self.sampler is not None else len(self.dataset)
+        if int(state["length"]) != total:
+            raise DataprepError(f"the saved run served {state['length']} samples an epoch, this Loader {total}: "
+                                "not the same dataset (or sampler), so its position means nothing here")
+        if bool(state["sampler"]) != (self.sampler is not None):
+            raise DataprepError("the saved run " + ("used" if state["sampler"] else "did not use") +
+                                " a sampler; resume with the same kind of order")
+        if self.sampler is not None and int(state["world_size"]) != 1 and int(state["samples_consumed"]):
+            raise DataprepError("a sampler's position is per rank; resume with the same sampler and ranks")
+        for key, mine in (("shuffle", self.shuffle), ("crop", repr(self.crop)), ("flip", self.flip)):
+            if state.get(key) != mine:
+                warnings.warn(f"resuming a run saved with {key}={state.get(key)!r} with {key}={mine!r}", stacklevel=2)
+        self.seed = int(state["seed"])
+        epoch, consumed = int(state["epoch"]), int(state["samples_consumed"])
+        self._resume, self._state, self._next_epoch = (epoch, consumed), (epoch, consumed), epoch
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
+
+    # -- the ring ---------------------------------------------------------------------------------------
     def _slots(self) -> int:
         return self.num_workers * self.prefetch + 1 if self.num_workers else 2
 
-    def _buffers(self) -> dict[str, np.ndarray]:
-        """The ring: (slots, batch, *sample shape) per key, in one anonymous shared mapping (made once)."""
-        if self._ring is None:
-            slots, sizes = self._slots(), {}
-            for k, (shape, dtype) in self._spec.items():
-                sizes[k] = slots * self.batch_size * int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-            total = sum(-(-s // 4096) * 4096 for s in sizes.values())
-            buf = mmap.mmap(-1, max(total, 4096), flags=mmap.MAP_SHARED)
+    def _layout(self, req: Request) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        return {k: (tuple(int(v) for v in shape), np.dtype(dt)) for k, (shape, dt) in self.dataset.batch_layout(req).items()}
+
+    def _largest(self, epoch: int) -> dict[str, tuple[int, np.dtype]]:
+        """Bytes a sample needs per key: for this epoch, or for the largest size a schedule reaches."""
+        epochs = [epoch]
+        if self.schedule is not None:
+            sizes = {}
+            for e in range(min(self.schedule.points), max(self.schedule.points) + 1):
+                sizes.setdefault(self.schedule(e), e)
+            epochs += list(sizes.values())
+        need: dict[str, tuple[int, np.dtype]] = {}
+        for e in epochs:
+            for k, (shape, dt) in self._layout(self.request(e)).items():
+                nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+                if k not in need or need[k][0] < nbytes:
+                    need[k] = (nbytes, dt)
+        return need
+
+    def _buffers(self, layout: dict, epoch: int) -> dict[str, np.ndarray]:
+        """The ring: (slots, batch x bytes a sample) per key, in one anonymous shared mapping, made once
+        for the largest layout the run will serve (remade, workers restarted, only if one outgrows it)."""
+        fits = self._ring is not None and all(
+            k in self._capacity and self._capacity[k][0] >= int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+            for k, (shape, dt) in layout.items())
+        if not fits:
+            if self._procs:
+                self.close()
+            self._capacity = self._largest(epoch)
+            for k, (shape, dt) in layout.items():  # a layout the schedule did not foresee (ds.use(bigger))
+                nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+                if k not in self._capacity or self._capacity[k][0] < nbytes:
+                    self._capacity[k] = (nbytes, dt)
+            slots = self._slots()
+            sizes = {k: -(-slots * self.batch_size * nb // 4096) * 4096 for k, (nb, _) in self._capacity.items()}
+            buf = mmap.mmap(-1, max(sum(sizes.values()), 4096), flags=mmap.MAP_SHARED)
             ring, pos = {}, 0
-            for k, (shape, dtype) in self._spec.items():
-                count = slots * self.batch_size * int(np.prod(shape, dtype=np.int64))
-                ring[k] = np.frombuffer(buf, dtype, count, pos).reshape(slots, self.batch_size, *shape)
-                pos += -(-sizes[k] // 4096) * 4096
+            for k, (nb, _) in self._capacity.items():
+                ring[k] = np.frombuffer(buf, np.uint8, slots * self.batch_size * nb, pos).reshape(slots, -1)
+                pos += sizes[k]
             self._ring = ring
         return self._ring
 
-    def _batches(self) -> list[np.ndarray]:
-        order = self._order()
-        n = len(order) - len(order) % self.batch_size if self.drop_last else len(order)
-        return [order[i : i + self.batch_size] for i in range(0, n, self.batch_size)]
+    def _rows(self, layout: dict, slot: int, start: int, n: int) -> dict[str, np.ndarray]:
+        """Rows start..start+n of `slot`, shaped as `layout` says (contiguous: one batch is one block)."""
+        return _rows(self._ring, layout, slot, start, n)
 
-    def _view(self, slot: int, n: int) -> tuple[torch.Tensor, ...]:
+    def _view(self, layout: dict, slot: int, n: int) -> tuple[torch.Tensor, ...]:
         """The batch in `slot`, one tensor per key of the dataset's batch layout (images in `layout`)."""
         out = []
-        for k, buf in self._buffers().items():
-            t = torch.from_numpy(buf[slot, :n])
-            if k == "images" and self.layout == "nchw":
-                t = t.permute(0, 3, 1, 2)
+        for k, a in self._rows(layout, slot, 0, n).items():
+            t = torch.from_numpy(a)
+            shape, dt = layout[k]
+            small = int(np.prod(shape, dtype=np.int64)) * dt.itemsize <= SMALL_FIELD
             if self.pin_memory:
                 t = t.pin_memory() if torch.cuda.is_available() else t.clone()
+            elif small or self.copy:
+                t = t.clone()
+            if k == "images" and self.layout == "nchw":
+                t = t.permute(0, 3, 1, 2)
             out.append(t)
         return tuple(out)
 
+    # -- iterating --------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
-        batches = self._batches()
-        ring = self._buffers()
+        if self._resume is not None:
+            epoch, start = self._resume
+            self._resume = None
+        else:
+            epoch, start = self._next_epoch, 0
+        self._next_epoch = epoch + 1
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
+        if hasattr(self.dataset, "set_epoch"):
+            self.dataset.set_epoch(epoch)  # for indexing in this process; workers get the epoch with each request
+        req = self.request(epoch)
+        layout = self._layout(req)
+        batches, after = self._plan(epoch, start) if self.sampler is None else self._sampler_plan(epoch, start)
+        self._state = (epoch, start)
+        return self._serve(epoch, req, layout, batches, after)
+
+    def _sampler_plan(self, epoch: int, start: int) -> tuple[list[np.ndarray], list[int]]:
+        order = self.epoch_order(epoch)[start:]
+        n = len(order) - len(order) % self.batch_size if self.drop_last else len(order)
+        batches = [order[i : i + self.batch_size] for i in range(0, n, self.batch_size)]
+        return batches, [start + min(i + self.batch_size, len(order)) for i in range(0, n, self.batch_size)]
+
+    def _serve(self, epoch, req, layout, batches, after):
+        ring = self._buffers(layout, epoch)
         if not self.num_workers:
             for b, idx in enumerate(batches):
                 slot = b % 2
-                self.dataset.fill_batch(idx, {k: v[slot] for k, v in ring.items()})
-                yield self._view(slot, len(idx))
-            return
-        yield from self._with_workers(batches, ring)
+                self.dataset.fill_batch(idx, self._rows(layout, slot, 0, len(idx)), req)
+                self._state = (epoch, after[b])
+                yield self._view(layout, slot, len(idx))
+        else:
+            for b, view in enumerate(self._with_workers(batches, ring, req, layout)):
+                self._state = (epoch, after[b])
+                yield view
+        self._state = (epoch + 1, 0)
 
     # -- workers ------------------------------------------------------------------------------------
     def _start(self, ring: dict[str, np.ndarray]) -> None:
@@ -172,7 +390,7 @@ class Loader:
         if getattr(self, "_procs", None):
             self.close()
 
-    def _with_workers(self, batches: list[np.ndarray], ring: dict[str, np.ndarray]):
+    def _with_workers(self, batches: list[np.ndarray], ring: dict[str, np.ndarray], req: Request, layout: dict):
         """Each batch is split across the workers (so the first batch comes quickly and an epoch's last
         batch keeps every worker busy); a batch is ready when all its parts are."""
         self._start(ring)
@@ -189,7 +407,7 @@ class Loader:
                     bounds = np.linspace(0, len(idx), nw + 1).astype(int)
                     parts = [(w, a, b) for w, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])) if b > a]
                     for w, a, b in parts:
-                        self._pipes[w].send((gen, sent, slot, int(a), idx[a:b]))
+                        self._pipes[w].send((gen, sent, slot, int(a), idx[a:b], req, layout))
                         self._outstanding[(gen, sent, w)] = (slot, idx[a:b])
                     parts_left[sent] = len(parts)
                     sent += 1
@@ -203,7 +421,7 @@ class Loader:
                         if not parts_left[b]:
                             ready[b] = (slot, len(batches[b]))
                 slot, n = ready.pop(want)
-                yield self._view(slot, n)
+                yield self._view(layout, slot, n)
                 free.append(slot)  # the consumer asked for the next batch: this slot may be refilled
         except GeneratorExit:
             raise  # the consumer left the epoch early: workers stay; unfinished parts are waited for later
@@ -274,9 +492,32 @@ def _worker(dataset, ring: dict[str, np.ndarray], conn, parent_ends: list, paren
             return
         if msg is None:
             return
-        gen, b, slot, start, idx = msg
+        gen, b, slot, start, idx, req, layout = msg
         try:
-            dataset.fill_batch(idx, {k: v[slot, start : start + len(idx)] for k, v in ring.items()})
+            dataset.fill_batch(idx, _rows(ring, layout, slot, start, len(idx)), req)
             conn.send(("ok", gen, b))
         except Exception as e:  # reported with the batch; the main process raises it
             conn.send(("err", gen, b, f"{type(e).__name__}: {e} (samples {idx[:8].tolist()})"))
+
+
+def _rows(ring: dict[str, np.ndarray], layout: dict, slot: int, start: int, n: int) -> dict[str, np.ndarray]:
+    out = {}
+    for k, (shape, dt) in layout.items():
+        per = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        out[k] = ring[k][slot, start * per : (start + n) * per].view(dt).reshape(n, *shape)
+    return out
+
+
+def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """This process's rank and the world size: as given, else from torch.distributed once initialised."""
+    if rank is None and world_size is None:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+        return 0, 1
+    if rank is None or world_size is None:
+        raise DataprepError("pass both rank and world_size (or neither, to take them from torch.distributed)")
+    if not 0 <= int(rank) < int(world_size):
+        raise DataprepError(f"rank {rank} is not in 0..{int(world_size) - 1}")
+    return int(rank), int(world_size)

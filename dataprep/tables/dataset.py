@@ -16,6 +16,7 @@ from torch.utils.data import Dataset
 from ..errors import DataprepError, PackError
 from ..pack.fields import MapGuard
 from ..serve.cache import open_split
+from ..serve.request import Request, refuse_augmentation
 from .field import fields_of
 
 
@@ -109,7 +110,8 @@ class TabularDataset(Dataset):
             keys.append("categorical")
         return keys + ["target"]
 
-    def batch_layout(self, crop=None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    def batch_layout(self, request: Request | None = None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        refuse_augmentation(request or Request(), "a table pack")
         width = len(self.feature_columns) + (len(self.categorical_columns) if self.categorical == "features" else 0)
         ydt = np.dtype(np.int64) if self.target_info["task"] == "classification" else self.arrays["target"].dtype
         spec = {"features": ((width,), self.arrays["features"].dtype)}
@@ -118,7 +120,7 @@ class TabularDataset(Dataset):
         spec["target"] = ((), ydt)
         return spec
 
-    def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray]) -> None:
+    def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray], request: Request | None = None) -> None:
         for key, t in zip(self._served(), self._rows(np.asarray(idx, np.int64))):
             out[key][: len(idx)] = t.numpy()
 

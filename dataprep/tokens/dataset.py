@@ -15,7 +15,9 @@ from torch.utils.data import Dataset
 
 from ..errors import DataprepError
 from ..pack.fields import MapGuard
+from ..serve import draws
 from ..serve.cache import open_split
+from ..serve.request import Request, refuse_augmentation
 from .field import fields_of
 
 
@@ -37,8 +39,9 @@ class TokenDataset(Dataset):
     """(x, y) windows of `context` tokens, y shifted by one, over the split's concatenated documents.
 
     Args:
-        mode: "sequential" (non-overlapping windows in order) or "random" (window starts drawn from
-            (seed, epoch); `set_epoch` draws new ones, `samples` sets how many per epoch).
+        mode: "sequential" (non-overlapping windows in order) or "random" (each window's start drawn from
+            (seed, epoch, index): the Loader's epoch, or `set_epoch`'s for indexing; `samples` sets how
+            many windows an epoch has [default: as many as fit without overlap]).
         dtype: "int64" for embedding lookups, or "stored" (uint16/uint32) to convert on the GPU.
     `dataset[[i, j, ...]]` and `__getitems__` gather a whole batch with one vectorised index.
     """
@@ -56,7 +59,7 @@ class TokenDataset(Dataset):
         n = len(self.data.tokens)
         if n < self.context + 1:
             raise DataprepError(f"{self.pack}/{self.split}: {n} tokens, fewer than one window of {self.context} + 1")
-        self.set_epoch(0)
+        self.epoch = getattr(self, "epoch", 0)
 
     def __getstate__(self):
         return {k: self.__dict__[k] for k in ("pack", "split", "context", "mode", "seed", "samples", "dtype", "cache", "epoch")}
@@ -68,21 +71,41 @@ class TokenDataset(Dataset):
         self.set_epoch(epoch)
 
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-        n = len(self.data.tokens)
-        if self.mode == "sequential":
-            self.starts = np.arange(0, (n - 1) // self.context * self.context, self.context, dtype=np.int64)
-        else:
-            count = self.samples or (n - 1) // self.context
-            self.starts = np.random.default_rng([self.seed, epoch]).integers(0, n - self.context, count, dtype=np.int64)
+        """The epoch whose windows `dataset[i]` serves (the Loader passes its own epoch with every batch)."""
+        self.epoch = int(epoch)
+
+    @property
+    def vocab_size(self) -> int:
+        """The tokenizer's vocabulary size (ids are below it)."""
+        return int(self.data.manifest["tokenizer"]["vocab_size"])
+
+    @property
+    def eot_id(self) -> int:
+        """The end-of-text id that follows every document in the pack."""
+        return self.data.eot_id
 
     def __len__(self) -> int:
-        return len(self.starts)
+        n = len(self.data.tokens)
+        if self.mode == "sequential":
+            return (n - 1) // self.context
+        return int(self.samples or (n - 1) // self.context)
 
-    def _windows(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    def starts(self, idx, epoch: int | None = None) -> np.ndarray:
+        """Window starts of samples `idx` in `epoch` [default: set_epoch's]: sequential windows in order, or
+        random starts drawn from (seed, epoch, index), so any worker, batch or resumed run draws the same."""
+        idx = np.asarray(idx, np.int64) % len(self)
+        if self.mode == "sequential":
+            return idx * self.context
+        epoch = self.epoch if epoch is None else epoch
+        return draws.integers((self.seed, int(epoch)), idx, len(self.data.tokens) - self.context)
+
+    def _gather(self, idx, epoch: int | None = None) -> np.ndarray:
         if self.data.guard:
             self.data.guard.check()
-        w = self.data.tokens[self.starts[idx][..., None] + np.arange(self.context + 1)]
+        return self.data.tokens[self.starts(idx, epoch)[..., None] + np.arange(self.context + 1)]
+
+    def _windows(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        w = self._gather(idx)
         if self.dtype == "int64":
             w = w.astype(np.int64)
         elif w.dtype == np.uint32:
@@ -91,6 +114,8 @@ class TokenDataset(Dataset):
         return t[..., :-1], t[..., 1:]
 
     def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self._windows(np.arange(len(self))[index])
         if isinstance(index, (Sequence, np.ndarray, torch.Tensor)) and not isinstance(index, (str, bytes)):
             return self._windows(np.asarray(index, np.int64) % len(self))
         i = int(index)
@@ -102,15 +127,15 @@ class TokenDataset(Dataset):
         x, y = self._windows(np.asarray(indices, np.int64) % len(self))
         return list(zip(x, y))
 
-    # -- the batch-fetch protocol the fast Loader uses -------------------------------------------
-    def batch_layout(self, crop=None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    # -- the batch-fetch protocol the fast Loader uses (serve/request.py) -------------------------
+    def batch_layout(self, request: Request | None = None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        refuse_augmentation(request or Request(), "a token pack")
         dt = np.dtype(np.int64) if self.dtype == "int64" or self.data.tokens.dtype == np.uint32 else self.data.tokens.dtype
         return {"x": ((self.context,), dt), "y": ((self.context,), dt)}
 
-    def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray]) -> None:
-        if self.data.guard:
-            self.data.guard.check()
-        w = self.data.tokens[self.starts[np.asarray(idx, np.int64) % len(self)][:, None] + np.arange(self.context + 1)]
+    def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray], request: Request | None = None) -> None:
+        """The windows of samples `idx` in the request's epoch."""
+        w = self._gather(idx, (request or Request()).epoch)
         out["x"][: len(idx)] = w[:, :-1]
         out["y"][: len(idx)] = w[:, 1:]
 

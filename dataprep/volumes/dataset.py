@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from ..serve.request import Request
 from ..errors import DataprepError, PackError
 from ..pack.fields import take_rows
 from .transforms import center_into
@@ -108,8 +109,13 @@ class VolumeDataset(Dataset):
         return out[0] if len(out) == 1 else tuple(out)
 
     # -- the batch-fetch protocol of the fast Loader ---------------------------------------------
-    def batch_layout(self, crop: tuple[int, int, int] | None = None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-        """{"volumes": ((D, H, W), dtype)} plus labels; packs of several shapes need `crop` (D, H, W)."""
+    def batch_layout(self, request: Request | None = None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """{"volumes": ((D, H, W), dtype)} plus labels; packs of several shapes need crop=(D, H, W)."""
+        request = request or Request()
+        crop = request.crop
+        if (crop is not None and (not isinstance(crop, (tuple, list)) or len(crop) != 3)) or request.flip:
+            raise DataprepError(f"volumes are served center-cropped with crop=(D, H, W); not {crop!r}"
+                                + (" and no flip" if request.flip else ""))
         if crop is not None:
             shape = tuple(int(c) for c in crop)
         else:
@@ -124,7 +130,7 @@ class VolumeDataset(Dataset):
             out["labels"] = ((), np.dtype(np.int64))
         return out
 
-    def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray]) -> None:
+    def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray], request: Request | None = None) -> None:
         if self.transform is not None:
             raise DataprepError("the batch path serves stored volumes; transform the batch on the GPU")
         vols, n = out["volumes"], len(idx)

@@ -1,0 +1,152 @@
+"""Crop plans: take a stored image's size and the sample's key (seed, epoch, index), give the box to cut
+and the output it is resized to; the Loader's workers apply them per sample, straight into the batch.
+
+`RandomResizedCrop` is torchvision's algorithm (`RandomResizedCrop.get_params`): an area fraction
+uniform in `scale`, a log aspect ratio uniform in log(`ratio`), 10 attempts, then the center crop
+with the ratio clamped; it draws from serve/draws.py instead of a stateful generator, so a sample's
+box depends on (seed, epoch, index) only: any worker count, and a resumed run, gives the same boxes.
+`CenterCrop` is the evaluation transform: the shorter side resized to `resize`, then the center.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import DataprepError
+from ..serve import draws
+
+_ATTEMPTS = 10
+_INTERPOLATIONS = ("bilinear", "nearest", "bicubic")
+_FLIP_STREAM = 7_000_001  # the flip's draws are a stream of their own, apart from every crop's
+
+
+def _size(size) -> tuple[int, int]:
+    hw = (int(size), int(size)) if np.isscalar(size) else tuple(int(s) for s in size)
+    if len(hw) != 2 or min(hw) < 1:
+        raise DataprepError(f"a crop size is one int or (height, width) of at least 1, not {size!r}")
+    return hw
+
+
+def _interpolation(name: str) -> str:
+    if name not in _INTERPOLATIONS:
+        raise DataprepError(f"interpolation must be one of {list(_INTERPOLATIONS)}, not {name!r}")
+    return name
+
+
+class RandomResizedCrop:
+    """Cut a random box (area fraction in `scale`, aspect ratio in `ratio`) and resize it to `size`.
+
+    Shrinking is area-averaged (OpenCV's INTER_AREA, what "bilinear" with antialiasing means);
+    enlarging is bilinear ("bicubic" and "nearest" as named).
+    """
+
+    def __init__(self, size, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), interpolation: str = "bilinear"):
+        self.size = _size(size)
+        scale, ratio = tuple(float(s) for s in scale), tuple(float(r) for r in ratio)
+        if len(scale) != 2 or not 0 < scale[0] <= scale[1] <= 1:
+            raise DataprepError(f"scale is (low, high) with 0 < low <= high <= 1, not {scale}")
+        if len(ratio) != 2 or not 0 < ratio[0] <= ratio[1] or not all(map(math.isfinite, ratio)):
+            raise DataprepError(f"ratio is (low, high) with 0 < low <= high, not {ratio}")
+        self.scale, self.ratio, self.interpolation = scale, ratio, _interpolation(interpolation)
+
+    def resized(self, size: int) -> "RandomResizedCrop":
+        """The same plan with another output size (what a resolution schedule changes each epoch)."""
+        return RandomResizedCrop(size, self.scale, self.ratio, self.interpolation)
+
+    def __repr__(self) -> str:
+        return f"RandomResizedCrop({self.size}, scale={self.scale}, ratio={self.ratio}, interpolation={self.interpolation!r})"
+
+    def boxes(self, heights, widths, key: tuple[int, ...], idx) -> np.ndarray:
+        """(N, 4) int64 boxes (top, left, height, width) for images of the given sizes, drawn from
+        (key, index) as torchvision's get_params draws them."""
+        hh, ww = np.asarray(heights, np.int64), np.asarray(widths, np.int64)
+        idx = np.asarray(idx, np.int64)
+        area = (hh * ww).astype(np.float64)
+        lo, hi = math.log(self.ratio[0]), math.log(self.ratio[1])
+        out = np.zeros((len(idx), 4), np.int64)
+        done = np.zeros(len(idx), bool)
+        for a in range(_ATTEMPTS):
+            target = area * (self.scale[0] + draws.uniform((*key, 4 * a), idx) * (self.scale[1] - self.scale[0]))
+            aspect = np.exp(lo + draws.uniform((*key, 4 * a + 1), idx) * (hi - lo))
+            w = np.round(np.sqrt(target * aspect)).astype(np.int64)
+            h = np.round(np.sqrt(target / aspect)).astype(np.int64)
+            ok = ~done & (w > 0) & (w <= ww) & (h > 0) & (h <= hh)
+            if ok.any():
+                top = draws.integers((*key, 4 * a + 2), idx[ok], hh[ok] - h[ok] + 1)
+                left = draws.integers((*key, 4 * a + 3), idx[ok], ww[ok] - w[ok] + 1)
+                out[ok] = np.stack([top, left, h[ok], w[ok]], 1)
+                done |= ok
+            if done.all():
+                return out
+        rest = ~done  # the fallback: the whole image, its ratio clamped to the range
+        h, w = hh[rest].copy(), ww[rest].copy()
+        in_ratio = w / np.maximum(h, 1)
+        narrow, wide = in_ratio < self.ratio[0], in_ratio > self.ratio[1]
+        h[narrow] = np.round(w[narrow] / self.ratio[0]).astype(np.int64)
+        w[wide] = np.round(h[wide] * self.ratio[1]).astype(np.int64)
+        out[rest] = np.stack([(hh[rest] - h) // 2, (ww[rest] - w) // 2, h, w], 1)
+        return out
+
+
+class CenterCrop:
+    """The evaluation transform: resize the shorter side to `resize` [default: size / 0.875, the standard
+    256 for 224], then cut the central `size` window."""
+
+    def __init__(self, size, resize: int | None = None, interpolation: str = "bilinear"):
+        self.size = _size(size)
+        self.resize = int(resize) if resize is not None else int(round(max(self.size) / 0.875))
+        if self.resize < max(self.size):
+            raise DataprepError(f"CenterCrop: resize ({self.resize}) must be at least the crop size {self.size}")
+        self.interpolation = _interpolation(interpolation)
+
+    def resized(self, size: int) -> "CenterCrop":
+        return CenterCrop(size, None, self.interpolation)
+
+    def __repr__(self) -> str:
+        return f"CenterCrop({self.size}, resize={self.resize})"
+
+    def boxes(self, heights, widths, key=None, idx=None) -> np.ndarray:
+        """The whole image: CenterCrop resizes first, then crops (see `apply`)."""
+        hh, ww = np.asarray(heights, np.int64), np.asarray(widths, np.int64)
+        return np.stack([np.zeros_like(hh), np.zeros_like(hh), hh, ww], 1)
+
+
+def flips(key: tuple[int, ...], idx) -> np.ndarray:
+    """Which samples are flipped horizontally (p = 0.5), from (key, index)."""
+    return draws.bits((*key, _FLIP_STREAM), idx) >> np.uint64(63) == 1
+
+
+def _cv2_flag(cv2, name: str, shrink: bool) -> int:
+    if name == "nearest":
+        return cv2.INTER_NEAREST
+    if shrink:
+        return cv2.INTER_AREA
+    return cv2.INTER_CUBIC if name == "bicubic" else cv2.INTER_LINEAR
+
+
+def resize_to(pixels: np.ndarray, out_hw: tuple[int, int], interpolation: str) -> np.ndarray:
+    """`pixels` (H, W[, C]) resized to out_hw, area-averaged when shrinking; channels kept."""
+    import cv2
+
+    oh, ow = out_hw
+    h, w = pixels.shape[:2]
+    if (h, w) == (oh, ow):
+        return pixels
+    src = pixels if pixels.flags.c_contiguous else np.ascontiguousarray(pixels)
+    out = cv2.resize(src, (ow, oh), interpolation=_cv2_flag(cv2, interpolation, oh * ow < h * w))
+    return out.reshape(oh, ow, *pixels.shape[2:])
+
+
+def apply(plan, pixels: np.ndarray, box, out: np.ndarray) -> None:
+    """Cut `box` (top, left, height, width) from `pixels` (H, W, C) and write it, resized, into `out`."""
+    oh, ow = out.shape[:2]
+    if isinstance(plan, CenterCrop):
+        h, w = pixels.shape[:2]  # torchvision's Resize(int): the shorter side to `resize`, the other truncated
+        rh, rw = (plan.resize, int(plan.resize * w / h)) if h <= w else (int(plan.resize * h / w), plan.resize)
+        small = resize_to(pixels, (rh, rw), plan.interpolation)
+        top, left = int(round((rh - oh) / 2.0)), int(round((rw - ow) / 2.0))
+        out[...] = small[top : top + oh, left : left + ow]
+        return
+    t, l, bh, bw = (int(v) for v in box)
+    out[...] = resize_to(pixels[t : t + bh, l : l + bw], (oh, ow), plan.interpolation)

@@ -1,0 +1,62 @@
+"""Counter-based randomness: takes a key (seed, epoch, stream, ...) and sample indices, gives each
+index its own draw, the same in whichever process, worker or batch asks for it.
+
+A training run that is stopped and resumed, or served by 0, 1 or 8 workers, must draw the same window
+start, crop box and flip for sample i of epoch e. A stateful generator cannot promise that (its output
+depends on how many draws came before); a hash of (key, i) can. The hash is SplitMix64's finaliser
+chained over the key's words, vectorised in numpy.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    x = x ^ (x >> np.uint64(30))
+    x = x * _M1
+    x = x ^ (x >> np.uint64(27))
+    x = x * _M2
+    return x ^ (x >> np.uint64(31))
+
+
+def bits(key: tuple[int, ...], idx) -> np.ndarray:
+    """64 random bits per index, a pure function of (key, index)."""
+    with np.errstate(over="ignore"):
+        h = np.full(1, 0x243F6A8885A308D3, np.uint64)
+        for word in key:
+            h = _mix(h ^ (np.uint64(int(word) & 0xFFFFFFFFFFFFFFFF) + _GOLDEN))
+        return _mix(h ^ (np.asarray(idx, np.int64).astype(np.uint64) * _GOLDEN + _GOLDEN))
+
+
+def uniform(key: tuple[int, ...], idx) -> np.ndarray:
+    """Floats in [0, 1), 53 bits each."""
+    return (bits(key, idx) >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+def integers(key: tuple[int, ...], idx, high: int | np.ndarray) -> np.ndarray:
+    """Integers in [0, high) (high may differ per index), by the multiply-shift reduction."""
+    return np.minimum((uniform(key, idx) * np.asarray(high, np.float64)).astype(np.int64), np.asarray(high, np.int64) - 1)
+
+
+def permuted(n: int, key: tuple[int, ...], k) -> np.ndarray:
+    """Position k of a pseudo-random permutation of range(n), without building it: a 4-round Feistel
+    network over the smallest even number of bits that covers n, walking cycles until the value falls
+    below n (expected fewer than 4 steps). O(1) memory, however large n is."""
+    k = np.asarray(k, np.int64)
+    if n <= 1:
+        return np.zeros_like(k)
+    half = max(1, ((int(n - 1).bit_length()) + 1) // 2)
+    mask = np.uint64((1 << half) - 1)
+    x = k.astype(np.uint64)
+    todo = np.ones(x.shape, bool)
+    while todo.any():
+        left, right = x[todo] >> np.uint64(half), x[todo] & mask
+        for r in range(4):
+            left, right = right, left ^ (bits((*key, r), right.astype(np.int64)) & mask)
+        y = (left << np.uint64(half)) | right
+        x[todo] = y
+        todo[todo] = y >= np.uint64(n)
+    return x.astype(np.int64)

@@ -1,0 +1,40 @@
+"""What one batch request carries from the Loader to the process that fills it.
+
+Everything a sample's served value depends on (the epoch, the seed of its random draws, the resolution
+of a multi-resolution pack, the crop, the flip) travels with each request. Workers forked at the first
+epoch never read it from the dataset object they inherited, so changing any of it between epochs (a
+new epoch, `ds.use(256)`, a schedule's next size) reaches every worker.
+
+The protocol a dataset offers the Loader:
+    batch_layout(request) -> {key: (sample shape, dtype)}   what one sample occupies in a batch buffer
+    fill_batch(idx, out, request)                           write samples idx into out's rows
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Request:
+    """epoch, seed: the key of every per-sample random draw (window starts, crops, flips), with the
+    sample's index. resolution: which size of a multi-resolution pack (None: the dataset's own).
+    crop: None, (H, W) for a center crop padded where smaller, or a crop plan (images/crops.py).
+    flip: a random horizontal flip, p = 0.5, per sample."""
+
+    epoch: int = 0
+    seed: int = 0
+    resolution: int | None = None
+    crop: Any = None
+    flip: bool = False
+
+    def but(self, **changes) -> "Request":
+        return replace(self, **changes)
+
+
+def refuse_augmentation(request: Request, what: str) -> None:
+    """For datasets that are not images: a crop or flip is a usage error, not silently ignored."""
+    if request.crop is not None or request.flip:
+        from ..errors import DataprepError
+
+        raise DataprepError(f"crop and flip apply to image datasets; {what} serves no images (pass crop=None, flip=False)")
