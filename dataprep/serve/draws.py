@@ -28,7 +28,8 @@ def bits(key: tuple[int, ...], idx) -> np.ndarray:
         h = np.full(1, 0x243F6A8885A308D3, np.uint64)
         for word in key:
             h = _mix(h ^ (np.uint64(int(word) & 0xFFFFFFFFFFFFFFFF) + _GOLDEN))
-        return _mix(h ^ (np.asarray(idx, np.int64).astype(np.uint64) * _GOLDEN + _GOLDEN))
+        idx = np.asarray(idx, np.int64)
+        return _mix(h ^ (idx.astype(np.uint64) * _GOLDEN + _GOLDEN)).reshape(idx.shape)
 
 
 def uniform(key: tuple[int, ...], idx) -> np.ndarray:

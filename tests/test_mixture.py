@@ -1,0 +1,126 @@
+"""Mixtures: per-member counts in every window follow the weights, each member epoch is a permutation of
+the member, and a mixture resumes exactly through the Loader, sharded or not."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dataprep
+from dataprep.errors import DataprepError
+from dataprep.serve.loader import Loader
+from dataprep.serve.mixture import Mixture
+
+
+class Tagged:
+    """A member that serves (tag, index, epoch) per sample, so every served row says where it came from."""
+
+    def __init__(self, tag: int, n: int):
+        self.tag, self.n = tag, n
+
+    def __len__(self):
+        return self.n
+
+    def batch_layout(self, request=None):
+        return {"x": ((3,), np.dtype(np.int64))}
+
+    def fill_batch(self, idx, out, request=None):
+        out["x"][: len(idx)] = np.stack([np.full(len(idx), self.tag), idx, np.full(len(idx), request.epoch)], 1)
+
+
+def served(loader) -> np.ndarray:
+    return np.concatenate([x.numpy() for (x,) in loader])
+
+
+def window_errors(tags: np.ndarray, weights, n: int = 10_000, step: int = 997) -> float:
+    """The largest relative deviation from the weights of any member's count in windows of n positions."""
+    worst = 0.0
+    for s in range(0, len(tags) - n + 1, step):
+        c = np.bincount(tags[s : s + n], minlength=len(weights)) / n
+        worst = max(worst, float(np.max(np.abs(c - weights) / weights)))
+    return worst
+
+
+WEIGHTS = np.array([0.7, 0.2, 0.1])
+
+
+def test_counts_in_every_window_follow_the_weights_and_members_restart():
+    mix = Mixture([Tagged(0, 30_000), Tagged(1, 5_000), Tagged(2, 2_000)], WEIGHTS, seed=3)
+    loader = Loader(mix, 500)
+    rows = served(loader)
+    assert len(rows) == len(mix) == 37_000
+    assert window_errors(rows[:, 0], WEIGHTS) <= 0.01  # within 1 % of each weight, in any 10,000 positions
+    rng = np.random.default_rng(0)  # negative control: i.i.d. draws with the same weights miss that bound
+    assert window_errors(rng.choice(3, len(rows), p=WEIGHTS), WEIGHTS) > 0.01
+    assert mix.passes == pytest.approx([0.7 * 37_000 / 30_000, 0.2 * 37_000 / 5_000, 0.1 * 37_000 / 2_000], rel=1e-3)
+    small = rows[rows[:, 0] == 2]  # 3,700 draws of a 2,000-sample member: epoch 0 whole, then epoch 1 begins
+    first, second = small[small[:, 2] == 0, 1], small[small[:, 2] == 1, 1]
+    assert sorted(first.tolist()) == list(range(2000)) and len(second) == 1700 and len(set(second.tolist())) == 1700
+    assert first.tolist() != sorted(first.tolist())  # shuffled within its epoch
+    nxt = served(loader)  # the mixture's next epoch continues each member where it stopped
+    assert nxt[nxt[:, 0] == 2][0, 2] == 1
+
+
+def test_stop_ends_the_epoch_when_the_first_member_runs_out():
+    mix = Mixture([Tagged(0, 1000), Tagged(1, 300)], [0.5, 0.5], exhausted="stop")
+    rows = served(Loader(mix, 64))
+    assert len(rows) == 601 and mix.passes == [0.301, 1.0]  # one more position would need a 301st of member 1
+    for tag, n in ((0, 301), (1, 300)):
+        idx = rows[rows[:, 0] == tag, 1]
+        assert len(idx) == n and len(set(idx.tolist())) == n  # no sample twice
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_mixture_resumes_exactly_and_shards(workers):
+    def make(**kw):
+        mix = Mixture([Tagged(0, 700), Tagged(1, 200)], [0.6, 0.4], seed=9)
+        return Loader(mix, 32, num_workers=workers, **kw)
+
+    whole = make()
+    e0, e1 = served(whole), served(whole)
+    stopped = make()
+    it = iter(stopped)
+    head = np.concatenate([next(it)[0].numpy() for _ in range(5)])
+    state = stopped.state_dict()
+    stopped.close()
+    again = make()
+    again.load_state_dict(state)
+    assert np.array_equal(np.concatenate([head, served(again)]), e0) and np.array_equal(served(again), e1)
+    ranks = [make(rank=r, world_size=2) for r in range(2)]
+    halves = [served(r) for r in ranks]
+    both = np.concatenate(halves)
+    assert len(halves[0]) == len(halves[1]) and sorted(map(tuple, both.tolist())) == sorted(map(tuple, e0.tolist()))
+    for loader in (whole, again, *ranks):
+        loader.close()
+
+
+def test_token_packs_mix_through_the_loader(tmp_path):
+    from dataprep.tokens.tokenize import TokenizeSettings, tokenize
+
+    packs = []
+    for name, text in (("a", "alpha beta gamma delta " * 200), ("b", "one two three four five " * 200)):
+        (tmp_path / f"{name}.txt").write_text(text)
+        tokenize([str(tmp_path / f"{name}.txt")], tmp_path / name, TokenizeSettings(), train_bpe_vocab=280)
+        packs.append(dataprep.TokenDataset(tmp_path / name, context=8, samples=100))
+    mix = dataprep.Mixture(packs, [3, 1])
+    x, y = next(iter(Loader(mix, 40)))
+    assert x.shape == (40, 8) and (x[:, 1:] == y[:, :-1]).all()
+    assert x.tolist() == [mix[i][0].tolist() for i in range(40)]  # the Loader serves what indexing gives
+
+
+def test_bad_mixtures_are_refused(tmp_path):
+    with pytest.raises(DataprepError, match="weights"):
+        Mixture([Tagged(0, 10), Tagged(1, 10)], [1, -1])
+    with pytest.raises(DataprepError, match="weights"):
+        Mixture([Tagged(0, 10)], [1, 1])
+    with pytest.raises(DataprepError, match="exhausted"):
+        Mixture([Tagged(0, 10)], [1], exhausted="never")
+    with pytest.raises(DataprepError, match="shuffle=False"):
+        Loader(Mixture([Tagged(0, 10)], [1]), 4, shuffle=True)
+    with pytest.raises(DataprepError, match="cannot fill batches"):
+        Mixture([Tagged(0, 10), list(range(3))], [1, 1])
+
+    class Other(Tagged):
+        pass
+
+    with pytest.raises(DataprepError, match="one kind"):
+        Mixture([Tagged(0, 10), Other(1, 10)], [1, 1])
