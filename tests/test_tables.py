@@ -88,9 +88,9 @@ def test_column_types_and_policies(mixed, tmp_path):
     m = read_manifest(tmp_path / "b")
     assert ds.feature_columns[:2] == ["age", "income"] and "member" in ds.feature_columns
     assert ds.vocab["city"] == ["<missing>", "lima", "oslo", "paris"]
-    X, codes, y = ds[list(range(6))]
+    X, codes, mask, y = ds[list(range(6))]  # a --missing mask pack serves its mask
     assert codes[:, 0].tolist() == [3, 1, 3, 0, 2, 1] and y.tolist() == [1, 0, 1, 0, 0, 1]  # "no" < "yes"
-    mask = ds.arrays["mask"]
+    assert np.array_equal(mask.numpy(), ds.arrays["mask"])
     assert mask[2, 0] == 1 and X[2, 0] == 0 and mask[3, 1] == 1 and mask.sum() == 2
     assert X[:, ds.feature_columns.index("member")].tolist() == [1, 0, 1, 1, 0, 0]
     assert X[:, ds.feature_columns.index("joined.year")].tolist() == [2020, 2021, 2019, 2022, 2020, 2023]
@@ -101,7 +101,7 @@ def test_column_types_and_policies(mixed, tmp_path):
     build_table([str(path)], tmp_path / "c", TableSettings(target="label", missing="mean", drop=("city", "joined")), {})
     X, y = TabularDataset(tmp_path / "c")[list(range(6))]
     assert X[2, 0] == pytest.approx(np.nanmean(df["age"]))
-    X2, y2 = TabularDataset(tmp_path / "b", categorical="features")[[0, 1]]
+    X2, _, y2 = TabularDataset(tmp_path / "b", categorical="features")[[0, 1]]
     assert X2.shape == (2, len(ds.feature_columns) + 1)
 
 
@@ -142,3 +142,168 @@ def test_parquet_input(tmp_path):
     build_table([str(tmp_path / "t.parquet")], tmp_path / "p", TableSettings(target="y"), {})
     X, codes, y = TabularDataset(tmp_path / "p")[[0, 1, 2]]
     assert X[:, 0].tolist() == [1.5, 2.5, 3.5] and codes[:, 0].tolist() == [0, 1, 0] and y.tolist() == [0, 1, 0]
+
+
+# -- what a user trips over in the first week ---------------------------------------------------------
+@pytest.fixture
+def masked_dated(tmp_path):
+    """24 rows: x encodes the row, v misses every 5th value, a city, a date per row, a class."""
+    n = 24
+    days = pd.date_range("2021-01-01", periods=n, freq="37h")
+    df = pd.DataFrame({"x": np.arange(n) + 0.5, "v": [np.nan if k % 5 == 0 else k * 2.0 for k in range(n)],
+                       "city": [["oslo", "lima", "rome"][k % 3] for k in range(n)],
+                       "when": days.strftime("%Y-%m-%d %H:%M:%S"), "y": np.arange(n) % 2})
+    p = tmp_path / "md.csv"
+    df.to_csv(p, index=False)
+    build_table([str(p)], tmp_path / "md", TableSettings(target="y", missing="mask", datetime="int64", dates=("when",)), {})
+    seconds = (days - pd.Timestamp("1970-01-01")) // pd.Timedelta(seconds=1)
+    return tmp_path / "md", df, np.asarray(seconds, np.int64)
+
+
+def test_mask_and_datetimes_are_served_by_items_batches_and_the_loader(masked_dated):
+    pack, df, seconds = masked_dated
+    ds = TabularDataset(pack)
+    n = len(df)
+    assert ds.fields == ("features", "categorical", "mask", "datetimes", "target")
+    miss = np.isnan(df["v"].to_numpy())
+    X, codes, mask, when, y = ds[list(range(n))]
+    assert ds.feature_columns == ["x", "v"] and X[:, 0].tolist() == (df["x"]).tolist()
+    assert mask.dtype == torch.uint8 and mask.shape == (n, 2) and mask[:, 1].numpy().astype(bool).tolist() == miss.tolist()
+    assert mask[:, 0].sum() == 0 and (X[:, 1].numpy()[miss] == 0).all()
+    assert when.dtype == torch.int64 and when[:, 0].tolist() == seconds.tolist()
+    assert codes[:, 0].tolist() == [ds.vocab["city"].index(c) for c in df["city"]] and y.tolist() == df["y"].tolist()
+    for i in (0, 5, n - 1):  # one row: the same fields, one sample's shape
+        row = ds[i]
+        assert len(row) == 5 and all(torch.equal(a, b[i]) for a, b in zip(row, (X, codes, mask, when, y)))
+    items = ds.__getitems__([3, 10, 15])
+    assert len(items) == 3 and all(torch.equal(a, b[j]) for k, j in enumerate([3, 10, 15]) for a, b in zip(items[k], (X, codes, mask, when, y)))
+    for workers in (0, 2):
+        batches = list(Loader(ds, 8, num_workers=workers))
+        assert all(len(b) == 5 for b in batches)
+        for got, want in zip((torch.cat([b[k] for b in batches]) for k in range(5)), (X, codes, mask, when, y)):
+            assert got.dtype == want.dtype and torch.equal(got, want)
+    Xf, mf, wf, yf = TabularDataset(pack, categorical="features")[list(range(n))]  # codes appended to the features
+    assert Xf.shape == (n, 3) and torch.equal(mf, mask) and torch.equal(wf, when) and torch.equal(yf, y)
+    Xn, mn, wn, yn = next(iter(Loader(TabularDataset(pack, categorical="none"), n, num_workers=0)))
+    assert torch.equal(Xn, X) and torch.equal(mn, mask) and torch.equal(wn, when) and torch.equal(yn, y)
+
+
+def test_a_slice_is_the_batch_of_its_indices(masked_dated):
+    pack, _, _ = masked_dated
+    ds = TabularDataset(pack)
+    n = len(ds)
+    for sl in (slice(0, 4), slice(None, None, -3), slice(-5, None), slice(3, 20, 4), slice(7, 2), slice(-100, 100)):
+        got, want = ds[sl], ds[list(range(n))[sl]]
+        assert len(got) == len(want) == 5 and all(torch.equal(a, b) for a, b in zip(got, want))
+        assert got[0].shape[0] == len(range(n)[sl])
+    assert ds[1:3][0][:, 0].tolist() == [1.5, 2.5]
+
+
+def _every(ds):
+    """Every row as one batch (a list of indices: this runs on datasets that take no slices too)."""
+    return ds[list(range(len(ds)))]
+
+
+def test_rows_with_a_missing_target_can_be_dropped_and_are_counted(tmp_path):
+    n = 30
+    lost = [2, 11, 17]
+    df = pd.DataFrame({"x": np.arange(n) + 0.25, "y": [np.nan if k in lost else float(k % 3) for k in range(n)]})
+    p = tmp_path / "t.csv"
+    df.to_csv(p, index=False)
+    with pytest.raises(DataprepError, match=r"column 'y' \(the target\) has 3 missing values.*--drop-missing-target"):
+        build_table([str(p)], tmp_path / "a", TableSettings(target="y"), {})
+    r = cli("table", p, "--target", "y", "--task", "classification", "--out", tmp_path / "b")
+    assert r.exit_code == 1 and "--drop-missing-target" in r.output
+    r = cli("table", p, "--target", "y", "--drop-missing-target", "--val-fraction", 0.2, "--out", tmp_path / "c")
+    assert r.exit_code == 0, r.output
+    assert "dropped 3 rows with a missing target" in r.output
+    m = read_manifest(tmp_path / "c")
+    assert m["rows"] == {"read": n, "dropped": {"missing target": len(lost)}} and m["settings"]["drop_missing_target"] is True
+    assert m["fields"]["target"]["classes"] == [0, 1, 2]  # classes of integers, though pandas read floats around the gaps
+    tr, va = TabularDataset(tmp_path / "c"), TabularDataset(tmp_path / "c", "val")
+    assert len(tr) + len(va) == n - len(lost)
+    xs = sorted(_every(tr)[0][:, 0].tolist() + _every(va)[0][:, 0].tolist())
+    assert xs == [k + 0.25 for k in range(n) if k not in lost]
+    assert all(int(y) == int(x) % 3 for x, y in zip(_every(tr)[0][:, 0].tolist(), _every(tr)[1].tolist()))
+
+
+def _id_table(tmp_path, n=40):
+    rng = np.random.default_rng(5)
+    df = pd.DataFrame({"user": [f"u{k:05d}" for k in rng.permutation(n)], "order": 1000 + 7 * rng.permutation(n),
+                       "day": [f"2022-03-{1 + k % 12:02d}" for k in range(n)], "city": [["oslo", "lima", "rome"][k % 3] for k in range(n)],
+                       "count": np.arange(n) % 4, "x": np.arange(n) * 0.5, "y": np.arange(n) % 2})
+    p = tmp_path / f"ids{n}.csv"
+    df.to_csv(p, index=False)
+    return df, p
+
+
+def test_ids_are_excluded_and_date_strings_are_named(tmp_path):
+    df, p = _id_table(tmp_path)
+    r = cli("table", p, "--target", "y", "--out", tmp_path / "a")
+    assert r.exit_code == 0, r.output
+    ds = TabularDataset(tmp_path / "a")
+    assert "user" not in ds.categorical_columns and "order" not in ds.feature_columns
+    assert ds.feature_columns == ["count", "x"] and ds.categorical_columns == ["day", "city"]
+    lines = {ln.split(":", 1)[0].strip(): ln.split(":", 1)[1] for ln in r.output.splitlines() if ln.startswith("    ")}
+    assert set(lines) == set(df.columns)  # every column's chosen type
+    assert "excluded" in lines["user"] and "40 distinct values in 40 rows" in lines["user"] and "--keep-ids" in lines["user"]
+    assert "excluded" in lines["order"] and "--keep-ids" in lines["order"]
+    assert "categorical with 12 values" in lines["day"] and "--dates day" in lines["day"]
+    assert "categorical with 3 values" in lines["city"] and "dates" not in lines["city"]
+    assert "feature float32" in lines["x"] and "feature float32" in lines["count"] and "target" in lines["y"]
+    conv = read_manifest(tmp_path / "a")["fields"]["conversions"]
+    assert conv["user"].startswith("excluded") and "--dates day" in conv["day"]
+    r = cli("table", p, "--target", "y", "--keep-ids", "--dates", "day", "--out", tmp_path / "b")
+    assert r.exit_code == 0, r.output
+    ds = TabularDataset(tmp_path / "b")
+    assert ds.categorical_columns == ["user", "city"] and len(ds.vocab["user"]) == 40
+    assert ds.feature_columns[0] == "order" and _every(ds)[0][:, 0].tolist() == df["order"].astype(float).tolist()
+    assert "day.month" in ds.feature_columns and "datetime" in read_manifest(tmp_path / "b")["fields"]["conversions"]["day"]
+    _, ps = _id_table(tmp_path, n=8)  # a handful of rows: distinct values are no evidence of an ID
+    build_table([str(ps)], tmp_path / "c", TableSettings(target="y"), {})
+    assert "user" in TabularDataset(tmp_path / "c").categorical_columns
+
+
+def test_info_shows_columns_vocabularies_missing_policy_and_dropped_rows(mixed, tmp_path):
+    df = mixed[0].assign(label=[None, "no", "yes", "no", "no", "yes"])
+    df.to_csv(tmp_path / "m.csv", index=False)
+    r = cli("table", tmp_path / "m.csv", "--target", "label", "--missing", "mask", "--dates", "joined",
+            "--drop-missing-target", "--out", tmp_path / "p")
+    assert r.exit_code == 0, r.output
+    r = cli("info", tmp_path / "p")
+    assert r.exit_code == 0, r.output
+    out = r.output
+    assert "missing:   mask" in out and "dropped 1 row with a missing target" in out
+    lines = {ln.split(":", 1)[0].strip(): ln for ln in out.splitlines() if ln.startswith("  ") and ":" in ln}
+    assert "feature float32" in lines["age"] and "1 missing" in lines["age"]
+    assert "categorical with 4 values (<missing>, lima, oslo, paris)" in lines["city"]  # row 0 (dropped) was not its only paris
+    assert "datetime" in lines["joined"] and "target" in lines["label"] and "classification" in lines["label"]
+    r = cli("table", tmp_path / "m.csv", "--target", "label", "--missing", "mean", "--drop", "joined",
+            "--drop-missing-target", "--out", tmp_path / "q")
+    out = cli("info", tmp_path / "q").output
+    assert "missing:   mean" in out and "excluded" in out and "joined" in out
+
+
+def test_train_statistics_and_imputation_ignore_the_val_split(tmp_path):
+    n = 40
+    v = np.array([np.nan if k % 6 == 0 else float(k * k) for k in range(n)])
+    df = pd.DataFrame({"x": np.arange(n) + 0.5, "v": v, "y": np.arange(n) % 2})
+    df.to_csv(tmp_path / "t.csv", index=False)
+    for missing in ("mean", "mask"):
+        pack = tmp_path / missing
+        build_table([str(tmp_path / "t.csv")], pack, TableSettings(target="y", missing=missing, val_fraction=0.4, seed=2), {})
+        tr, va = TabularDataset(pack), TabularDataset(pack, "val")
+        rows = {name: (_every(d)[0][:, 0].numpy() - 0.5).astype(int) for name, d in (("train", tr), ("val", va))}
+        assert len(rows["val"]) == 16 and sorted(np.concatenate(list(rows.values())).tolist()) == list(range(n))
+        train_v = v[rows["train"]]
+        # what the train rows hold: mean policy, the train mean in place of each missing value; mask policy, known values only
+        held = np.where(np.isnan(train_v), np.nanmean(train_v), train_v) if missing == "mean" else train_v[~np.isnan(train_v)]
+        st = read_manifest(pack)["stats"]["features"]["v"]
+        assert st["mean"] == pytest.approx(held.mean()) and st["std"] == pytest.approx(held.std())
+        assert st["max"] == np.nanmax(train_v) and st["min"] == np.nanmin(train_v)
+        assert abs(np.nanmean(v) - np.nanmean(train_v)) > 1  # the val rows would move the mean if they counted
+        assert read_manifest(pack)["stats"]["features"]["x"]["mean"] == pytest.approx(rows["train"].mean() + 0.5)
+        if missing == "mean":
+            for d, r in ((tr, rows["train"]), (va, rows["val"])):
+                filled = _every(d)[0][:, 1].numpy()[np.isnan(v[r])]
+                assert len(filled) and np.allclose(filled, np.float32(np.nanmean(train_v)))

@@ -35,13 +35,18 @@ def _list(value) -> tuple[str, ...]:
 @click.option("--datetime", "dt", type=click.Choice(["parts", "int64"]), default="parts", show_default=True)
 @click.option("--categorical", default=None, help="Comma-separated columns to treat as categories.")
 @click.option("--numeric", default=None, help="Comma-separated columns that must be numbers.")
-@click.option("--dates", default=None, help="Comma-separated columns to parse as datetimes.")
+@click.option("--dates", default=None, help="Comma-separated columns to parse as datetimes (text that looks like dates is "
+              "otherwise kept as categories, with a note).")
 @click.option("--drop", default=None, help="Comma-separated columns to leave out.")
 @click.option("--val-fraction", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_default=True)
 @click.option("--split-column", default=None, help="A column naming each row's split (instead of --val-fraction).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--max-categories", type=click.IntRange(0), default=10_000, show_default=True,
               help="Codes per categorical column; rarer values beyond it share the code of '<other>' (0: no limit).")
+@click.option("--drop-missing-target", is_flag=True,
+              help="Leave out rows whose target is missing (counted in the summary and the manifest) instead of failing.")
+@click.option("--keep-ids", is_flag=True,
+              help="Keep columns whose values are all distinct (IDs; left out by default) as categories or numbers.")
 @click.option("--overwrite", is_flag=True)
 @click.option("--workers", "-j", type=click.IntRange(1), default=1, show_default=True,
               help="Processes reading files for the local engine (one file per task), or the local Dask cluster's size.")
@@ -49,21 +54,26 @@ def _list(value) -> tuple[str, ...]:
 @engine_options
 @storage_options(dest="store_fmt")
 def table(src, target, out, task, fmt, sep, header, skip_rows, names, target_file, missing, fill_value, float_dtype, dt,
-          categorical, numeric, dates, drop, val_fraction, split_column, seed, max_categories, overwrite, workers, engine, address, scheduler_file,
-          store_fmt, compress):
+          categorical, numeric, dates, drop, val_fraction, split_column, seed, max_categories, drop_missing_target, keep_ids,
+          overwrite, workers, engine, address, scheduler_file, store_fmt, compress):
     """Convert tables to typed arrays: floats, integer codes with vocabularies, statistics, splits."""
     from ..tables.build import build_table
     from ..tables.columns import TableSettings
+    from ..tables.field import dropped_rows
 
     settings = TableSettings(target=target, task=task, float_dtype=float_dtype, missing=missing, fill_value=fill_value, datetime=dt,
                              categorical=_list(categorical), numeric=_list(numeric), dates=_list(dates), drop=_list(drop),
-                             val_fraction=val_fraction, split_column=split_column, seed=seed, max_categories=max_categories)
+                             val_fraction=val_fraction, split_column=split_column, seed=seed, max_categories=max_categories,
+                             drop_missing_target=drop_missing_target, keep_ids=keep_ids)
     read = {"fmt": fmt, "sep": sep, "header": header, "skip_rows": skip_rows, "names": list(_list(names)) or None}
     with engine_for(engine, workers, address, scheduler_file) as eng, staged_output(out, store_fmt, compress, overwrite, eng) as target_dir:
         r = build_table(list(src), target_dir, settings, read, target_file, overwrite, engine=eng)
     t = r["target"]
     click.echo(f"pack: {out}")
-    click.echo("  rows: " + ", ".join(f"{k} {v}" for k, v in r["splits"].items()))
+    click.echo("  rows: " + ", ".join(f"{k} {v}" for k, v in r["splits"].items()) + f"; {dropped_rows(r['rows'])}")
     click.echo(f"  {r['features']} feature columns, {r['categorical']} categorical; target {t['column']!r}: {t['task']} "
                f"({t['dtype']}" + (f", {len(t['classes'])} classes)" if t["task"] == "classification" else ")"))
+    click.echo("  columns:")
+    for c, what in r["columns"].items():
+        click.echo(f"    {c}: {what}")
     click.echo(f"  {sum(r['splits'].values())} rows in {r['seconds']:.2f} s")

@@ -20,7 +20,8 @@ from .read import read_tables
 def build_table(paths: list[str], out: str | os.PathLike, settings: TableSettings, read: dict[str, Any],
                 target_file: str | None = None, overwrite: bool = False, engine=None) -> dict[str, Any]:
     """Read (one task per file on `engine`: parsing is the slow part), convert (vocabularies and
-    statistics need every row, so in this process) and write; return {"splits": {name: rows}, ...}."""
+    statistics need every row, so in this process) and write; return {"splits": {name: rows}, "rows": {"read":
+    N, "dropped": {reason: rows}}, "columns": {column: what it became}, ...}."""
     t0 = time.perf_counter()
     out = Path(out)
     df = read_tables(paths, **read, engine=engine)
@@ -49,9 +50,10 @@ def build_table(paths: list[str], out: str | os.PathLike, settings: TableSetting
         "settings": settings.to_dict(),
         "fields": conv.fields,
         "stats": conv.stats,
+        "rows": conv.rows,
         "splits": splits,
         "build": {"seconds": round(seconds, 3)},
     })
     return {"splits": conv.counts, "features": len(conv.fields["features"]["columns"]),
             "categorical": len(conv.fields.get("categorical", {}).get("columns", [])), "seconds": seconds,
-            "target": conv.fields["target"]}
+            "target": conv.fields["target"], "rows": conv.rows, "columns": conv.fields["conversions"]}

@@ -4,10 +4,16 @@ of every categorical column, feature statistics, and a description of every conv
 Numeric and boolean columns become float features (float32 by default); string and category columns
 become integer codes (the smallest dtype) with their vocabulary; datetimes become parts (year, month,
 day, weekday, hour) or int64 seconds. Missing values follow a named policy and are never filled
-silently: "error" (default), "mean", "value" or "mask" (filled with 0, plus a uint8 mask array).
+silently: "error" (default), "mean", "value" or "mask" (filled with 0, plus a uint8 mask array); rows
+whose target is missing are an error unless `drop_missing_target` leaves them out (counted).
+
+Nothing becomes codes silently: a column whose values are all distinct (text or integers, in more than
+`ID_MIN_ROWS` rows) is an ID and left out unless `keep_ids`; text that reads as dates stays categorical
+but its description names `--dates COL`. Every column's description (`conversions`) says what it became.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -18,6 +24,7 @@ from ..pack.names import check_name
 
 MISSING = ("error", "mean", "value", "mask")
 DATETIME_PARTS = ("year", "month", "day", "day_of_week", "hour")
+ID_MIN_ROWS = 20  # a column of all-distinct values is an ID only in a table with more rows than this
 
 
 @dataclass(frozen=True)
@@ -36,6 +43,8 @@ class TableSettings:
     split_column: str | None = None
     seed: int = 0
     max_categories: int = 10_000  # per categorical column; the rarest values beyond it share one code, "<other>" (0: no limit)
+    drop_missing_target: bool = False  # leave out rows whose target is missing (counted) instead of failing
+    keep_ids: bool = False  # keep columns of all-distinct values (IDs) as categories or numbers
 
     def __post_init__(self):
         if self.task not in ("auto", "classification", "regression"):
@@ -75,6 +84,7 @@ def resolve(df, name: str) -> str:
 
 
 VOCAB_FILE = "vocab.json"  # beside the manifest: every categorical column's values and train counts
+FIRST_VALUES, FIRST_CHARS = 5, 40  # the manifest keeps this much of each vocabulary, for `dataprep info`
 
 
 @dataclass
@@ -84,6 +94,7 @@ class Converted:
     stats: dict[str, Any]
     counts: dict[str, int] = field(default_factory=dict)
     vocab: dict[str, Any] = field(default_factory=dict)  # what VOCAB_FILE holds (kept out of the manifest)
+    rows: dict[str, Any] = field(default_factory=dict)  # {"read": N, "dropped": {reason: rows}} for the manifest
 
 
 @dataclass
@@ -102,23 +113,59 @@ class _Features:
 
 
 def convert(df, s: TableSettings) -> Converted:
-    """The stages in order: which rows go to which split, the target, the features (by column type), then the
-    typed arrays, the train split's statistics and the manifest's descriptions."""
+    """The stages in order: rows without a target, which rows go to which split, the target, the features (by
+    column type), then the typed arrays, the train split's statistics and the manifest's descriptions."""
     target = resolve(df, s.target)
     split_col = resolve(df, s.split_column) if s.split_column else None
+    dropped_cols = {resolve(df, c) for c in s.drop}
+    read = len(df)
+    df, lost = _drop_missing_target(df, target, s)
     split_of = _assign_splits(df, split_col, s)
     train_rows = split_of == "train" if (split_of == "train").any() else np.ones(len(df), bool)
     y, tfield = _target(df[target], target, s, target in {resolve(df, c) for c in s.categorical})
-    feats = _features(df, {target, split_col} | {resolve(df, c) for c in s.drop}, s, train_rows)
+    feats = _features(df, {target, split_col} | dropped_cols, s, train_rows)
     arrays, fields = _arrays(feats, s, len(df))
-    fields = {"features": fields.pop("features"), "target": {**tfield, "dtype": y.dtype.str}, "conversions": feats.conversions, **fields}
+    tfield["dtype"] = y.dtype.str
+    named = {target: _describe_target(tfield), **({split_col: "excluded: the split column"} if split_col else {}),
+             **{c: "excluded: --drop" for c in dropped_cols}}
+    conversions = {c: named.get(c) or feats.conversions[c] for c in df.columns}  # every column, in the table's order
+    fields = {"features": fields.pop("features"), "target": tfield, "conversions": conversions, **fields}
     stats, vocab = _statistics(arrays, feats, train_rows)
     splits = {}
     for name in sorted(set(split_of.tolist())):
         rows = split_of == name
         splits[name] = {"features": np.ascontiguousarray(arrays["features"][rows]), "target": np.ascontiguousarray(y[rows]),
                         **{k: np.ascontiguousarray(a[rows]) for k, a in arrays.items() if k != "features"}}
-    return Converted(splits, fields, stats, {k: len(v["target"]) for k, v in splits.items()}, vocab)
+    rows = {"read": read, "dropped": {"missing target": lost} if lost else {}}
+    return Converted(splits, fields, stats, {k: len(v["target"]) for k, v in splits.items()}, vocab, rows)
+
+
+def _drop_missing_target(df, target: str, s: TableSettings):
+    """The rows whose target is known, and how many were left out; an error naming the way out when not asked.
+    What is left is typed as if the dropped rows had never been there: whole floats become integers (classes
+    under task "auto"), as pandas reads a column of integers without gaps."""
+    import pandas as pd
+
+    miss = df[target].isna().to_numpy()
+    lost = int(miss.sum())
+    if not lost:
+        return df, 0
+    if not s.drop_missing_target:
+        raise DataprepError(f"column {target!r} (the target) has {lost} missing values "
+                            "(--drop-missing-target leaves those rows out, counted in the manifest)")
+    if lost == len(df):
+        raise DataprepError(f"column {target!r} (the target) is missing in every row")
+    df = df[~miss].reset_index(drop=True)
+    t = df[target]
+    if s.task != "regression" and pd.api.types.is_float_dtype(t) and np.all(np.mod(t.to_numpy(np.float64), 1) == 0):
+        df[target] = t.astype(np.int64)  # integers that pandas read as floats only because some were missing
+    return df, lost
+
+
+def _describe_target(t: dict[str, Any]) -> str:
+    if t["task"] == "classification":
+        return f"target: classification, {len(t['classes'])} classes ({t['dtype']})"
+    return f"target: regression ({t['dtype']})"
 
 
 def _assign_splits(df, split_col: str | None, s: TableSettings) -> np.ndarray:
@@ -143,8 +190,6 @@ def _target(tcol, target: str, s: TableSettings, force_cat: bool) -> tuple[np.nd
     """The target as classes (codes of text or integer values) or a regression value, and its description."""
     import pandas as pd
 
-    if tcol.isna().any():
-        raise DataprepError(f"column {target!r} (the target) has {int(tcol.isna().sum())} missing values")
     tfield: dict[str, Any] = {"column": target}
     integral = pd.api.types.is_bool_dtype(tcol) or pd.api.types.is_integer_dtype(tcol)
     if s.task == "regression":
@@ -169,8 +214,9 @@ def _target(tcol, target: str, s: TableSettings, force_cat: bool) -> tuple[np.nd
 
 
 def _features(df, skip: set, s: TableSettings, train_rows: np.ndarray) -> _Features:
-    """Every other column converted by its type: forced numbers and dates first, then categories, datetimes
-    (parts or int64 seconds), numbers and booleans; any other dtype is an error naming the column."""
+    """Every other column converted by its type: forced numbers and dates first, then IDs (left out unless
+    keep_ids), categories, datetimes (parts or int64 seconds), numbers and booleans; any other dtype is an error
+    naming the column. Only columns the settings do not name are guessed at."""
     import pandas as pd
 
     force_cat = {resolve(df, c) for c in s.categorical}
@@ -191,14 +237,20 @@ def _features(df, skip: set, s: TableSettings, train_rows: np.ndarray) -> _Featu
                 col = pd.to_datetime(col, errors="raise")
             except (ValueError, TypeError) as e:
                 raise DataprepError(f"column {c!r} cannot be read as dates: {e}") from None
+        guessed = c not in force_cat | force_num | force_date
+        dates = guessed and _is_text(col) and _looks_like_dates(col)
+        if guessed and not dates and not s.keep_ids and _looks_like_ids(col):
+            out.conversions[c] = f"excluded: {len(col)} distinct values in {len(col)} rows, an ID (--keep-ids keeps it)"
+            continue
         if c in force_cat or _is_text(col):
             codes, vocab, rare = _codes(col, c, s.missing, s.max_categories)
             out.cat_cols.append(c)
             out.cat_arrays.append(codes)
             out.vocabs[c] = vocab
-            out.conversions[c] = f"categorical: {len(vocab)} codes" + (
+            out.conversions[c] = f"categorical with {len(vocab)} values" + (
                 f" ({rare} values rarer than the {len(vocab) - 1} most frequent share the code of '<other>'; "
-                f"--max-categories {s.max_categories})" if rare else "")
+                f"--max-categories {s.max_categories})" if rare else "") + (
+                f"; they look like dates: --dates {c} parses them (--categorical {c} keeps the codes)" if dates else "")
         elif pd.api.types.is_datetime64_any_dtype(col):
             _datetime(col, c, s, train_rows, out)
         elif pd.api.types.is_bool_dtype(col) or pd.api.types.is_numeric_dtype(col):
@@ -206,7 +258,8 @@ def _features(df, skip: set, s: TableSettings, train_rows: np.ndarray) -> _Featu
             out.num_cols.append(c)
             out.num_arrays.append(arr)
             out.masks.append(mask)
-            out.conversions[c] = f"{'boolean' if pd.api.types.is_bool_dtype(col) else 'numeric'}: {s.float_dtype}"
+            out.conversions[c] = (f"feature {s.float_dtype} ({'boolean' if pd.api.types.is_bool_dtype(col) else 'numeric'})"
+                                  + (f", {int(mask.sum())} missing: {_filled(s, arr[mask])}" if mask.any() else ""))
         else:
             raise DataprepError(f"column {c!r} has dtype {col.dtype}, which dataprep does not convert (drop it with --drop)")
     return out
@@ -217,15 +270,19 @@ def _datetime(col, c: str, s: TableSettings, train_rows: np.ndarray, out: _Featu
         raise DataprepError(f"column {c!r} has {int(col.isna().sum())} missing datetimes (choose a --missing policy)")
     if s.datetime == "int64":
         out.dt_cols.append(c)
-        out.dt_arrays.append(col.astype("int64").to_numpy() // 10**9)
-        out.conversions[c] = "datetime: int64 seconds since 1970"
+        if col.dt.tz is not None:
+            col = col.dt.tz_convert("UTC").dt.tz_localize(None)
+        # by unit, not astype(int64) // 10**9: pandas 3 parses text to microseconds, not nanoseconds
+        out.dt_arrays.append(col.to_numpy().astype("datetime64[s]").view("<i8"))
+        out.conversions[c] = "datetime: int64 seconds since 1970" + (
+            f", {int(col.isna().sum())} missing" if col.isna().any() else "")
         return
     for part in DATETIME_PARTS:
         arr, mask = _fill(getattr(col.dt, part).to_numpy(np.float64), f"{c}.{part}", s, train_rows)
         out.num_cols.append(f"{c}.{part}")
         out.num_arrays.append(arr)
         out.masks.append(mask)
-    out.conversions[c] = f"datetime: parts {', '.join(DATETIME_PARTS)}"
+    out.conversions[c] = f"datetime: parts {', '.join(DATETIME_PARTS)} (features {s.float_dtype})"
 
 
 def _arrays(f: _Features, s: TableSettings, n: int) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -241,7 +298,8 @@ def _arrays(f: _Features, s: TableSettings, n: int) -> tuple[dict[str, np.ndarra
         cats = np.stack(f.cat_arrays, axis=1)
         arrays["categorical"] = cats.astype(smallest_int(0, max(len(v) for v in f.vocabs.values())))
         fields["categorical"] = {"dtype": arrays["categorical"].dtype.str, "columns": f.cat_cols, "vocab_file": VOCAB_FILE,
-                                 "sizes": {c: len(v) for c, v in f.vocabs.items()}, "shape": [None, len(f.cat_cols)]}
+                                 "sizes": {c: len(v) for c, v in f.vocabs.items()}, "shape": [None, len(f.cat_cols)],
+                                 "first_values": {c: [x[:FIRST_CHARS] for x in v[:FIRST_VALUES]] for c, v in f.vocabs.items()}}
     if s.missing == "mask" and f.masks:
         arrays["mask"] = np.stack(f.masks, axis=1).astype(np.uint8)
         fields["mask"] = {"dtype": "|u1", "columns": f.num_cols, "meaning": "1 where the value was missing (stored as 0)"}
@@ -267,6 +325,36 @@ def _statistics(arrays: dict[str, np.ndarray], f: _Features, train_rows: np.ndar
         vocab[c] = {"values": f.vocabs[c], "train_counts": [int(x) for x in counts]}
         stats["categorical"][c] = {"values": len(f.vocabs[c]), "train_rows": int(counts.sum())}
     return stats, vocab
+
+
+def _filled(s: TableSettings, values: np.ndarray) -> str:
+    """How the missing values of a float column were filled, for its description."""
+    if s.missing == "mask":
+        return "0, masked"
+    return f"filled with {'the train mean ' if s.missing == 'mean' else ''}{float(values[0]):.6g}"
+
+
+def _looks_like_ids(col) -> bool:
+    """Text or integers, none missing, every value different, in more than a handful of rows."""
+    import pandas as pd
+
+    if len(col) <= ID_MIN_ROWS or not (_is_text(col) or pd.api.types.is_integer_dtype(col)) or pd.api.types.is_bool_dtype(col):
+        return False
+    return bool(col.notna().all()) and col.nunique() == len(col)
+
+
+_DATE = re.compile(r"(\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/]\d{1,2}[-/]\d{2,4}|\d{1,2}\.\d{1,2}\.\d{4})"  # 2021-03-04,
+                   r"([ T]\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?)?\s*(Z|[+-]\d{2}:?\d{2})?")  # 4/3/21, 4.3.2021 (not 1.2.10); a time, a zone
+
+
+def _looks_like_dates(col, sample: int = 1000) -> bool:
+    """Text whose distinct values (the first `sample` of them) all have a date's shape and parse as dates."""
+    import pandas as pd
+
+    vals = pd.Series(pd.unique(col.dropna().astype(str).str.strip())[:sample], dtype=object)
+    if not len(vals) or not vals.str.fullmatch(_DATE).all():
+        return False
+    return bool(pd.to_datetime(vals, errors="coerce", format="mixed").notna().all())
 
 
 def _is_text(col) -> bool:

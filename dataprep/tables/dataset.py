@@ -1,7 +1,9 @@
-"""TabularDataset: takes a table pack, gives (features, target) rows and whole batches by slicing arrays.
+"""TabularDataset: takes a table pack, gives (features, [categorical], [mask], [datetimes], target) rows and
+whole batches by slicing arrays.
 
-The split is a few contiguous arrays (features float32, categorical codes, target, optional mask),
-so a batch is one fancy-index per array instead of a `df.iloc[i]` and a tensor per row.
+The split is a few contiguous arrays (features float32, categorical codes, the optional missing-value mask
+and int64 datetimes, target), so a batch is one fancy-index per array instead of a `df.iloc[i]` and a tensor
+per row.
 """
 from __future__ import annotations
 
@@ -24,12 +26,22 @@ class TabularDataset(Dataset):
     """A table pack's split.
 
     Args:
-        categorical: "separate" returns (features, categorical codes, target) for embedding layers;
-            "features" appends the codes to the features as floats; "none" leaves them out.
+        categorical: "separate" serves the categorical codes as their own tensor, for embedding layers;
+            "features" appends them to the features as floats; "none" leaves them out.
         cache: "ram" (read into memory) or "mmap" (map the files; one copy in the page cache).
 
-    `dataset[i]` is one row; `dataset[[i, j, ...]]` (or `batch`) a whole batch; `feature_stats`
-    gives the train split's mean and std per feature for normalising on the GPU (never applied here).
+    Every access gives a tuple in one fixed order, of the fields the pack has:
+        (features, categorical, mask, datetimes, target)
+    features: float (F,) [+ the codes as floats with categorical="features"]; categorical: int64 codes (C,),
+    with categorical="separate"; mask: uint8 (F,), 1 where a feature value was missing (stored as 0), in packs
+    built with `--missing mask`; datetimes: int64 seconds since 1970 (D,), in packs built with
+    `--datetime int64`; target: int64 classes or the float regression value. `dataset.fields` names the
+    tuple's members; a pack with neither mask nor datetimes gives (features, [categorical], target).
+
+    `dataset[i]` is one row; `dataset[[i, j, ...]]`, `dataset[a:b]` (or `batch`) a whole batch (rows
+    stacked), `__getitems__` its rows one by one, and the fast Loader yields batches in the same order;
+    `feature_stats` gives the train split's mean and std per feature for normalising on the GPU (never
+    applied here).
     """
 
     def __init__(self, pack: str | os.PathLike, split: str = "train", categorical: str = "separate", cache: str = "ram"):
@@ -54,6 +66,8 @@ class TabularDataset(Dataset):
         self.categorical_columns: list[str] = list(cat["columns"]) if cat else []
         self.vocab: dict[str, list[str]] = _vocab(self.pack, cat) if cat else {}
         self.target_info: dict[str, Any] = m["fields"]["target"]
+        self.fields: tuple[str, ...] = (("features",) + (("categorical",) if cat and self.categorical == "separate" else ())
+                                        + tuple(k for k in ("mask", "datetimes") if k in self.arrays) + ("target",))
 
     def __getstate__(self):
         return {k: self.__dict__[k] for k in ("pack", "split", "categorical", "cache")}
@@ -74,20 +88,25 @@ class TabularDataset(Dataset):
         return mean, std
 
     def _rows(self, idx) -> tuple[torch.Tensor, ...]:
+        """Rows idx (an int or an index array) of every field in `self.fields`, as fresh tensors."""
         if self._guard:
             self._guard.check()
         a = self.arrays
-        feats = torch.from_numpy(np.array(a["features"][idx]))
+        out = {"features": torch.from_numpy(np.array(a["features"][idx]))}
         y = np.asarray(a["target"][idx])
-        target = torch.from_numpy(y.astype(np.int64) if self.target_info["task"] == "classification" else np.array(y))
+        out["target"] = torch.from_numpy(y.astype(np.int64) if self.target_info["task"] == "classification" else np.array(y))
         if "categorical" in a and self.categorical != "none":
-            codes = torch.from_numpy(np.asarray(a["categorical"][idx]).astype(np.int64))
-            if self.categorical == "separate":
-                return feats, codes, target
-            feats = torch.cat([feats, codes.to(feats.dtype)], dim=-1)
-        return feats, target
+            out["categorical"] = torch.from_numpy(np.asarray(a["categorical"][idx]).astype(np.int64))
+            if self.categorical == "features":
+                out["features"] = torch.cat([out["features"], out.pop("categorical").to(out["features"].dtype)], dim=-1)
+        for k in ("mask", "datetimes"):
+            if k in a:
+                out[k] = torch.from_numpy(np.array(a[k][idx]))
+        return tuple(out[k] for k in self.fields)
 
     def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self.batch(np.arange(*index.indices(len(self))))
         if isinstance(index, (Sequence, np.ndarray, torch.Tensor)) and not isinstance(index, (str, bytes)):
             return self.batch(index)
         n = len(self)
@@ -103,25 +122,18 @@ class TabularDataset(Dataset):
             raise IndexError(f"an index is out of range for {len(self)} rows")
         return self._rows(idx % len(self))
 
-    # -- the batch-fetch protocol the fast Loader uses -------------------------------------------
-    def _served(self) -> list[str]:
-        keys = ["features"]
-        if "categorical" in self.arrays and self.categorical == "separate":
-            keys.append("categorical")
-        return keys + ["target"]
-
+    # -- the batch-fetch protocol the fast Loader uses: one buffer per member of `fields`, in its order ---
     def batch_layout(self, request: Request | None = None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         refuse_augmentation(request or Request(), "a table pack")
         width = len(self.feature_columns) + (len(self.categorical_columns) if self.categorical == "features" else 0)
         ydt = np.dtype(np.int64) if self.target_info["task"] == "classification" else self.arrays["target"].dtype
-        spec = {"features": ((width,), self.arrays["features"].dtype)}
-        if "categorical" in self._served():
-            spec["categorical"] = ((len(self.categorical_columns),), np.dtype(np.int64))
-        spec["target"] = ((), ydt)
-        return spec
+        spec = {"features": ((width,), self.arrays["features"].dtype),
+                "categorical": ((len(self.categorical_columns),), np.dtype(np.int64)), "target": ((), ydt),
+                **{k: (self.arrays[k].shape[1:], self.arrays[k].dtype) for k in ("mask", "datetimes") if k in self.arrays}}
+        return {k: spec[k] for k in self.fields}
 
     def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray], request: Request | None = None) -> None:
-        for key, t in zip(self._served(), self._rows(np.asarray(idx, np.int64))):
+        for key, t in zip(self.fields, self._rows(np.asarray(idx, np.int64))):
             out[key][: len(idx)] = t.numpy()
 
     def __getitems__(self, indices: Sequence[int]) -> list[tuple[torch.Tensor, ...]]:
