@@ -14,7 +14,7 @@ from .errors import PackError
 from .kinds import kind_of
 from .pack.backends import open_reader
 from .pack.fields import LoadContext
-from .pack.manifest import MANIFEST
+from .pack.manifest import MANIFEST, attachment_problems
 
 
 @dataclass
@@ -52,6 +52,9 @@ def verify_pack(pack: str | os.PathLike, decode: bool = False, progress: Callabl
                     progress(1)
             if counted != entry.get("count"):
                 rep.problems.append((str(pack / split), f"split {split}: shards hold {counted} samples, the split says {entry.get('count')}"))
+        if m.get("attachments"):  # files beside the shards (a token pack's tokenizer) have their checksums too
+            rep.problems += [(str(pack / name), what) for name, what in attachment_problems(m, reader.attachments())]
+            rep.files += len(m["attachments"])
     finally:
         reader.close()
     return rep

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from dataprep.cli import main
 from dataprep.tokens.dataset import DocumentDataset, TokenDataset
-from dataprep.errors import DataprepError, SourceError
+from dataprep.errors import DataprepError, PackError, SourceError
 from dataprep.pack.backends import read_manifest
 from dataprep.tokens.read import expand
 from dataprep.tokens.tokenize import TokenizeSettings, load_tokenizer, token_dtype, tokenize
@@ -258,3 +258,114 @@ def test_a_huge_jsonl_line_is_read_in_linear_time_and_text_inputs_must_be_regula
     assert expand([str(tmp_path / "*")]) == [str(f)]  # a glob never yields a FIFO or a symlink to a device
     with pytest.raises(SourceError, match="not a regular file"):
         list(read.pieces([str(tmp_path / "zeros.txt")]))
+
+
+# -- the pack carries its tokenizer ---------------------------------------------------------------------------
+def _tokenize_with_a_moved_tokenizer(tmp_path, tok_file, src, split="file", **kw):
+    """Tokenize with a copy of `tok_file` that is deleted afterwards: the pack must not need it any more."""
+    import shutil
+
+    moved = tmp_path / "elsewhere" / "tokenizer.json"
+    moved.parent.mkdir()
+    shutil.copy(tok_file, moved)
+    tokenize([str(src)], tmp_path / "p", TokenizeSettings(split=split, **kw), str(moved))
+    shutil.rmtree(moved.parent)
+    return tmp_path / "p"
+
+
+def test_the_pack_carries_its_tokenizer_and_the_dataset_decodes_with_it(tmp_path, bpe_pack):
+    import pickle
+
+    from tokenizers import Tokenizer
+
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"text": d}) + "\n" for d in DOCS[:4]), encoding="utf-8")
+    original = (bpe_pack / "tokenizer.json").read_bytes()
+    pack = _tokenize_with_a_moved_tokenizer(tmp_path, bpe_pack / "tokenizer.json", src)
+    m = read_manifest(pack)
+    assert (pack / "tokenizer.json").read_bytes() == original  # the file's own bytes, not a re-serialisation
+    assert m["tokenizer"]["file"] == "tokenizer.json" and m["attachments"]["tokenizer.json"]["bytes"] == len(original)
+    ds = TokenDataset(pack, context=8)
+    assert ds.data._tokenizer is None  # nothing read until asked for
+    tok = ds.tokenizer
+    assert isinstance(tok, Tokenizer) and tok is ds.tokenizer and tok.get_vocab_size() == ds.vocab_size
+    ref = load_tokenizer(str(bpe_pack / "tokenizer.json"))
+    for text in DOCS[:4] + ["unseen wörds\tand  spacing 🙂"]:
+        ids = tok.encode(text, add_special_tokens=False).ids
+        assert ids == ref.encode(text, add_special_tokens=False).ids
+        assert tok.decode(ids) == ref.decode(ids) == text  # byte-level BPE: exact
+    docs = DocumentDataset(pack)
+    assert [tok.decode(docs[i].tolist()) for i in range(4)] == DOCS[:4]
+    assert tok.id_to_token(ds.eot_id) == "<|endoftext|>"
+    clone = pickle.loads(pickle.dumps(ds))  # what a spawned worker gets: no tokenizer until it asks
+    assert clone.data._tokenizer is None and clone.tokenizer.encode("Call me").ids == tok.encode("Call me").ids
+
+
+@pytest.mark.corpus
+def test_the_corpus_wordpiece_round_trips_through_the_packs_copy(tmp_path):
+    from tokenizers import Tokenizer
+
+    tok_file = corpus_dir("tokenizer") / "tokenizer.json"
+    src = sorted(corpus_dir("text").glob("*.txt"))[0]
+    pack = _tokenize_with_a_moved_tokenizer(tmp_path, tok_file, src, "paragraph")
+    ds = TokenDataset(pack, context=64)
+    original = Tokenizer.from_file(str(tok_file))  # as the file is: padded and truncated to 128 ids
+    texts = [p for p in src.read_text(encoding="utf-8").split("\n\n") if p.strip()][:300]
+    short = [t for t in texts if original.encode(t).ids[-1] == 0]  # padded: not truncated
+    assert len(short) > 200 and ds.tokenizer.get_vocab_size() == 30522
+    for text in short:  # the original's decode drops the padding it added
+        assert ds.tokenizer.decode(ds.tokenizer.encode(text).ids) == original.decode(original.encode(text).ids)
+    original.no_padding()
+    original.no_truncation()
+    long = " ".join(texts)
+    ids = ds.tokenizer.encode(long).ids
+    assert len(ids) > 1000 and ids == original.encode(long).ids  # the copy encodes as the pack was: neither
+    assert ds.tokenizer.decode(ids) == original.decode(ids)
+
+
+def test_verify_catches_a_changed_or_missing_tokenizer_copy_on_every_backend(tmp_path, bpe_pack):
+    from dataprep.pack.convert import convert
+    from dataprep.verify import verify_pack
+
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"text": d}) + "\n" for d in DOCS[:4]), encoding="utf-8")
+    pack = _tokenize_with_a_moved_tokenizer(tmp_path, bpe_pack / "tokenizer.json", src)
+    assert verify_pack(pack).ok
+    for fmt, out in (("hdf5", tmp_path / "p.h5"), ("zarr", tmp_path / "p.zarr")):  # the copy travels with conversions
+        convert(pack, out, fmt)
+        assert verify_pack(out).ok, verify_pack(out).problems
+        assert TokenDataset(out, context=8).tokenizer.decode(DocumentDataset(out)[1].tolist()) == DOCS[1]
+    copy = pack / "tokenizer.json"
+    data = copy.read_bytes()
+    copy.write_bytes(data.replace(b'"<|endoftext|>"', b'"<|endoftxet|>"', 1))  # same length, another tokenizer
+    problems = verify_pack(pack).problems
+    assert len(problems) == 1 and problems[0][0] == str(copy) and "checksum mismatch" in problems[0][1]
+    with pytest.raises(PackError, match="tokenizer.json: checksum mismatch"):
+        TokenDataset(pack, context=8).tokenizer
+    copy.unlink()
+    assert [(p, w.split(";")[0]) for p, w in verify_pack(pack).problems] == [(str(copy), "missing")]
+    with pytest.raises(PackError, match="tokenizer.json: missing"):
+        TokenDataset(pack, context=8).tokenizer
+
+
+def test_packs_made_before_the_copy_still_load(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    v1 = Path(__file__).parent / "fixtures" / "v1" / "packs" / "tokens"
+    ds = TokenDataset(v1, context=4, split="train")  # trained for the pack: its tokenizer was always beside it
+    docs = DocumentDataset(v1, split="train")
+    assert ds.tokenizer.get_vocab_size() == ds.vocab_size == 284
+    made = {f"document {k} says " + "word " * (k + 3) for k in range(12)}  # what tests/fixtures/v1/make.py tokenized
+    decoded = [ds.tokenizer.decode(docs[i].tolist()) for i in range(len(docs))]
+    assert len(decoded) == 9 and set(decoded) <= made
+    old = tmp_path / "old"  # a v1 pack made with a tokenizer file: the manifest held its path and hash only
+    shutil.copytree(v1, old)
+    (old / "tokenizer.json").unlink()
+    m = json.loads((old / "manifest.json").read_text())
+    m["tokenizer"].update(trained_here=False, path="/somewhere/tokenizer.json")
+    (old / "manifest.json").write_text(json.dumps(m))
+    ds = TokenDataset(old, context=4)
+    assert len(ds) > 0 and ds.vocab_size == 284 and len(DocumentDataset(old)) == len(docs)  # it serves as before
+    with pytest.raises(PackError, match="predates the tokenizer copy.*/somewhere/tokenizer.json"):
+        ds.tokenizer

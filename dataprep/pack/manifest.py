@@ -6,6 +6,7 @@ through a temporary file, fsync and an atomic rename, so a directory without it 
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -84,3 +85,24 @@ def check_manifest(m: Any, where: str | os.PathLike) -> dict[str, Any]:
             raise PackError(f"{where}: manifest lacks {key!r}")
     check_manifest_names(m, where)  # every name it holds is joined onto the pack's path later
     return m
+
+
+def attachment_record(data: bytes) -> dict[str, Any]:
+    """The manifest's record of a file a pack keeps beside its shards (its `"attachments"`: name -> record)."""
+    return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def attachment_problems(m: dict[str, Any], attached: dict[str, bytes]) -> list[tuple[str, str]]:
+    """(name, what is wrong) for every file the manifest's `"attachments"` records that `attached` (a reader's
+    attachments()) lacks or holds with other bytes."""
+    out = []
+    records = m.get("attachments") or {}
+    for name, rec in records.items() if isinstance(records, dict) else ():
+        if name not in attached:
+            out.append((name, "missing; the manifest records it"))
+            continue
+        got, want = attachment_record(attached[name]), rec if isinstance(rec, dict) else {}
+        if got != {k: want.get(k) for k in got}:
+            out.append((name, f"checksum mismatch ({got['bytes']} bytes, sha256 {got['sha256'][:12]}...; "
+                              f"manifest {want.get('bytes')} bytes, {str(want.get('sha256'))[:12]}...)"))
+    return out

@@ -18,7 +18,7 @@ from ..pack.fields import MapGuard
 from ..serve import draws
 from ..serve.cache import open_split
 from ..serve.request import Request, refuse_augmentation
-from .field import fields_of
+from .field import fields_of, read_tokenizer
 
 
 class _TokenSplit:
@@ -33,6 +33,14 @@ class _TokenSplit:
         self.guard = MapGuard([self.tokens]) if isinstance(self.tokens, np.memmap) else None
         self.manifest = c.manifest
         self.eot_id = int(c.manifest["tokenizer"]["eot_id"])
+        self._tokenizer = None
+
+    @property
+    def tokenizer(self):
+        """The pack's copy of its tokenizer, read on first use (workers that never decode never pay for it)."""
+        if self._tokenizer is None:
+            self._tokenizer = read_tokenizer(self.pack, self.manifest)
+        return self._tokenizer
 
 
 class TokenDataset(Dataset):
@@ -83,6 +91,13 @@ class TokenDataset(Dataset):
     def eot_id(self) -> int:
         """The end-of-text id that follows every document in the pack."""
         return self.data.eot_id
+
+    @property
+    def tokenizer(self):
+        """The `tokenizers.Tokenizer` the pack was made with (padding and truncation off), loaded from the
+        pack's copy on first use and checked against the manifest's sha256. A PackError for a pack made
+        before packs carried the copy (one tokenized with a tokenizer file; trained ones always had it)."""
+        return self.data.tokenizer
 
     def __len__(self) -> int:
         n = len(self.data.tokens)

@@ -24,9 +24,9 @@ import numpy as np
 from .. import __version__
 from ..build import prepare_output
 from ..errors import DataprepError, SourceError
-from ..pack.manifest import write_manifest
+from ..pack.manifest import attachment_record, write_manifest
 from ..pack.shard import remove_temporaries, write_shard
-from .field import TokensField
+from .field import TOKENIZER_FILE, TokensField, tokenizer_from_json
 from .read import PIECE_CHARS, ReadStats, documents, pieces
 
 EOT_CANDIDATES = ("<|endoftext|>", "</s>", "[SEP]", "<eos>", "<|end_of_text|>")
@@ -54,21 +54,26 @@ class TokenizeSettings:
 
 def load_tokenizer(path: str):
     """A Hugging Face tokenizer from its JSON file, with padding and truncation switched off."""
-    from tokenizers import Tokenizer
+    return _tokenizer_file(path)[1]
 
+
+def _tokenizer_file(path: str | os.PathLike):
+    """A tokenizer JSON file's bytes (what the pack copies) and the tokenizer they give, from one read."""
     if not os.path.isfile(path):
         raise SourceError(f"{path}: tokenizer file does not exist")
     try:
-        tok = Tokenizer.from_file(path)
-    except Exception as e:  # tokenizers raises its own exception type for any bad file
-        raise SourceError(f"{path}: not a tokenizers JSON file ({e})") from None
-    tok.no_padding()
-    tok.no_truncation()
-    return tok
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise SourceError(f"{path}: cannot read ({e.strerror or e})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SourceError(f"{path}: not a tokenizers JSON file (not UTF-8)") from None
+    return data, tokenizer_from_json(text, path, SourceError)
 
 
-def train_bpe(docs: Iterable[str], vocab_size: int, out: Path):
-    """Train a byte-level BPE (exact round trips: decode(encode(text)) == text) and save it to `out`."""
+def train_bpe(docs: Iterable[str], vocab_size: int, out: Path | None = None):
+    """Train a byte-level BPE (exact round trips: decode(encode(text)) == text), saved to `out` if given."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -77,7 +82,8 @@ def train_bpe(docs: Iterable[str], vocab_size: int, out: Path):
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(docs, trainer)
-    tok.save(str(out))
+    if out is not None:
+        tok.save(str(out))
     return tok
 
 
@@ -207,11 +213,7 @@ class FileTask:
 
 def tokenize_file(task: FileTask) -> dict[str, Any]:
     """Tokenize the task's documents into its shards; return their records and the statistics."""
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_str(task.tokenizer_json)
-    tok.no_padding()
-    tok.no_truncation()
+    tok = tokenizer_from_json(task.tokenizer_json, task.paths[0])
     s, dtype = task.settings, np.dtype(task.dtype)
     limit = int(np.iinfo(dtype).max)
     names = ["train", "val"] if s.val_fraction else ["train"]
@@ -276,13 +278,15 @@ def tokenize(inputs: list[str], out: str | os.PathLike, settings: TokenizeSettin
     t0 = time.perf_counter()
     if (tokenizer is None) == (train_bpe_vocab is None):
         raise DataprepError("give a tokenizer file or --train-bpe VOCAB (one of the two)")
-    prepare_output(out, overwrite)
     if train_bpe_vocab:
-        tok_path = out / "tokenizer.json"
-        tok = train_bpe(documents(inputs, settings.split, settings.text_field, settings.strict), train_bpe_vocab, tok_path)
+        prepare_output(out, overwrite)
+        tok_path = out / TOKENIZER_FILE
+        tok = train_bpe(documents(inputs, settings.split, settings.text_field, settings.strict), train_bpe_vocab)
+        tok_bytes = tok.to_str(pretty=True).encode("utf-8")
     else:
         tok_path = Path(tokenizer)
-        tok = load_tokenizer(str(tok_path))
+        tok_bytes, tok = _tokenizer_file(tok_path)  # read before --overwrite empties `out`, which may hold it
+        prepare_output(out, overwrite)
     vocab = tok.get_vocab_size(with_added_tokens=True)
     eot_id = settings.eot_id
     if eot_id is None:
@@ -291,7 +295,6 @@ def tokenize(inputs: list[str], out: str | os.PathLike, settings: TokenizeSettin
         if eot_id is None:
             raise DataprepError(f"{tok_path}: has none of {names} as a token; choose the end-of-text id with --eot-id")
     dtype = token_dtype(vocab)
-    tok_bytes = tok_path.read_bytes()
     tok_json = tok.to_str()
     tasks = [FileTask(group, k, str(out), tok_json, int(eot_id), dtype.str, settings)
              for k, group in enumerate(_groups(inputs, settings.task_bytes))]
@@ -314,6 +317,9 @@ def tokenize(inputs: list[str], out: str | os.PathLike, settings: TokenizeSettin
     if doc_no == 0:
         raise SourceError(f"{', '.join(inputs[:3])}: the corpus holds no documents")
     replaced = {k: v for r in recs for k, v in r["replaced"].items()}
+    # The tokenizer travels with the pack (its datasets decode with it), written last but for the manifest: a
+    # build that stops before leaves only split directories, which --overwrite recognises as an unfinished build.
+    (out / TOKENIZER_FILE).write_bytes(tok_bytes)
     seconds = time.perf_counter() - t0
     manifest = {
         "kind": "tokens",
@@ -321,12 +327,13 @@ def tokenize(inputs: list[str], out: str | os.PathLike, settings: TokenizeSettin
         "dataprep_version": __version__,
         "source": {"inputs": [str(Path(p).resolve()) for p in inputs], "replaced_bytes": replaced},
         "settings": asdict(settings),
-        "tokenizer": {"path": str(tok_path.resolve()), "sha256": hashlib.sha256(tok_bytes).hexdigest(),
+        "tokenizer": {"path": str(tok_path.resolve()), "file": TOKENIZER_FILE, "sha256": hashlib.sha256(tok_bytes).hexdigest(),
                       "vocab_size": vocab, "eot_id": int(eot_id), "trained_here": bool(train_bpe_vocab),
                       "special": {t.content: int(i) for i, t in tok.get_added_tokens_decoder().items()}},
         "fields": {"tokens": TokensField(dtype.str, vocab).to_manifest()},
         "splits": splits,
         "build": {"seconds": round(seconds, 3)},
+        "attachments": {TOKENIZER_FILE: attachment_record(tok_bytes)},
     }
     write_manifest(out, manifest)
     return {"documents": doc_no, "tokens": sum(sp["tokens"] for sp in splits.values()), "dtype": dtype.str,
