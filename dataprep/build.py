@@ -37,7 +37,7 @@ def task_fingerprint(head: list, rows: Iterable[tuple]) -> str:
     return h.hexdigest()
 
 
-_META = ("count", "skipped", "kept_jpeg", "source_bytes")
+_META = ("count", "skipped", "kept_jpeg", "source_bytes", "counts")
 
 
 def reused_shard(task, fp: str) -> dict[str, Any] | None:
@@ -46,16 +46,19 @@ def reused_shard(task, fp: str) -> dict[str, Any] | None:
     if not task.resume:
         return None
     rec = reusable_shard(Path(task.split_dir), task.index, fp)
-    if rec is None:
+    if rec is None or any(k not in rec for k in _META):  # an older dataprep's shard lacks what this one records
         return None
     return {"name": shard_name(task.index), "files": rec["files"], **{k: rec[k] for k in _META}, "reused": True}
 
 
 def finish_shard(task, fp: str, arrays: dict[str, np.ndarray], count: int, skipped: list[dict], kept_jpeg: int,
-                 source_bytes: int) -> dict[str, Any]:
+                 source_bytes: int, counts: dict[str, int] | None = None) -> dict[str, Any]:
     """Write a task's shard (atomically, with its fingerprint for --resume) and give the record the
-    driver collects. Every shard kind ends here."""
-    meta = {"count": count, "skipped": skipped, "kept_jpeg": kept_jpeg, "source_bytes": source_bytes}
+    driver collects. Every shard kind ends here. `counts` are the kind's own tallies of the shard's
+    samples (name -> n); the driver sums them per split (`SplitSummary.counts`), and a resumed build
+    reads them back from the shard."""
+    meta = {"count": count, "skipped": skipped, "kept_jpeg": kept_jpeg, "source_bytes": source_bytes,
+            "counts": dict(sorted((counts or {}).items()))}
     files = write_shard(Path(task.split_dir), task.index, arrays, {"fingerprint": fp, **meta})
     return {"name": shard_name(task.index), "files": files, **meta, "reused": False}
 
@@ -71,6 +74,8 @@ class SplitSummary:
     kept_jpeg: int = 0
     shards: int = 0
     reused: int = 0
+    counts: Counter = field(default_factory=Counter)  # the kind's tallies (finish_shard's `counts`), summed
+    notes: list[str] = field(default_factory=list)  # the kind's lines about this split, printed under it
 
 
 @dataclass
@@ -94,6 +99,7 @@ class BuildSummary:
                 f"  {s.name}: {s.written} of {s.planned} {self.noun} written, {s.bytes / 1e6:.1f} MB "
                 f"(from {s.source_bytes / 1e6:.1f} MB of sources{kept}); skipped: {skip}"
             )
+            out.extend(f"  {s.name}: {note}" for note in s.notes)
             if s.reused:
                 out.append(f"  {s.name}: resumed: {s.reused} of {s.shards} shards were finished and intact, {s.shards - s.reused} built")
         out.append(f"  {self.written} {self.noun} in {self.seconds:.1f} s, {rate:.0f} {self.noun}/s")
@@ -195,6 +201,7 @@ def build_shards(
         summ.kept_jpeg = sum(r.pop("kept_jpeg") for r in recs)
         summ.shards = len(recs)
         summ.reused = sum(r.pop("reused") for r in recs)
+        summ.counts = sum((Counter(r.pop("counts")) for r in recs), Counter())
         summaries.append(summ)
         split_entries[split.name] = {
             "count": summ.written,

@@ -161,3 +161,99 @@ def test_kept_real_jpegs_serve_exactly_what_pillow_decodes(tmp_path):
                 assert np.array_equal(ds[i][0], np.asarray(im.convert("RGB"))), ds.sources[i]
             checked += 1
     assert checked == summary.splits[0].kept_jpeg
+
+
+def _source_sides(root, ds):
+    from PIL import Image
+
+    out = []
+    for p in ds.sources:
+        with Image.open(root / p) as im:
+            out.append(im.size)
+    return out
+
+
+
+def _has_black(img) -> bool:
+    return bool((img == 0).all(axis=-1).any())  # index colours are never black: black is padding
+
+
+
+@pytest.mark.parametrize("upscale", [False, True])
+def test_center_crop_counts_the_images_it_pads_or_upscales(index_tree, tmp_path, upscale):
+    summary = build_images(scan_imagenet(index_tree), tmp_path / "p",
+                           *settings(mode="raw", resize="center-crop", size=48, upscale=upscale))
+    m = read_manifest(tmp_path / "p")
+    lines = "\n".join(summary.lines())
+    for split in ("train", "val"):
+        ds = InMemoryImageDataset(tmp_path / "p", split, as_numpy=True)
+        small = sum(min(wh) < 48 for wh in _source_sides(index_tree, ds))
+        padded = sum(_has_black(ds[i][0]) for i in range(len(ds)))
+        assert small > 0  # the fixture has sources smaller than the size
+        assert padded == (0 if upscale else small)
+        assert m["splits"][split]["undersized"] == {"48": {"kept": 0 if upscale else small, "upscaled": small if upscale else 0}}
+        if upscale:
+            assert f"{split}: {small} of {len(ds)} images were smaller than 48 px and enlarged to it (--upscale)" in lines
+        else:
+            assert (f"{split}: {small} of {len(ds)} images were smaller than 48 px on the shorter side and padded with "
+                    "black to 48x48; pass --upscale to enlarge them instead") in lines
+    assert ("enlarged" in lines) == upscale and ("padded" in lines) != upscale
+
+
+
+def test_pad_counts_images_framed_on_every_side_at_each_size(index_tree, tmp_path):
+    summary = build_images(scan_folder(index_tree / "train"), tmp_path / "p", *settings(mode="raw", resize="pad", sizes=(56, 32)))
+    m = read_manifest(tmp_path / "p")
+    ds = InMemoryImageDataset(tmp_path / "p", resolution=56, as_numpy=True)
+    small = sum(max(wh) < 56 for wh in _source_sides(index_tree / "train", ds))
+    framed = sum(all((e == 0).all() for e in (img[0], img[-1], img[:, 0], img[:, -1])) for img in (ds[i][0] for i in range(len(ds))))
+    assert 0 < small == framed < len(ds)  # every sample is padded somewhere by design; only these on all four sides
+    assert m["splits"]["train"]["undersized"] == {"56": {"kept": small, "upscaled": 0}, "32": {"kept": 0, "upscaled": 0}}
+    lines = summary.lines()
+    assert (f"  train: at 56 px: {small} of 18 images were smaller than 56 px on both sides and padded on every side "
+            "to 56x56; pass --upscale to enlarge them instead") in lines
+    assert not any("at 32 px" in ln for ln in lines)
+
+
+
+def test_shorter_records_small_images_without_a_remedy(index_tree, tmp_path):
+    summary = build_images(scan_folder(index_tree / "train"), tmp_path / "p", *settings(mode="raw", size=48))
+    assert read_manifest(tmp_path / "p")["splits"]["train"]["undersized"] == {"48": {"kept": 6, "upscaled": 0}}
+    assert not any("--upscale" in ln for ln in summary.lines())  # kept small by design: nothing padded
+
+
+
+def test_a_resumed_build_keeps_the_counts_and_rebuilds_a_shard_that_lacks_them(index_tree, tmp_path):
+    src = scan_folder(index_tree / "train")
+    b, image = settings(mode="raw", resize="center-crop", size=48)
+    build_images(src, tmp_path / "p", b, image)
+    first = read_manifest(tmp_path / "p")["splits"]["train"]["undersized"]
+    rec = tmp_path / "p" / "train" / "00000" / "shard.json"
+    old = json.loads(rec.read_text())
+    assert old["counts"]["undersized@48"] == 2  # shard 0 holds class 0's first 4 images: two are 40x60
+    del old["counts"]  # as an older dataprep wrote it
+    rec.write_text(json.dumps(old))
+    (tmp_path / "p" / "manifest.json").unlink()  # an interrupted build
+    summary = build_images(src, tmp_path / "p", BuildSettings(workers=1, shard_size=4, resume=True), image)
+    assert summary.splits[0].reused == summary.splits[0].shards - 1  # shard 0 was built again, the rest reused
+    assert read_manifest(tmp_path / "p")["splits"]["train"]["undersized"] == first == {"48": {"kept": 6, "upscaled": 0}}
+
+
+
+@pytest.mark.corpus
+@pytest.mark.slow
+def test_real_photos_smaller_than_256_are_counted_as_padded(tmp_path):
+    from PIL import Image
+
+    from .conftest import corpus_dir
+
+    root = corpus_dir("images", "train")
+    small = 0
+    for p in root.rglob("*"):
+        if p.is_file():
+            with Image.open(p) as im:
+                small += min(im.size) < 256
+    summary = build_images(scan_folder(root), tmp_path / "p", BuildSettings(workers=2), ImageSettings(size=256, resize="center-crop"))
+    assert small > 20  # the corpus has small photos (51 of 356 when this was written)
+    assert read_manifest(tmp_path / "p")["splits"]["train"]["undersized"] == {"256": {"kept": small, "upscaled": 0}}
+    assert f"  train: {small} of 356 images were smaller than 256 px on the shorter side and padded" in "\n".join(summary.lines())

@@ -142,3 +142,13 @@ def test_demo_runs_on_its_own_sample(tmp_path):
         line = next(ln for ln in r.output.splitlines() if name in ln)
         assert float(line.split()[-4].replace(",", "")) > 0  # a measured rate
     assert (tmp_path / "d" / "pack-raw" / "manifest.json").exists()
+
+
+def test_center_crop_summary_says_how_many_were_padded(index_tree, tmp_path):
+    r = run("build", "folder", index_tree / "train", "--out", tmp_path / "p", "--size", 48, "--resize", "center-crop", "-j", 1)
+    assert r.exit_code == 0, r.output
+    assert "train: 6 of 18 images were smaller than 48 px on the shorter side and padded with black to 48x48; " \
+           "pass --upscale to enlarge them instead" in r.output
+    r = run("build", "folder", index_tree / "train", "--out", tmp_path / "p", "--size", 48, "--resize", "center-crop",
+            "--upscale", "--overwrite", "-j", 1)
+    assert "train: 6 of 18 images were smaller than 48 px and enlarged to it (--upscale)" in r.output and "padded" not in r.output

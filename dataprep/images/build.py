@@ -1,23 +1,31 @@
 """Image build: takes a listed source (class folders, ImageNet) and the image settings, gives a pack of kind
 "images": one task per shard on the engine, each image decoded once and stored at every size, labels and
 source paths beside it; the kind-free driver in build.py does the rest.
+
+Sources smaller than a size are counted per split and size in the manifest (`"undersized": {"256":
+{"kept": n, "upscaled": m}}`): `kept` at their own size (center-crop pads them with black, pad frames
+them on every side, shorter / longer store them smaller), or `upscaled` to the size with --upscale. The
+summary names the padded ones (center-crop, pad: black pixels in every stored sample) and suggests
+--upscale; with shorter / longer a small image stays small by design, so only the manifest counts it.
 """
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-from ..build import BuildSummary, build_shards, finish_shard, pack_header, reused_shard, task_fingerprint
+from ..build import BuildSummary, SplitSummary, build_shards, finish_shard, pack_header, reused_shard, task_fingerprint
 from ..engine import Engine
 from ..errors import ImageDecodeError
 from ..pack.fields import LabelField, StringsField
 from ..pack.manifest import write_manifest
 from ..settings import BuildSettings
 from ..sources import Source
+from . import resize
 from .field import ImageField
 from .settings import ImageSettings
 
@@ -54,6 +62,7 @@ def build_image_shard(task: ShardTask) -> dict[str, Any]:
     shapes: list[list] = [[] for _ in fields]
     labels, sources, skipped = [], [], []
     kept = source_bytes = 0
+    counts: Counter = Counter()
     for rel, label in zip(task.paths, task.labels):
         try:
             done = _process(os.path.join(task.root, rel), task.image)
@@ -62,9 +71,11 @@ def build_image_shard(task: ShardTask) -> dict[str, Any]:
                 raise ImageDecodeError(os.path.join(task.root, rel), e.reason, e.detail) from None
             skipped.append({"source": rel, "reason": e.reason, "detail": e.detail})
             continue  # skipped at one size is skipped at all: the sizes come from one decode
-        for k, p in enumerate(done):
+        for k, (p, size) in enumerate(zip(done, task.image.all_sizes)):
             levels[k].append(p.data)
             shapes[k].append(p.shape)
+            counts[f"undersized@{size}"] += resize.undersized(p.geometry, size, task.image.resize)
+            counts[f"upscaled@{size}"] += p.geometry.upscaled
         labels.append(label)
         sources.append(rel)
         kept += done[0].kept
@@ -73,7 +84,25 @@ def build_image_shard(task: ShardTask) -> dict[str, Any]:
     for k, f in enumerate(fields.values()):
         arrays.update(f.shard_arrays(levels[k], shapes[k]))
     arrays.update({**LabelField(dtype=task.label_dtype).shard_arrays(labels), **StringsField().shard_arrays(sources)})
-    return finish_shard(task, fp, arrays, len(labels), skipped, kept, source_bytes)
+    return finish_shard(task, fp, arrays, len(labels), skipped, kept, source_bytes, counts)
+
+
+def undersized_notes(summ: SplitSummary, image: ImageSettings) -> list[str]:
+    """The summary's lines about a split's sources smaller than a size: padded ones (with the remedy),
+    and enlarged ones."""
+    out = []
+    pads = resize.RESIZE_MODES[image.resize].square
+    for size in image.all_sizes:
+        at = f"at {size} px: " if image.multires else ""
+        kept, up = summ.counts[f"undersized@{size}"], summ.counts[f"upscaled@{size}"]
+        if kept and pads:
+            how = ("on the shorter side and padded with black" if image.resize == "center-crop"
+                   else "on both sides and padded on every side")
+            out.append(f"{at}{kept} of {summ.written} images were smaller than {size} px {how} to {size}x{size}; "
+                       "pass --upscale to enlarge them instead")
+        if up:
+            out.append(f"{at}{up} of {summ.written} images were smaller than {size} px and enlarged to it (--upscale)")
+    return out
 
 
 def _process(path: str, settings: ImageSettings):
@@ -110,6 +139,11 @@ def build_images(
 
     splits = [s.limited(settings.limit) for s in source.splits]
     summaries, split_entries, seconds = build_shards(out, settings, splits, make_task, build_image_shard, progress, engine)
+    for summ in summaries:
+        split_entries[summ.name]["undersized"] = {
+            str(size): {"kept": summ.counts[f"undersized@{size}"], "upscaled": summ.counts[f"upscaled@{size}"]}
+            for size in image.all_sizes}
+        summ.notes = undersized_notes(summ, image)
     write_manifest(
         out,
         {

@@ -28,6 +28,11 @@ class Geometry:
     def scale(self) -> float:
         return self.scaled[0] / self.source[0]
 
+    @property
+    def upscaled(self) -> bool:
+        """The source was enlarged (only with `upscale`)."""
+        return self.scaled[0] > self.source[0] or self.scaled[1] > self.source[1]
+
 
 @dataclass(frozen=True)
 class ResizeMode:
@@ -59,6 +64,13 @@ def plan(h: int, w: int, size: int, mode: str, upscale: bool = False) -> Geometr
         scaled = (h, w)
     out = (size, size) if m.square else scaled
     return Geometry((h, w), scaled, out)
+
+
+def undersized(geom: Geometry, size: int, mode: str) -> bool:
+    """Whether the side `mode` brings to `size` stayed below it: a source smaller than `size`, not enlarged.
+    center-crop pads such a sample with black (to size x size), pad frames it on every side, and
+    shorter / longer store it smaller than `size`."""
+    return RESIZE_MODES[mode].side(*geom.scaled) < size
 
 
 def apply(pixels: np.ndarray, geom: Geometry) -> np.ndarray:
