@@ -113,15 +113,25 @@ def scan_class_folders(
             empty.append(c)
         paths.extend(os.path.relpath(p, rel_to) for p in files)
         labels.extend([index[c]] * len(files))
+    if not paths:  # every class is empty: no flag makes that a dataset
+        raise SourceError(_no_files(root, extensions))
     if empty and not allow_empty_classes:
         raise SourceError(
             f"{root}: {len(empty)} class folder(s) hold no images: {', '.join(empty[:5])}"
             + (" ..." if len(empty) > 5 else "")
-            + "; their labels would exist with no samples (pass --allow-empty-classes to accept this)"
+            + f"; their labels would exist with no samples (pass --allow-empty-classes to accept this; "
+            f"the other {len(found) - len(empty)} hold {len(paths)} {_noun(extensions)})"
         )
-    if not paths:
-        raise SourceError(f"{root}: no files found (extensions: {', '.join(sorted(extensions))})")
     return classes, SplitSource(split, paths, np.asarray(labels, np.int64))
+
+
+def _no_files(root: Path, extensions: frozenset[str]) -> str:
+    """What to say when a tree holds none of the files asked for: where, and which names were looked for."""
+    return f"no {_noun(extensions)} found under {root} (looked for {'/'.join(sorted(extensions))})"
+
+
+def _noun(extensions: frozenset[str]) -> str:
+    return "images" if extensions == IMAGE_EXTENSIONS else "files"
 
 
 def scan_folder(root: str | os.PathLike, split: str = "train", allow_empty_classes: bool = False) -> Source:
@@ -141,7 +151,7 @@ def scan_files(root: str | os.PathLike, split: str = "train", extensions: frozen
         return Source("folder", root, classes, None, [s])
     files = [os.path.relpath(p, root) for p in walk_images(root, extensions)]
     if not files:
-        raise SourceError(f"{root}: no files found (extensions: {', '.join(sorted(extensions))})")
+        raise SourceError(_no_files(root, extensions))
     return Source("flat", root, [], None, [SplitSource(split, files, np.zeros(len(files), np.int64))])
 
 

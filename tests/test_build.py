@@ -173,10 +173,8 @@ def _source_sides(root, ds):
     return out
 
 
-
 def _has_black(img) -> bool:
     return bool((img == 0).all(axis=-1).any())  # index colours are never black: black is padding
-
 
 
 @pytest.mark.parametrize("upscale", [False, True])
@@ -200,7 +198,6 @@ def test_center_crop_counts_the_images_it_pads_or_upscales(index_tree, tmp_path,
     assert ("enlarged" in lines) == upscale and ("padded" in lines) != upscale
 
 
-
 def test_pad_counts_images_framed_on_every_side_at_each_size(index_tree, tmp_path):
     summary = build_images(scan_folder(index_tree / "train"), tmp_path / "p", *settings(mode="raw", resize="pad", sizes=(56, 32)))
     m = read_manifest(tmp_path / "p")
@@ -215,12 +212,10 @@ def test_pad_counts_images_framed_on_every_side_at_each_size(index_tree, tmp_pat
     assert not any("at 32 px" in ln for ln in lines)
 
 
-
 def test_shorter_records_small_images_without_a_remedy(index_tree, tmp_path):
     summary = build_images(scan_folder(index_tree / "train"), tmp_path / "p", *settings(mode="raw", size=48))
     assert read_manifest(tmp_path / "p")["splits"]["train"]["undersized"] == {"48": {"kept": 6, "upscaled": 0}}
     assert not any("--upscale" in ln for ln in summary.lines())  # kept small by design: nothing padded
-
 
 
 def test_a_resumed_build_keeps_the_counts_and_rebuilds_a_shard_that_lacks_them(index_tree, tmp_path):
@@ -238,6 +233,14 @@ def test_a_resumed_build_keeps_the_counts_and_rebuilds_a_shard_that_lacks_them(i
     assert summary.splits[0].reused == summary.splits[0].shards - 1  # shard 0 was built again, the rest reused
     assert read_manifest(tmp_path / "p")["splits"]["train"]["undersized"] == first == {"48": {"kept": 6, "upscaled": 0}}
 
+
+def test_a_source_folder_opened_as_a_pack_is_called_one(index_tree):
+    from dataprep.errors import PackError
+
+    with pytest.raises(PackError, match=r"looks like a source folder \(class folders of images\), not a pack.*"
+                                        r"dataprep build folder .*train --out PACK") as e:
+        InMemoryImageDataset(index_tree / "train")
+    assert "unfinished" not in str(e.value)
 
 
 @pytest.mark.corpus

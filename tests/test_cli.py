@@ -144,6 +144,35 @@ def test_demo_runs_on_its_own_sample(tmp_path):
     assert (tmp_path / "d" / "pack-raw" / "manifest.json").exists()
 
 
+@pytest.mark.parametrize("where, command", [("train", "dataprep build folder"), ("", "dataprep build imagenet")])
+def test_info_and_verify_of_a_source_folder_say_it_is_one(index_tree, where, command):
+    src = index_tree / where if where else index_tree
+    for cmd in ("info", "verify"):
+        r = run(cmd, src)
+        assert r.exit_code == 1
+        assert f"{src}: this looks like a source folder" in r.output and f"{command} {src} --out PACK" in r.output, r.output
+        assert "unfinished" not in r.output
+
+
+
+def test_an_unfinished_build_is_still_called_one(index_tree, tmp_path):
+    """Negative control for the source-folder message: shard directories without a manifest."""
+    assert run("build", "folder", index_tree / "train", "--out", tmp_path / "p", "--size", 16, "-j", 1).exit_code == 0
+    (tmp_path / "p" / "manifest.json").unlink()
+    r = run("info", tmp_path / "p")
+    assert r.exit_code == 1 and "unfinished build" in r.output and "source folder" not in r.output
+
+
+
+def test_a_folder_of_empty_classes_says_no_images_were_found(tmp_path):
+    for c in ("a", "b"):
+        (tmp_path / "src" / c).mkdir(parents=True)
+    r = run("build", "folder", tmp_path / "src", "--out", tmp_path / "p")
+    assert r.exit_code == 1 and f"no images found under {tmp_path / 'src'} (looked for " in r.output
+    assert "--allow-empty-classes" not in r.output
+
+
+
 def test_center_crop_summary_says_how_many_were_padded(index_tree, tmp_path):
     r = run("build", "folder", index_tree / "train", "--out", tmp_path / "p", "--size", 48, "--resize", "center-crop", "-j", 1)
     assert r.exit_code == 0, r.output

@@ -65,7 +65,7 @@ def test_val_in_class_folders(tmp_path):
         (lambda p: None, "does not exist"),
         (lambda p: p.mkdir(), "train: missing"),
         (lambda p: (p / "train").mkdir(parents=True), "no class folders"),
-        (lambda p: (p / "train" / "a").mkdir(parents=True), "hold no images"),
+        (lambda p: (p / "train" / "a").mkdir(parents=True), "no images found under"),
     ],
 )
 def test_bad_trees_name_the_path(tmp_path, make, match):
@@ -115,3 +115,20 @@ def test_a_labels_file_in_the_parent_is_used_and_named_one_higher_is_not(tmp_pat
     mine.write_text("ImageId,PredictionString\nx1,n00000000 1 2 3 4\n")
     s = scan_imagenet(root)
     assert s.val_labels == mine.resolve() and list(s.splits[1].labels) == [0]
+
+
+def test_a_tree_without_images_says_so_and_names_what_was_looked_for(tmp_path):
+    for c in ("a", "b"):
+        (tmp_path / c).mkdir()
+    (tmp_path / "a" / "notes.txt").write_text("not an image")
+    for allow in (False, True):  # no flag makes an imageless tree a dataset: none is suggested
+        with pytest.raises(SourceError) as e:
+            scan_folder(tmp_path, allow_empty_classes=allow)
+        msg = str(e.value)
+        assert msg.startswith(f"no images found under {tmp_path} (looked for ")
+        assert ".jpg" in msg and ".jpeg" in msg and ".png" in msg
+        assert "--allow-empty-classes" not in msg and "hold no images" not in msg
+    (tmp_path / "a" / "x.JPEG").write_bytes(b"x")  # now one class has an image: the flag is the answer
+    with pytest.raises(SourceError, match=r"1 class folder\(s\) hold no images: b; .*--allow-empty-classes.*the other 1 hold 1 images"):
+        scan_folder(tmp_path)
+    assert scan_folder(tmp_path, allow_empty_classes=True).classes == ["a", "b"]

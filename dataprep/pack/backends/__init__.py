@@ -15,11 +15,13 @@ the code that opens or writes such a pack.
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from ...errors import PackError
+from ...sources import IMAGE_EXTENSIONS
 from ..manifest import MANIFEST
 from .hdf5 import COMPRESSION as HDF5_COMPRESSION
 from .hdf5 import Hdf5Reader, write_hdf5
@@ -70,7 +72,48 @@ def detect(path: str | os.PathLike) -> str:
 
 def open_reader(path: str | os.PathLike):
     """The reader of the pack at `path`, whatever its backend; `.manifest` is its checked manifest."""
-    return BACKENDS[detect(path)].reader(Path(path))
+    name = detect(path)
+    if name == "npy":
+        _refuse_source_folder(Path(path))
+    return BACKENDS[name].reader(Path(path))
+
+
+def _refuse_source_folder(path: Path) -> None:
+    """A PackError saying so when `path` is a build's source (images where a pack has shard directories,
+    and no manifest), not a pack; a few entries are looked at, never the whole tree."""
+    if not path.is_dir() or (path / MANIFEST).exists():
+        return
+    where = shlex.quote(str(path))
+    if _holds_images(path / "train", 2):
+        what, then = "an ImageNet-style tree: train/<class>/ images", f"build a pack from it with: dataprep build imagenet {where} --out PACK"
+    elif any(_holds_images(d, 2) for d in _subdirs(path)[:3]):
+        what, then = "class folders of images", f"build a pack from it with: dataprep build folder {where} --out PACK"
+    elif _holds_images(path, 1):
+        what, then = "images without class folders", (f"`dataprep build folder` takes class folders: put the images in "
+                                                       f"{path}/<class>/ and run dataprep build folder {where} --out PACK")
+    else:
+        return
+    raise PackError(f"{path}: this looks like a source folder ({what}), not a pack (a pack has manifest.json "
+                    f"and shard directories); {then}")
+
+
+def _subdirs(d: Path) -> list[Path]:
+    try:
+        return sorted(Path(e.path) for e in os.scandir(d) if e.is_dir() and not e.name.startswith("."))
+    except OSError:
+        return []
+
+
+def _holds_images(d: Path, depth: int) -> bool:
+    """An image file in `d` or (depth > 1) in one of its first few folders, down to `depth` levels."""
+    try:
+        with os.scandir(d) as it:
+            if any(e.is_file() and not e.name.startswith(".") and os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS
+                   for e in it):
+                return True
+    except OSError:
+        return False
+    return depth > 1 and any(_holds_images(s, depth - 1) for s in _subdirs(d)[:3])
 
 
 def read_manifest(pack: str | os.PathLike) -> dict[str, Any]:
