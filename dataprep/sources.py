@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import os
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from .errors import SourceError
 
 # The extensions ImageFolder accepts; the content is sniffed later whatever the name says.
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".ppm", ".pgm", ".pbm", ".bmp", ".tif", ".tiff", ".webp", ".gif"})
+# Folder names that name a split, not a class: class folders all named like this are a dataset's root.
+SPLIT_NAMES = frozenset({"train", "training", "val", "valid", "validation", "test", "testing", "dev", "eval"})
 SYNSET_MAPPING = "LOC_synset_mapping.txt"
 KAGGLE_VAL_LABELS = "LOC_val_solution.csv"
 
@@ -134,9 +137,21 @@ def _noun(extensions: frozenset[str]) -> str:
     return "images" if extensions == IMAGE_EXTENSIONS else "files"
 
 
-def scan_folder(root: str | os.PathLike, split: str = "train", allow_empty_classes: bool = False) -> Source:
-    """Any class-folder tree: root/<class>/<images>, one split."""
+def scan_folder(root: str | os.PathLike, split: str = "train", allow_empty_classes: bool = False,
+                allow_split_named_classes: bool = False) -> Source:
+    """Any class-folder tree: root/<class>/<images>, one split. Class folders all named like splits
+    (train, val, ...) are refused unless `allow_split_named_classes`: that is a dataset's root, not a split."""
     root = _existing_dir(root)
+    found = _class_dirs(root)
+    if found and not allow_split_named_classes and all(c.lower() in SPLIT_NAMES for c in found):
+        q = shlex.quote
+        hint = (f"`dataprep build imagenet {q(str(root))} --out PACK` (train/<class>/, val/)" if "train" in found
+                else f"`dataprep build folder {q(str(root / found[0]))} --split {q(found[0])} --out PACK`")
+        raise SourceError(
+            f"{root}: its class folders ({', '.join(found)}) are named like splits, so this is a dataset's root, "
+            f"not one split's class folders (the pack would have {len(found)} class(es) named {', '.join(found)}); "
+            f"build it with {hint}, or pass --allow-split-named-classes to make them classes anyway"
+        )
     classes, s = scan_class_folders(root, split, root, allow_empty_classes=allow_empty_classes)
     return Source("folder", root, classes, None, [s])
 

@@ -144,6 +144,22 @@ def test_demo_runs_on_its_own_sample(tmp_path):
     assert (tmp_path / "d" / "pack-raw" / "manifest.json").exists()
 
 
+def test_size_beside_sizes_is_a_usage_error(index_tree, tmp_path):
+    src = index_tree / "train"
+    for order in (["--size", 32, "--sizes", "16,24"], ["--sizes", "16,24", "--size", 32]):
+        r = run("build", "folder", src, "--out", tmp_path / "p", *order, "-j", 1)
+        assert r.exit_code == 2 and "--sizes replaces --size" in r.output, r.output
+        assert not (tmp_path / "p").exists()  # refused before anything was listed or written
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("sizes: [16, 24]\n")
+    r = run("build", "folder", src, "--config", cfg, "--size", 32, "--out", tmp_path / "p", "-j", 1)
+    assert r.exit_code == 2 and "from the config file; --sizes 32 overrides it" in r.output
+    cfg.write_text("size: 32\n")  # a config's size under the command line's --sizes is a default replaced, as documented
+    r = run("build", "folder", src, "--config", cfg, "--sizes", "16,24", "--out", tmp_path / "p", "-j", 1, "--mode", "raw")
+    assert r.exit_code == 0, r.output
+    assert read_manifest(tmp_path / "p")["resolutions"] == [16, 24]
+
+
 @pytest.mark.parametrize("where, command", [("train", "dataprep build folder"), ("", "dataprep build imagenet")])
 def test_info_and_verify_of_a_source_folder_say_it_is_one(index_tree, where, command):
     src = index_tree / where if where else index_tree
@@ -154,7 +170,6 @@ def test_info_and_verify_of_a_source_folder_say_it_is_one(index_tree, where, com
         assert "unfinished" not in r.output
 
 
-
 def test_an_unfinished_build_is_still_called_one(index_tree, tmp_path):
     """Negative control for the source-folder message: shard directories without a manifest."""
     assert run("build", "folder", index_tree / "train", "--out", tmp_path / "p", "--size", 16, "-j", 1).exit_code == 0
@@ -163,6 +178,14 @@ def test_an_unfinished_build_is_still_called_one(index_tree, tmp_path):
     assert r.exit_code == 1 and "unfinished build" in r.output and "source folder" not in r.output
 
 
+def test_build_folder_on_a_dataset_root_points_to_build_imagenet(index_tree, tmp_path):
+    r = run("build", "folder", index_tree, "--out", tmp_path / "p", "--size", 16, "-j", 1)
+    assert r.exit_code == 1 and "(train, val) are named like splits" in r.output
+    assert f"dataprep build imagenet {index_tree} --out PACK" in r.output and not (tmp_path / "p").exists()
+    r = run("build", "folder", index_tree, "--out", tmp_path / "p", "--size", 16, "-j", 1, "--allow-split-named-classes")
+    assert r.exit_code == 0, r.output
+    assert read_manifest(tmp_path / "p")["classes"] == ["train", "val"]
+
 
 def test_a_folder_of_empty_classes_says_no_images_were_found(tmp_path):
     for c in ("a", "b"):
@@ -170,7 +193,6 @@ def test_a_folder_of_empty_classes_says_no_images_were_found(tmp_path):
     r = run("build", "folder", tmp_path / "src", "--out", tmp_path / "p")
     assert r.exit_code == 1 and f"no images found under {tmp_path / 'src'} (looked for " in r.output
     assert "--allow-empty-classes" not in r.output
-
 
 
 def test_center_crop_summary_says_how_many_were_padded(index_tree, tmp_path):

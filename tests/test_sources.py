@@ -132,3 +132,22 @@ def test_a_tree_without_images_says_so_and_names_what_was_looked_for(tmp_path):
     with pytest.raises(SourceError, match=r"1 class folder\(s\) hold no images: b; .*--allow-empty-classes.*the other 1 hold 1 images"):
         scan_folder(tmp_path)
     assert scan_folder(tmp_path, allow_empty_classes=True).classes == ["a", "b"]
+
+
+def test_class_folders_named_like_splits_are_refused_unless_allowed(tmp_path):
+    write_tree(tmp_path, classes=2, per_class=1, val_per_class=1, sizes=((8, 8),))  # tmp/train/<c>, tmp/val/<c>
+    with pytest.raises(SourceError, match=r"class folders \(train, val\) are named like splits.*dataprep build imagenet "
+                                          r".*--allow-split-named-classes") as e:
+        scan_folder(tmp_path)
+    assert str(tmp_path) in str(e.value)
+    s = scan_folder(tmp_path, allow_split_named_classes=True)
+    assert s.classes == ["train", "val"] and len(s.splits[0].paths) == 4
+    assert scan_imagenet(tmp_path).classes == ["n00000000", "n00000001"]  # what was meant
+    only = tmp_path / "only"
+    (only / "test" / "n0").mkdir(parents=True)
+    (only / "test" / "n0" / "x.JPEG").write_bytes(b"x")
+    with pytest.raises(SourceError, match=r"build folder .*only/test --split test"):  # no train: one split at a time
+        scan_folder(only)
+    (only / "cat").mkdir()
+    (only / "cat" / "y.JPEG").write_bytes(b"x")
+    assert scan_folder(only).classes == ["cat", "test"]  # one class named like a split among others is a class

@@ -29,6 +29,7 @@ def _sizes(ctx, param, value):
 
 def image_build_options(f):
     """Options shared by every image build command (one definition, so they never drift apart)."""
+    f = _one_size_option(f)
     opts = [
         click.option("--out", "-o", required=True, type=click.Path(), help="Pack to create: a directory (npy, zarr) or an .h5 file (hdf5)."),
         click.option("--size", type=click.IntRange(8, 16384), default=512, show_default=True, help="Target size in pixels."),
@@ -66,6 +67,26 @@ def image_build_options(f):
     for o in reversed(opts):
         f = o(f)
     return storage_options(engine_options(f))
+
+
+def _one_size_option(f):
+    """The command `f`, refusing --size beside --sizes (which replaces it) before anything is listed."""
+    import functools
+
+    @functools.wraps(f)
+    def checked(*args, **kw):
+        from click.core import ParameterSource
+
+        ctx = click.get_current_context()
+        given = ctx.get_parameter_source("size")
+        if kw.get("sizes") and given in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT):
+            where = (f" (from the config file; --sizes {kw['size']} overrides it with one size)"
+                     if ctx.get_parameter_source("sizes") == ParameterSource.DEFAULT_MAP else "")
+            raise click.UsageError(f"--size {kw['size']} and --sizes {','.join(map(str, kw['sizes']))}{where}: "
+                                   "--sizes replaces --size; give one of them", ctx)
+        return f(*args, **kw)
+
+    return checked
 
 
 def image_settings(size, sizes, resize, upscale, grayscale, mode, depth, quality, keep_jpeg, **_):
@@ -157,12 +178,15 @@ def imagenet(src, splits, val_labels, allow_empty_classes, **kw):
 @click.argument("src", type=click.Path(file_okay=False))
 @click.option("--split", default="train", show_default=True, help="Name of the split to write.")
 @allow_empty
+@click.option("--allow-split-named-classes", is_flag=True,
+              help="Accept class folders all named like splits (train, val, ...); without it such a root is refused "
+                   "(use `build imagenet`, or point at one split's folder).")
 @image_build_options
-def folder(src, split, allow_empty_classes, **kw):
+def folder(src, split, allow_empty_classes, allow_split_named_classes, **kw):
     """Pack any class-folder tree: SRC/<class>/**/<image files>."""
     from ..sources import scan_folder
 
-    run_image_build(scan_folder(src, split, allow_empty_classes), **kw)
+    run_image_build(scan_folder(src, split, allow_empty_classes, allow_split_named_classes), **kw)
 
 
 @build.command()
