@@ -348,6 +348,16 @@ def test_verify_catches_a_changed_or_missing_tokenizer_copy_on_every_backend(tmp
         TokenDataset(pack, context=8).tokenizer
 
 
+def test_a_pack_rebuilt_over_itself_with_its_own_tokenizer_copy(tmp_path, bpe_pack):
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"text": d}) + "\n" for d in DOCS[:4]), encoding="utf-8")
+    pack = _tokenize_with_a_moved_tokenizer(tmp_path, bpe_pack / "tokenizer.json", src)
+    r = cli("tokenize", src, "--tokenizer", pack / "tokenizer.json", "--overwrite", "--out", pack)  # read before emptied
+    assert r.exit_code == 0, r.output
+    assert (pack / "tokenizer.json").read_bytes() == (bpe_pack / "tokenizer.json").read_bytes()
+    assert TokenDataset(pack, context=8).tokenizer.decode(DocumentDataset(pack)[0].tolist()) == DOCS[0]
+
+
 def test_packs_made_before_the_copy_still_load(tmp_path):
     import shutil
     from pathlib import Path
