@@ -147,9 +147,20 @@ def test_parquet_text_column(tmp_path, bpe_pack):
 
 # -- bounded memory: files streamed, long documents in pieces -------------------------------------------------
 def _whole_file_docs(text: str, split: str) -> list[str]:
-    """What the reader gave when it read files whole (the reference for the streamed reader)."""
-    docs = [text] if split == "file" else text.splitlines() if split == "line" else text.replace("\r\n", "\n").split("\n\n")
+    """What the reader gives reading files whole (the reference for the streamed reader)."""
+    docs = [text] if split == "file" else text.splitlines() if split == "line" else [
+        _text_lines(p) for p in text.replace("\r\n", "\n").split("\n\n")]
     return [d for d in docs if d and d.strip()]
+
+
+def _text_lines(par: str) -> str:
+    """A paragraph from its first line with text to its last, without the boundary after the last."""
+    lines = par.splitlines(keepends=True)
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return "".join(lines[:-1]) + lines[-1].splitlines()[0] if lines else ""
 
 
 @pytest.mark.parametrize("split", ["file", "line", "paragraph"])
@@ -169,6 +180,57 @@ def test_the_streamed_reader_gives_the_documents_a_whole_file_read_gives(tmp_pat
         assert stats.replaced == {str(f): 3} and stats.documents == len(got)
     with pytest.raises(SourceError, match="not UTF-8 at byte"):
         list(read.pieces([str(f)], split, strict=True))
+
+
+PARAGRAPHS = ("first para\n\n\nsecond para\r\n\r\n\r\n\r\nthird\r\n  kept  \n \n\t\n\n\n\n"
+              "\n\n\n    indented code\n    more\r\n\r\n\r\na\n \nb\n  \n\n\r\n\r\n\r\n   \n\nlast one\n\n\n")
+SEPARATED = ["first para", "second para", "third\n  kept  ", "    indented code\n    more", "a\n \nb", "last one"]
+
+
+@pytest.mark.parametrize("limit", [1 << 20, 6])
+def test_paragraphs_after_several_blank_lines_start_and_end_with_text(tmp_path, limit, monkeypatch):
+    """Runs of blank lines (\\n\\n\\n, \\r\\n\\r\\n\\r\\n, lines of spaces) between paragraphs, at every block
+    boundary, and (limit 6) in long documents handed on in pieces: no document starts or ends with a line
+    boundary or a whitespace-only line; indentation, trailing spaces and blank lines inside stay."""
+    from dataprep.tokens import read
+
+    f = tmp_path / "p.txt"
+    f.write_bytes(PARAGRAPHS.encode("utf-8"))
+    assert _whole_file_docs(PARAGRAPHS, "paragraph") == SEPARATED
+    for block in (1, 2, 3, 5, 7, 11, 64, 1 << 20):
+        monkeypatch.setattr(read, "BLOCK", block)
+        stats = read.ReadStats()
+        docs = _docs(read.pieces([str(f)], "paragraph", stats=stats, limit=limit))
+        assert ["".join(d) for d in docs] == SEPARATED, block
+        assert stats.documents == len(SEPARATED)
+        if limit == 6:
+            assert max(len(d) for d in docs) > 1 and all(len(p) <= 2 * limit + 1 for d in docs for p in d)
+    # whitespace runs longer than a piece: at the end of a paragraph, inside one, at the start of one
+    f.write_text("text\n" + " \n" * 40 + "\n" + "x" + " \n" * 40 + "y\n" + "\t" * 30 + "\n \n\n" + " \n" * 40 + "  z \n \n", encoding="utf-8")
+    got = ["".join(d) for d in _docs(read.pieces([str(f)], "paragraph", limit=6))]
+    assert got == ["text", "x" + " \n" * 40 + "y", "  z "]
+
+
+def test_trimmed_paragraphs_in_pieces_encode_to_the_ids_of_the_whole_paragraph(tmp_path, bpe_pack):
+    tok = load_tokenizer(str(bpe_pack / "tokenizer.json"))  # byte-level: a cut inside a run of spaces would show
+    long = "  lead" + "".join(f" w{k}{' ' * (k % 4)}" + " \n" * (k % 3) for k in range(60)) + "  end  "  # ~500 characters
+    text = PARAGRAPHS + " \n" * 15 + "\n" + long + "\n\t   " * 10 + "\n\n\n" + "\n \n" * 15 + "\n\n" + long + "\n \n"
+    (tmp_path / "p.txt").write_text(text, encoding="utf-8")
+    tokenize([str(tmp_path / "p.txt")], tmp_path / "p", TokenizeSettings(split="paragraph", chunk_bytes=64), str(bpe_pack / "tokenizer.json"))
+    docs = DocumentDataset(tmp_path / "p")
+    want = SEPARATED + [long, long]
+    assert [docs[i].tolist() for i in range(len(docs))] == [tok.encode(d, add_special_tokens=False).ids for d in want]
+
+
+@pytest.mark.corpus
+def test_no_corpus_paragraph_starts_or_ends_with_a_blank_line():
+    from dataprep.tokens.read import documents
+
+    docs = list(documents(sorted(str(p) for p in corpus_dir("text").glob("*.txt")), "paragraph"))
+    lines = [d.splitlines() for d in docs]
+    assert len(docs) > 30_000
+    assert sum(1 for ls in lines if not ls[0].strip() or not ls[-1].strip()) == 0
+    assert sum(1 for d in docs if d[-1] in "\r\n") == 0
 
 
 def _docs(pieces):

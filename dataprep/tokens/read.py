@@ -1,7 +1,8 @@
 """Read stage for text: takes files, directories and globs, gives a stream of documents (str), reading
 each file whole only where its format needs it (jsonl and plain-text lines stream).
 
-`.txt` is one document per file, per line, or per blank-line-separated paragraph (`split`); `.jsonl`
+`.txt` is one document per file, per line, or per blank-line-separated paragraph (`split`; a paragraph runs
+from its first line with text to its last, however many blank lines separate it from the next); `.jsonl`
 takes a text field; CSV and Parquet a text column (pandas); any of them may be gzip-compressed.
 Bytes that are not UTF-8 are replaced and counted, or fail with `strict`.
 """
@@ -53,7 +54,8 @@ def _base_suffix(path: str) -> str:
 
 
 BLOCK = 1 << 20  # bytes read at a time
-_BOUNDARY = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")  # where str.splitlines splits
+_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # where str.splitlines splits
+_BOUNDARY = re.compile(f"[{_BREAKS}]")
 PIECE_CHARS = 256 << 10  # a document longer than this is handed on in pieces cut at whitespace
 
 
@@ -160,6 +162,45 @@ def _streamed(blocks: Iterator[str], split: str, limit: int) -> Iterator[tuple[s
         yield from _split_long(carry, limit)
 
 
+def _last_break(text: str) -> int:
+    """The index of the last line boundary in `text` (str.splitlines' boundaries), or -1."""
+    return max(text.rfind(c) for c in _BREAKS)
+
+
+def _without_blank_edges(stream: Iterator[tuple[str, bool]]) -> Iterator[tuple[str, bool]]:
+    """Each document of a (piece, last) stream without the whitespace-only lines at its start and end (a
+    paragraph after more than one blank line began with a line boundary); the first line's indentation and
+    the last line's trailing spaces stay. Whitespace after a piece's text is held back until more text comes
+    (it is whitespace-only lines if the document ends first), so pieces keep their cuts, plus at most one
+    before such a run (where a byte-level BPE splits anyway)."""
+    head, lead = True, ""  # no text handed on yet; the whitespace after the last line boundary seen so far
+    held: list[str] = []  # whitespace after the text handed on
+    for piece, last in stream:
+        if head:
+            piece = lead + piece
+            j = _last_break(piece[: len(piece) - len(piece.lstrip())])
+            piece = piece[j + 1 :]
+            lead = piece if not piece.strip() else ""
+            if lead or not piece:  # only whitespace so far, on the last line boundary's right at most
+                if last:
+                    yield "", True  # a blank document (pieces() leaves it out)
+                    lead = ""
+                continue
+            head = False
+        text = piece.rstrip()
+        if text:
+            yield from ((h, False) for h in held if h)
+            held = []
+            if not last:
+                yield text, False
+        held.append(piece[len(text):])
+        if last:  # the trailing whitespace up to its first line boundary is the last line's
+            tail = "".join(held)
+            k = _BOUNDARY.search(tail)
+            yield text + (tail[: k.start()] if k else tail), True
+            head, held = True, []
+
+
 def pieces(paths: list[str], split: str = "file", text_field: str = "text", strict: bool = False,
            stats: ReadStats | None = None, limit: int = PIECE_CHARS) -> Iterator[tuple[str, bool]]:
     """Every document of every file, in order, as (piece, last): a document of more than `limit` characters
@@ -177,6 +218,8 @@ def pieces(paths: list[str], split: str = "file", text_field: str = "text", stri
             stream = (piece for d in _jsonl(path, text_field, strict, stats) for piece in _split_long(d, limit))
         else:
             stream = _streamed(_blocks(path, strict, stats), split, limit)
+            if split == "paragraph":
+                stream = _without_blank_edges(stream)
         doc: list[str] = []  # pieces not yet handed on: the last one, and any before the first that is not blank
         started = False
         for piece, last in stream:
