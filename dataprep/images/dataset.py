@@ -249,6 +249,12 @@ class InMemoryImageDataset(Dataset):
         return torch.from_numpy(out).permute(0, 3, 1, 2)
 
     # -- the batch-fetch protocol the fast Loader uses (serve/request.py) -------------------------
+    def worker_init(self) -> None:
+        """Run once in each Loader worker: one decoding thread per process (workers are the parallelism)."""
+        import cv2
+
+        cv2.setNumThreads(0)  # 0, not 1: see engine/local.py
+
     def _square_at(self, resolution: int) -> tuple[int, int, int] | None:
         """Every sample's (H, W, C) at `resolution` when the build made them all one shape."""
         from .resize import RESIZE_MODES

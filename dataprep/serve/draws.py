@@ -8,6 +8,8 @@ chained over the key's words, vectorised in numpy.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -22,14 +24,21 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
-def bits(key: tuple[int, ...], idx) -> np.ndarray:
-    """64 random bits per index, a pure function of (key, index)."""
+@lru_cache(maxsize=4096)
+def _key_hash(key: tuple[int, ...]) -> np.uint64:
     with np.errstate(over="ignore"):
         h = np.full(1, 0x243F6A8885A308D3, np.uint64)
         for word in key:
             h = _mix(h ^ (np.uint64(int(word) & 0xFFFFFFFFFFFFFFFF) + _GOLDEN))
-        idx = np.asarray(idx, np.int64)
-        return _mix(h ^ (idx.astype(np.uint64) * _GOLDEN + _GOLDEN)).reshape(idx.shape)
+        return h[0]
+
+
+def bits(key: tuple[int, ...], idx) -> np.ndarray:
+    """64 random bits per index, a pure function of (key, index)."""
+    h = _key_hash(tuple(int(k) for k in key))
+    idx = np.asarray(idx, np.int64)
+    flat = idx.reshape(-1).astype(np.uint64)  # array arithmetic wraps silently (scalar arithmetic would warn)
+    return _mix(h ^ (flat * _GOLDEN + _GOLDEN)).reshape(idx.shape)
 
 
 def uniform(key: tuple[int, ...], idx) -> np.ndarray:

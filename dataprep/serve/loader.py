@@ -478,12 +478,8 @@ def _worker(dataset, ring: dict[str, np.ndarray], conn, parent_ends: list, paren
         end.close()
     exit_with_parent(parent)  # a SIGKILLed trainer leaves no worker behind
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process owns Ctrl-C and stops us
-    try:
-        import cv2
-
-        cv2.setNumThreads(0)  # 0, not 1: see engine.py
-    except ImportError:  # pragma: no cover
-        pass
+    if hasattr(dataset, "worker_init"):
+        dataset.worker_init()  # e.g. OpenCV's own thread pool off, for datasets that decode with it
     torch.set_num_threads(1)
     while True:
         try:

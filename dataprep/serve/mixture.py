@@ -20,6 +20,9 @@ from . import draws
 from .request import Request
 
 
+PERMUTATION_LIMIT = 1 << 22  # members up to this many samples keep their shuffle as an array (16 MiB)
+
+
 class Mixture:
     """Datasets of one kind served as one, in proportion to `weights`.
 
@@ -95,23 +98,51 @@ class Mixture:
 
     def locate(self, idx, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Positions `idx` of mixture epoch `epoch` -> (member, index in the member, the member's epoch)."""
+        member, index, m_epoch, _ = self._locate(idx, epoch)
+        return member, index, m_epoch
+
+    def _locate(self, idx, epoch: int):
         idx = np.asarray(idx, np.int64)
         if idx.size and (idx.min() < 0 or idx.max() >= self.samples):
             raise IndexError(f"a position is out of range for a mixture epoch of {self.samples}")
         before, after = self.counts(idx), self.counts(idx + 1)
         member = np.argmax(after - before, axis=0)
         rank = np.take_along_axis(before, member[None], 0)[0]
-        drawn = rank + (int(epoch) * self._per_epoch[member] if self.exhausted == "restart" else 0)
-        length = self.lengths[member]
-        m_epoch = drawn // length if self.exhausted == "restart" else np.full_like(drawn, int(epoch))
-        k = drawn % length
-        index = k.copy()
+        if self.exhausted == "restart":
+            drawn = rank + int(epoch) * self._per_epoch[member]
+            length = self.lengths[member]
+            m_epoch, k = drawn // length, drawn % length
+        else:
+            m_epoch, k = np.full_like(rank, int(epoch)), rank
+        groups = []  # (member, member epoch, rows): usually one per member
+        for m in range(len(self.datasets)):
+            rows = np.flatnonzero(member == m)
+            if not len(rows):
+                continue
+            es = m_epoch[rows]
+            if es.min() == es.max():
+                groups.append((m, int(es[0]), rows))
+            else:
+                groups += [(m, int(e), rows[es == e]) for e in np.unique(es)]
+        index = k
         if self.shuffle:
-            for m in np.unique(member):
-                for e in np.unique(m_epoch[member == m]):
-                    sel = (member == m) & (m_epoch == e)
-                    index[sel] = draws.permuted(int(self.lengths[m]), (self.seed, int(m), int(e)), k[sel])
-        return member, index, m_epoch
+            index = np.empty_like(k)
+            for m, e, rows in groups:
+                index[rows] = self._order(m, e, k[rows])
+        return member, index, m_epoch, groups
+
+    def _order(self, m: int, e: int, k: np.ndarray) -> np.ndarray:
+        """Position k of member m's shuffle in its epoch e: a permutation array held for members of up to
+        PERMUTATION_LIMIT samples (made once per member epoch, in the process that serves it), else
+        computed per position (serve/draws.permuted: no memory, a few microseconds a sample more)."""
+        n = int(self.lengths[m])
+        if n > PERMUTATION_LIMIT:
+            return draws.permuted(n, (self.seed, m, e), k)
+        cache = self.__dict__.setdefault("_orders", {})
+        if cache.get(m, (None,))[0] != e:
+            order = np.argsort(draws.bits((self.seed, m, e), np.arange(n)), kind="stable").astype(np.int32 if n < 2**31 else np.int64)
+            cache[m] = (e, order)
+        return cache[m][1][k]
 
     # -- a dataset ------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -130,6 +161,11 @@ class Mixture:
             d.set_epoch(int(m_epoch[0]))
         return d[int(index[0])]
 
+    def worker_init(self) -> None:
+        for d in self.datasets:
+            if hasattr(d, "worker_init"):
+                d.worker_init()
+
     def batch_layout(self, request: Request | None = None):
         request = request or Request()
         layouts = [d.batch_layout(request) for d in self.datasets]
@@ -141,25 +177,20 @@ class Mixture:
         return layouts[0]
 
     def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray], request: Request | None = None) -> None:
-        """Each member fills its rows: runs of one member straight into the batch, scattered rows through
-        a buffer of their own."""
-        request = request or Request()
-        member, index, m_epoch = self.locate(idx, request.epoch)
-        n = len(member)
-        cut = np.flatnonzero((np.diff(member) != 0) | (np.diff(m_epoch) != 0)) + 1
-        starts, ends = np.r_[0, cut], np.r_[cut, n]
-        if len(starts) <= 2 * len(self.datasets) + 2:  # the Loader's own order: a few runs per batch
-            for a, b in zip(starts, ends):
-                d = self.datasets[int(member[a])]
-                d.fill_batch(index[a:b], {k: v[a:b] for k, v in out.items()}, request.but(epoch=int(m_epoch[a])))
-            return
-        for m in np.unique(member):
-            for e in np.unique(m_epoch[member == m]):
-                rows = np.flatnonzero((member == m) & (m_epoch == e))
-                part = {k: np.empty((len(rows), *v.shape[1:]), v.dtype) for k, v in out.items()}
-                self.datasets[int(m)].fill_batch(index[rows], part, request.but(epoch=int(e)))
-                for k, v in out.items():
-                    v[rows] = part[k]
+        """Each member fills its rows: a contiguous run straight into the batch, scattered rows through a
+        buffer of their own."""
+        r = request or Request()
+        _, index, _, groups = self._locate(idx, r.epoch)
+        for m, e, rows in groups:
+            req = Request(e, r.seed, r.resolution, r.crop, r.flip)
+            a, b = int(rows[0]), int(rows[-1]) + 1
+            if b - a == len(rows):
+                self.datasets[m].fill_batch(index[a:b], {k: v[a:b] for k, v in out.items()}, req)
+                continue
+            part = {k: np.empty((len(rows), *v.shape[1:]), v.dtype) for k, v in out.items()}
+            self.datasets[m].fill_batch(index[rows], part, req)
+            for k, v in out.items():
+                v[rows] = part[k]
 
 
 def _tree(members: list[int], weights: np.ndarray):
