@@ -18,7 +18,8 @@ from dataprep.sources import scan_imagenet
 
 from .conftest import corpus_dir
 
-BOUNDS = {"decode-bound", "copy-bound", "I/O-bound", "worker-starved", "loader overhead"}
+# "unknown": every limit measured was below the best rate (a loaded machine); the rate is then its own limit
+BOUNDS = {"decode-bound", "gather-bound", "memory-bandwidth-bound", "I/O-bound", "worker-starved", "loader overhead", "unknown"}
 
 
 def cli(*args):
@@ -31,7 +32,9 @@ def check_outputs(out, paths):
     for p in paths:
         runs = [r for r in rep["runs"] if r["path"] == p]
         assert runs and all(r["samples_s"] > 0 and r["pss_bytes"] > 0 for r in runs)
-        assert rep["verdicts"][p]["bound"] in BOUNDS and rep["verdicts"][p]["limit_samples_s"] > 0
+        v = rep["verdicts"][p]
+        assert v["bound"] in BOUNDS and v["limit_samples_s"] > 0
+        assert v["best_samples_s"] <= v["limit_samples_s"] and v["fraction_of_limit"] <= 1.0  # a bound is never beaten
     img = cv2.imread(str(out / "bench.png"))
     assert img is not None and img.shape == (560, 900, 3)
     return rep
@@ -75,7 +78,7 @@ def test_a_slowed_decoder_is_reported_decode_bound(index_tree, tmp_path, monkeyp
     rep = run_bench(tmp_path / "p", workers=[0, 1, 2], batches=[8], paths=["slow"], seconds=0.6, warmup=0.2)
     v = rep.verdicts["slow"]
     assert v["bound"] == "decode-bound", v
-    assert 0.6 <= v["fraction_of_limit"] <= 1.3
+    assert 0.6 <= v["fraction_of_limit"] <= 1.0
 
 
 def test_profile_switch_writes_a_readable_profile(index_tree, tmp_path):
