@@ -29,12 +29,13 @@ def test_cache_copies_by_mode_and_fit():
 def test_cli_prints_the_figures_and_reads_a_pack(index_tree, tmp_path):
     r = CliRunner().invoke(main, ["plan", "--shape", "512x512x3", "--mask-shape", "512x512", "-b", "32", "-w", "8", "--prefetch", "1"])
     assert r.exit_code == 0
-    for figure in ("100,663,296", "67,108,864", "33,554,432", "1,342,177,280"):
+    for figure in ("96.0 MiB as float32", "64.0 MiB as int64", "32.0 MiB", "1.2 GiB"):  # the seed's figures, in binary units
         assert figure in r.output
     out = tmp_path / "p"
     assert CliRunner().invoke(main, ["build", "imagenet", str(index_tree), "--out", str(out), "--size", "32",
                                      "--resize", "center-crop", "--mode", "raw", "-j", "1"]).exit_code == 0
     r = CliRunner().invoke(main, ["plan", str(out), "-b", "4", "-w", "2", "--cache", "shm", "--ranks", "2"])
     assert r.exit_code == 0 and "32x32x3" in r.output and "one copy per machine" in r.output
+    assert "planned at: the stored shape 32x32x3, which every image has" in r.output
     r = CliRunner().invoke(main, ["plan", str(out), "--cache", "disk"])
     assert r.exit_code == 2 and "disk" in r.output  # an unknown cache mode is a usage error

@@ -1,5 +1,6 @@
-"""Memory planner: takes what a sample holds (or a pack), batch size, workers, prefetch, cache mode and
-ranks, gives the bytes each part of training input needs, and whether it fits in this machine's RAM.
+"""Memory planner: takes what a sample holds (or a pack of any kind: images, masks, volumes, token
+windows, table rows), batch size, workers, prefetch, cache mode and ranks, gives the bytes each part of
+training input needs, and whether it fits in this machine's RAM.
 
 The comparison columns show the same batches as they are often written (float32 images, int64
 masks), which is where the saving of uint8 shows.
@@ -8,8 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+from ..errors import PackError
 
 
 @dataclass(frozen=True)
@@ -80,25 +84,37 @@ class MemoryPlan:
     def fits(self) -> bool | None:
         return None if self.free_ram is None else self.total <= self.free_ram
 
-    def lines(self) -> list[str]:
-        def b(n: int) -> str:
-            return f"{n:,} B ({n / 1e9:.2f} GB)" if n >= 1e8 else f"{n:,} B"
+    def to_dict(self) -> dict[str, Any]:
+        """Every figure in exact bytes, for scripts (`dataprep plan --json`)."""
+        return {"parts": [{"name": p.name, "shape": list(p.shape), "dtype": p.dtype, "bytes": p.nbytes,
+                           "compare_dtype": p.compare_dtype, "compare_bytes": p.compare_nbytes} for p in self.parts],
+                "batch_size": self.batch_size, "workers": self.workers, "prefetch": self.prefetch, "ranks": self.ranks,
+                "cache": self.cache, "per_sample": self.per_sample, "per_batch": self.per_batch,
+                "per_batch_compared": self.per_batch_compared, "batches_in_flight": self.batches_in_flight,
+                "in_flight": self.in_flight, "in_flight_compared": self.in_flight_compared,
+                "cache_bytes": self.cache_total, "total": self.total, "available_ram": self.free_ram, "fits": self.fits,
+                "notes": self.notes}
 
-        out = ["per sample:"]
+    def lines(self) -> list[str]:
+        b = human
+        out = list(self.notes) + ["per sample:"]
         for p in self.parts:
             shape = "x".join(map(str, p.shape)) or "scalar"
             cmp = ""
             if p.compare_dtype and p.compare_dtype != p.dtype:
-                cmp = f"   as {p.compare_dtype}: {p.compare_nbytes:,} B ({p.compare_nbytes / max(p.nbytes, 1):.0f}x)"
-            out.append(f"  {p.name:8s} {shape:>14s} {p.dtype:8s} {p.nbytes:>14,} B{cmp}")
-        out.append(f"per batch of {self.batch_size}: {b(self.per_batch)}   as commonly written: {b(self.per_batch_compared)}")
+                cmp = f"   as {p.compare_dtype}: {b(p.compare_nbytes)} ({p.compare_nbytes / max(p.nbytes, 1):.0f}x)"
+            out.append(f"  {p.name:11s} {shape:>14s} {p.dtype:8s} {b(p.nbytes):>10s}{cmp}")
+        def common(mine: int, theirs: int) -> str:
+            return f"   as commonly written: {b(theirs)}" if theirs != mine else ""
+
+        out.append(f"per batch of {self.batch_size}: {b(self.per_batch)}{common(self.per_batch, self.per_batch_compared)}")
         for p in self.parts:
             if p.compare_dtype and p.compare_dtype != p.dtype:
-                out.append(f"  {p.name:8s} {p.nbytes * self.batch_size:>14,} B as {p.dtype}, "
-                           f"{p.compare_nbytes * self.batch_size:,} B as {p.compare_dtype}")
+                out.append(f"  {p.name:11s} {b(p.nbytes * self.batch_size):>10s} as {p.dtype}, "
+                           f"{b(p.compare_nbytes * self.batch_size)} as {p.compare_dtype}")
         out.append(
             f"in flight: {self.ranks} rank(s) x {self.batches_in_flight} batches ({self.workers} workers x prefetch "
-            f"{self.prefetch}): {b(self.in_flight)}   as commonly written: {b(self.in_flight_compared)}"
+            f"{self.prefetch}): {b(self.in_flight)}{common(self.in_flight, self.in_flight_compared)}"
         )
         copies = f"{self.ranks} copies, one per rank" if self.cache == "ram" and self.ranks > 1 else "one copy per machine"
         out.append(f"cache ({self.cache}, {copies}): {b(self.cache_total)}")
@@ -106,39 +122,103 @@ class MemoryPlan:
         if self.free_ram is not None:
             verdict = "fits" if self.fits else "does NOT fit"
             out.append(f"available RAM: {b(self.free_ram)}: {verdict}")
-        out.extend(self.notes)
         return out
 
 
-def parts_from_pack(pack: str | Path, split: str = "train") -> tuple[list[Part], int, list[str]]:
-    """The served sample of a pack (its largest image or volume; its mask; its label as int64), and the
-    split's size in bytes. Reads only the manifest and the shapes array, whatever the backend; the pack's
-    kind names the served fields, and each field says what it puts in a batch (`served_as`)."""
-    from ..errors import PackError
+def human(n: int) -> str:
+    """Bytes in binary units with one decimal (KiB, MiB, GiB, TiB); exact below 1 KiB."""
+    if n < 1024:
+        return f"{n} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+# what the datasets serve when made with their defaults (TokenDataset's context and dtype="int64";
+# TabularDataset's categorical="separate"); tests/test_tools.py holds these to the datasets' batch layouts
+DEFAULT_CONTEXT = 1024
+
+
+def parts_from_pack(pack: str | Path, split: str = "train", crop: tuple[int, int] | None = None,
+                    resolution: int | None = None, context: int | None = None) -> tuple[list[Part], int, list[str]]:
+    """What one served sample of a pack puts in a batch, the bytes the dataset holds for the split (its
+    served fields' files), and notes saying what the plan assumed. Reads the manifest and, for a
+    variable-size image pack, the shapes array, whatever the backend; the pack's kind names the fields.
+
+    Images, masks, volumes: at `crop` (H, W) when given (what `Loader(crop=...)` serves), else at the stored
+    shape when every sample has one, else at a square of the median shorter side (as `dataprep bench`
+    serves such a pack); `resolution` picks one size of a multi-resolution pack. Token packs: x and y
+    windows of `context` tokens, int64. Table packs: a row's features, categorical codes (int64) and target."""
     from ..kinds import kind_of
     from ..pack.backends import open_reader
 
     reader = open_reader(pack)
     try:
         m = reader.manifest
-        fields = kind_of(m, pack).served_fields(m, None, pack)
-        first = next(iter(fields.values()))
-        if not hasattr(first, "shapes_name"):
-            raise PackError(f"{pack}: plan knows packs of images, masks and volumes; this is a {m['kind']!r} pack")
         if split not in m["splits"]:
             raise PackError(f"{pack}: no split {split!r}; the pack has {sorted(m['splits'])}")
-        plans = reader.plans(split)
-        name = first.shapes_name
-        shapes = reader.global_slice(split, name, 0, plans[name].total_rows) if name in plans else np.zeros((0, 3), np.int32)
+        fields = kind_of(m, pack).served_fields(m, resolution, pack)
+        first = next(iter(fields.values()))
+        shapes = None
+        if hasattr(first, "shapes_name") and not first.fixed and crop is None:
+            plans = reader.plans(split)
+            name = first.shapes_name
+            shapes = reader.global_slice(split, name, 0, plans[name].total_rows) if name in plans else np.zeros((0, 3), np.int32)
     finally:
         reader.close()
-    notes = []
-    if first.fixed:
-        shape = tuple(first.shape)
+    stored = {f"{name}.npy" for f in fields.values() for name in f.stored()}
+    size = sum(rec["bytes"] for s in m["splits"][split]["shards"] for fn, rec in s["files"].items() if fn in stored)
+    if (crop is not None or context is not None) and not hasattr(first, "shapes_name" if crop is not None else "vocab_size"):
+        raise PackError(f"{pack}: a {m['kind']!r} pack takes no {'--crop' if crop is not None else '--context'}")
+    if hasattr(first, "shapes_name"):
+        parts, notes = _pixel_parts(fields, first, crop, shapes)
+    elif hasattr(first, "vocab_size"):
+        n = context or DEFAULT_CONTEXT
+        dt = "int64"
+        parts = [Part("x", (n,), dt), Part("y", (n,), dt)]
+        notes = [f"planned at: windows of {n} tokens" + ("" if context else f" (TokenDataset's default; --context to change)")
+                 + f", served as int64; TokenDataset(dtype='stored') serves them as {first.np_dtype.name}"]
     else:
-        k = int(np.argmax(shapes.astype(np.int64).prod(axis=1))) if len(shapes) else 0
-        shape = tuple(int(v) for v in shapes[k]) if len(shapes) else (0, 0, first.channels or 0)
-        notes.append(f"{first.role}s vary in size: planned with the largest, {'x'.join(map(str, shape))}")
-    parts = [Part(*f.served_as(shape)) for f in fields.values() if hasattr(f, "served_as")]
-    size = sum(f["bytes"] for s in m["splits"][split]["shards"] for f in s["files"].values())
+        parts, notes = _row_parts(fields, m)
+    if m.get("resolutions"):
+        have = sorted(m["resolutions"])
+        notes.append(f"resolution: {resolution or max(have)} of {', '.join(map(str, have))}"
+                     + ("" if resolution else " (the largest; --resolution for another)"))
     return parts, size, notes
+
+
+def _pixel_parts(fields: dict, first, crop, shapes) -> tuple[list[Part], list[str]]:
+    role = first.role
+    if crop is not None:
+        if role.startswith("volume"):
+            raise PackError("a crop (H, W) applies to images; volumes are served whole")
+        shape = (int(crop[0]), int(crop[1]), first.channels)
+        note = f"planned at: a {crop[0]}x{crop[1]} crop (--crop), as Loader(crop=...) serves it"
+    elif first.fixed:
+        shape = tuple(first.shape)
+        note = f"planned at: the stored shape {'x'.join(map(str, shape))}, which every {role} has"
+    elif shapes is None or not len(shapes):
+        shape = (0, 0, first.channels or 0)
+        note = f"planned at: no {role}s in this split"
+    elif role.startswith("volume"):
+        k = int(np.argmax(shapes.astype(np.int64).prod(axis=1)))
+        shape = tuple(int(v) for v in shapes[k])
+        note = f"planned at: the largest {role}, {'x'.join(map(str, shape))} ({role}s vary in size)"
+    else:
+        side = int(np.median(shapes[:, :2].min(axis=1)))
+        shape = (side, side, first.channels)
+        lo, hi = shapes[:, :2].min(0), shapes[:, :2].max(0)
+        note = (f"planned at: a {side}x{side} crop, the median shorter side, as `dataprep bench` serves it ({role}s vary "
+                f"in size, heights {lo[0]}..{hi[0]}, widths {lo[1]}..{hi[1]}, and the Loader serves them cropped: pass --crop for yours)")
+    return [Part(*f.served_as(shape)) for f in fields.values() if hasattr(f, "served_as")], [note]
+
+
+def _row_parts(fields: dict, m: dict) -> tuple[list[Part], list[str]]:
+    """A table row as TabularDataset (categorical="separate") serves it: (features, categorical codes as
+    int64, mask, datetimes, target: int64 classes or the stored regression value), of the fields the pack has."""
+    served = {"features": None, "categorical": "int64", "mask": None, "datetimes": None,
+              "target": "int64" if m["fields"]["target"].get("task") == "classification" else None}
+    parts = [Part(name, fields[name].row_shape, dt or fields[name].np_dtype.name) for name, dt in served.items() if name in fields]
+    return parts, [f"planned at: one row ({', '.join(p.name for p in parts)}), as TabularDataset serves it"]

@@ -1,6 +1,8 @@
 """`dataprep plan`: how much RAM a training-input configuration needs, before starting it."""
 from __future__ import annotations
 
+import json
+
 import click
 
 from ..serve.cache import CACHE_MODES
@@ -15,9 +17,25 @@ def _shape(ctx, param, value):
         raise click.BadParameter(f"{value!r} is not a shape like 512x512x3", ctx, param) from None
 
 
+def _crop(ctx, param, value):
+    shape = _shape(ctx, param, value)
+    if shape is None:
+        return None
+    if len(shape) == 1:
+        shape = shape * 2
+    if len(shape) != 2 or min(shape) < 1:
+        raise click.BadParameter(f"{value!r} is not a crop like 224 or 224x192", ctx, param)
+    return shape
+
+
 @click.command()
 @click.argument("pack", type=click.Path(exists=True), required=False)
 @click.option("--split", default="train", show_default=True)
+@click.option("--crop", callback=_crop, help="Image packs: plan at the crop the Loader serves, e.g. 224 or 224x192 "
+              "[default: the stored shape; a variable-size pack at its median shorter side].")
+@click.option("--resolution", type=click.IntRange(1), default=None,
+              help="A multi-resolution image pack: plan at this size [default: the largest].")
+@click.option("--context", type=click.IntRange(1), default=None, help="Token packs: tokens per window [default: 1024].")
 @click.option("--shape", callback=_shape, help="Image shape per sample, e.g. 512x512x3 (instead of a PACK).")
 @click.option("--dtype", default="uint8", show_default=True, help="Image dtype as served.")
 @click.option("--mask-shape", callback=_shape, help="Mask shape per sample, e.g. 512x512.")
@@ -28,15 +46,20 @@ def _shape(ctx, param, value):
 @click.option("--prefetch", type=click.IntRange(1), default=2, show_default=True, help="DataLoader prefetch_factor.")
 @click.option("--cache", type=click.Choice(CACHE_MODES), default="ram", show_default=True)
 @click.option("--ranks", type=click.IntRange(1), default=1, show_default=True, help="Training processes on this machine.")
-def plan(pack, split, shape, dtype, mask_shape, mask_dtype, samples, batch_size, workers, prefetch, cache, ranks):
-    """Bytes per sample and batch, in flight across workers, the cache, the total, and whether it fits."""
+@click.option("--json", "as_json", is_flag=True, help="Print every figure in exact bytes, as JSON.")
+def plan(pack, split, crop, resolution, context, shape, dtype, mask_shape, mask_dtype, samples, batch_size, workers,
+         prefetch, cache, ranks, as_json):
+    """Bytes per sample and batch, in flight across workers, the cache, the total, and whether it fits: for
+    image, mask and volume packs, token packs (windows) and table packs (rows), or a --shape."""
     from ..bench.plan import MemoryPlan, Part, parts_from_pack
     from ..serve.cache import available_ram
 
     notes: list[str] = []
     if pack:
-        parts, cache_bytes, notes = parts_from_pack(pack, split)
+        parts, cache_bytes, notes = parts_from_pack(pack, split, crop, resolution, context)
     elif shape:
+        if crop or resolution or context:
+            raise click.UsageError("--crop, --resolution and --context plan a PACK; with --shape, give the shape served")
         parts = [Part("image", shape, dtype, "float32")]
         cache_bytes = parts[0].nbytes * samples
     else:
@@ -47,5 +70,8 @@ def plan(pack, split, shape, dtype, mask_shape, mask_dtype, samples, batch_size,
         if not pack:
             cache_bytes += mask.nbytes * samples
     p = MemoryPlan(parts, batch_size, workers, prefetch, cache, cache_bytes, ranks, available_ram(), notes)
+    if as_json:
+        click.echo(json.dumps(p.to_dict(), indent=1))
+        return
     for line in p.lines():
         click.echo(line)
