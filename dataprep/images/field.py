@@ -225,7 +225,11 @@ def summary(m: dict[str, Any]) -> list[str]:
     """What `dataprep info` says about an image pack beyond its fields: how the images were made."""
     i = m["settings"]["image"]
     f = m["fields"][resolution_key(m, None, "manifest")]
-    return [f"images:    {i['mode']} ({f['encoding']}, {f['layout']}), size {', '.join(map(str, m.get('resolutions') or [i['size']]))} "
-            f"({i['resize']}{', upscale' if i['upscale'] else ''}), {'grayscale' if i['grayscale'] else 'color'}"
-            + (f", JPEG q{i['quality']}" if i["mode"] == "encoded" else "")]
+    if f["encoding"] == "jpeg":
+        kept = sum(sp.get("kept_jpeg", 0) for sp in m["splits"].values())
+        stored = f"JPEG, quality {i['quality']}" + (f" ({kept:,} source JPEGs that needed no change kept as they were)" if kept else "")
+    else:
+        stored = f"decoded {np.dtype(f['dtype']).name} pixels, " + ("one shape" if f["layout"] == "fixed" else "each its own size")
+    return [f"images:    stored as {stored}; size {', '.join(map(str, m.get('resolutions') or [i['size']]))} "
+            f"({i['resize']}{', upscale' if i['upscale'] else ''}), {'grayscale' if i['grayscale'] else 'color'}"]
 

@@ -94,6 +94,6 @@ def summary(m: dict[str, Any]) -> list[str]:
     how = m.get("mask", {})
     mask = m["fields"][mask_key(resolution_key(m, None, "manifest"))]
     return image_summary(m) + [
-        f"masks:     {mask['dtype']} ({how.get('chosen_by', '?')}), pad value {mask.get('pad_value')}, ignore {mask.get('ignore')}, "
+        f"masks:     {np.dtype(mask['dtype']).name} ({how.get('chosen_by', '?')}), pad value {mask.get('pad_value')}, ignore {mask.get('ignore')}, "
         f"classes {mask.get('num_classes') or 'not declared'}" + (f", label map {how['labels']['name']}" if how.get("labels") else "")]
 

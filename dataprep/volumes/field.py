@@ -47,10 +47,10 @@ def summary(m: dict[str, Any]) -> list[str]:
     """`dataprep info`: the volumes' dtype, shape and how they were resampled; the label volumes."""
     vol, v = m["fields"]["volume"], m["settings"].get("volume", {})
     shape = "x".join("?" if d is None else str(d) for d in vol["shape"][:3]) if vol["layout"] == "fixed" else "each its own"
-    out = [f"volumes:   {vol['dtype']}, shape {shape}" + (f" ({v.get('resample')})" if v.get("shape") else "")
+    out = [f"volumes:   {np.dtype(vol['dtype']).name}, shape {shape}" + (f" ({v.get('resample')})" if v.get("shape") else "")
            + (f", window {v['window'][0]:g}..{v['window'][1]:g}" if v.get("window") else "")
-           + (f"; labels {m['fields']['label']['dtype']}" if "label" in m["fields"] else "; unlabelled")]
+           + (f"; labels {np.dtype(m['fields']['label']['dtype']).name}" if "label" in m["fields"] else "; unlabelled")]
     if "volume_mask" in m["fields"]:
-        out.append(f"labels:    label volumes {m['fields']['volume_mask']['dtype']}, resampled nearest")
+        out.append(f"labels:    label volumes {np.dtype(m['fields']['volume_mask']['dtype']).name}, resampled nearest")
     return out
 
