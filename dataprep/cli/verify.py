@@ -6,10 +6,18 @@ import click
 
 @click.command()
 @click.argument("pack", type=click.Path())
-@click.option("--decode", is_flag=True, help="Also decode every stored JPEG and check its shape.")
+@click.option("--decode", is_flag=True,
+              help="Also decode every stored JPEG (OpenCV) and check that it decodes to the shape recorded for it: "
+                   "proof that the stored bytes are whole, decodable JPEGs. It cannot prove a source image was intact: "
+                   "a damaged source that decoded at build time (e.g. a corrupt file that came out half black) was "
+                   "stored as that picture, a valid JPEG, and nothing in the pack can tell. Damage the build's decoder "
+                   "reports (truncated files, corrupt data) is caught at build time, where the file is skipped with its "
+                   "reason (dataprep info --skipped). Packs of decoded pixels hold no JPEG to decode.")
 @click.pass_context
 def verify(ctx, pack, decode):
-    """Check the manifest, every shard file's sha256, headers, offsets, shapes and label range."""
+    """Check the manifest, every shard file's sha256, headers, offsets, shapes and label range: that the pack
+    holds exactly the bytes its build wrote. The source files are not read: whether a source was intact is
+    checked at build time, not here."""
     from ..verify import verify_pack
 
     rep = verify_pack(pack, decode=decode)
