@@ -30,6 +30,7 @@ _LAZY = {
     "build_segmentation": ("dataprep.segmentation.build", "build_segmentation"),
     "build_volumes": ("dataprep.volumes.build", "build_volumes"),
     "read_manifest": ("dataprep.pack.backends", "read_manifest"),
+    "gpu": ("dataprep.images.gpu", None),  # dataprep.gpu.RandomResizedCrop: crops of a whole batch on the device
 }
 
 __all__ = ["DataprepError", "PackError", "__version__", *_LAZY]
@@ -40,5 +41,6 @@ def __getattr__(name: str):
         import importlib
 
         mod, attr = _LAZY[name]
-        return getattr(importlib.import_module(mod), attr)
+        module = importlib.import_module(mod)
+        return module if attr is None else getattr(module, attr)
     raise AttributeError(f"module 'dataprep' has no attribute {name!r}")

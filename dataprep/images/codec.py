@@ -67,6 +67,22 @@ def decode_cv2(buf: np.ndarray, channels: int) -> np.ndarray | None:
     return img[:, :, None] if img.ndim == 2 else img
 
 
+def decode_cv2_reduced(buf: np.ndarray, channels: int, factor: int) -> np.ndarray | None:
+    """Decode at 1/factor scale (1, 2, 4 or 8) in the DCT domain (libjpeg's scaled IDCT, far less work
+    than a full decode and a resize): ceil(H / factor) x ceil(W / factor) pixels, pixel i covering the
+    full-size pixels [i * factor, (i + 1) * factor)."""
+    import cv2
+
+    if factor == 1:
+        return decode_cv2(buf, channels)
+    reduced = {2: cv2.IMREAD_REDUCED_GRAYSCALE_2, 4: cv2.IMREAD_REDUCED_GRAYSCALE_4, 8: cv2.IMREAD_REDUCED_GRAYSCALE_8}[factor]
+    flags = reduced | (cv2.IMREAD_COLOR_RGB if channels == 3 else 0) | cv2.IMREAD_IGNORE_ORIENTATION
+    img = cv2.imdecode(buf, flags)
+    if img is None:
+        return None
+    return img[:, :, None] if img.ndim == 2 else img
+
+
 def decode_pil(buf: np.ndarray, channels: int) -> np.ndarray | None:
     from PIL import Image
 

@@ -138,6 +138,34 @@ def resize_to(pixels: np.ndarray, out_hw: tuple[int, int], interpolation: str) -
     return out.reshape(oh, ow, *pixels.shape[2:])
 
 
+def reduction(box_h: float, box_w: float, out_h: int, out_w: int) -> int:
+    """The largest JPEG DCT scale-down (8, 4, 2, else 1) that keeps the box at least the output size."""
+    for f in (8, 4, 2):
+        if box_h / f >= out_h and box_w / f >= out_w:
+            return f
+    return 1
+
+
+def warp_into(pixels: np.ndarray, box, out: np.ndarray) -> None:
+    """Resample the float box (top, left, height, width, in `pixels`' own pixel units) into `out`: each
+    output pixel centre maps exactly into the box (no rounding of the box to the pixel grid). Bilinear,
+    which is what a residual shrink of less than 2x needs (callers pick a decode scale or a stored
+    resolution so that it is); larger shrinks are area-averaged from the box rounded to whole pixels."""
+    import cv2
+
+    oh, ow = out.shape[:2]
+    t, l, bh, bw = (float(v) for v in box)
+    sy, sx = bh / oh, bw / ow
+    if sy >= 2 or sx >= 2:
+        top, left = int(round(t)), int(round(l))
+        out[...] = resize_to(pixels[top : top + max(1, int(round(bh))), left : left + max(1, int(round(bw)))], (oh, ow), "bilinear")
+        return
+    m = np.array([[sx, 0.0, l + 0.5 * sx - 0.5], [0.0, sy, t + 0.5 * sy - 0.5]])
+    src = pixels if pixels.flags.c_contiguous else np.ascontiguousarray(pixels)
+    res = cv2.warpAffine(src, m, (ow, oh), flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_REPLICATE)
+    out[...] = res.reshape(out.shape)
+
+
 def apply(plan, pixels: np.ndarray, box, out: np.ndarray) -> None:
     """Cut `box` (top, left, height, width) from `pixels` (H, W, C) and write it, resized, into `out`."""
     oh, ow = out.shape[:2]

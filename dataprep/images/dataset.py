@@ -22,7 +22,7 @@ from .crops import CenterCrop, RandomResizedCrop
 from .resize import center_crop_into
 from ..pack.fields import take_rows
 from ..serve.cache import open_split
-from .codec import DECODERS, jpeg_header
+from .codec import DECODERS, decode_cv2_reduced, jpeg_header
 from .field import ImageField, served_fields
 
 
@@ -44,7 +44,9 @@ class InMemoryImageDataset(Dataset):
             (one copy in /dev/shm per machine, shared by every process and rank); see serve/cache.py.
         progress: report loading progress on stderr [default: for splits of 1 GiB or more].
         resolution: which size of a multi-resolution pack to serve [default: the largest]; `use(R)`
-            switches, and so does indexing with `(R, i)` (see serve/progressive.py).
+            switches, and so does indexing with `(R, i)` (see serve/progressive.py). "all" holds every
+            size and serves the largest: a crop plan then cuts each crop from the smallest size that
+            still gives at least the output size across the crop (fewer bytes to decode).
         keep_resolutions: how many resolutions stay loaded at once (the least recent is let go).
 
     `dataset[i]` gives `(image, label)`; `dataset[[i, j, ...]]` gives one collated batch
@@ -87,6 +89,7 @@ class InMemoryImageDataset(Dataset):
         self.progress = progress
         self.resolution = resolution
         self.keep_resolutions = max(1, keep_resolutions)
+        self.decode_paths: dict[str, int] = {}  # how crops were decoded in this process: "full", "1/2", "full from 256 px"
         self._load()
 
     # -- loading -------------------------------------------------------------------------------
@@ -99,7 +102,16 @@ class InMemoryImageDataset(Dataset):
 
     def _read(self) -> None:
         self._stores: dict[int | None, Any] = {}
-        self._switch(self.resolution)
+        self._all = self.resolution == "all"
+        if not self._all:
+            self._switch(self.resolution)
+            return
+        from ..pack.backends import read_manifest
+
+        sizes = sorted(read_manifest(self.pack).get("resolutions") or [None])
+        self.keep_resolutions = max(self.keep_resolutions, len(sizes))
+        for r in sizes:  # the largest last: it is served, the others are there for crops to pick from
+            self._switch(r)
 
     def use(self, resolution: int | None) -> None:
         """Serve `resolution` of a multi-resolution pack from now on, loading it if needed; beyond
@@ -138,10 +150,14 @@ class InMemoryImageDataset(Dataset):
     def __getstate__(self) -> dict[str, Any]:
         # Spawned workers get the recipe, not the cache: a few hundred bytes through the pipe.
         keys = ("pack", "split", "decode", "transform", "as_numpy", "verify", "cache", "progress", "resolution", "keep_resolutions")
-        return {k: self.__dict__[k] for k in keys}
+        state = {k: self.__dict__[k] for k in keys}
+        if self._all:
+            state["resolution"] = "all"
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self.decode_paths = {}
         self._load()
 
     # -- facts ---------------------------------------------------------------------------------
@@ -324,6 +340,66 @@ class InMemoryImageDataset(Dataset):
             return self._blob[self._offsets[i] : self._offsets[i + 1]].view(self.field.np_dtype).reshape(self._shapes[i])
         return self.image(i)
 
+    def _cut(self, plan, i: int, box, out: np.ndarray) -> None:
+        """One crop of sample i into its batch row, decoding no more than it needs: from the smallest held
+        resolution that gives at least the output size across the crop (resolution="all"), then at the
+        largest JPEG DCT scale-down that still does; the box is resampled exactly (crops.warp_into). The
+        path taken is counted in `decode_paths` (per process)."""
+        oh, ow = out.shape[:2]
+        h, w = (int(v) for v in self._shapes[i, :2])
+        if isinstance(plan, CenterCrop):  # the box is the whole image, resized to `resize` on the shorter side
+            need = plan.resize / min(h, w)
+            t = lft = 0.0
+            bh, bw = float(h), float(w)
+        else:
+            t, lft, bh, bw = (float(v) for v in box)
+            need = max(oh / bh, ow / bw)
+        res, scale = self.resolution, 1.0
+        if self._all:
+            for r in sorted(self._stores):  # the smallest that suffices
+                rh = int(self._stores[r].arrays["shapes"][i, 0])
+                if r < self.resolution and rh / h >= need:
+                    res, scale = r, rh / h
+                    break
+        store = self._stores[res]
+        field = next(iter(store.fields.values()))
+        factor = crops.reduction(bh * scale, bw * scale, oh, ow) if not isinstance(plan, CenterCrop) else \
+            next((f for f in (8, 4, 2) if min(h, w) * scale / f >= plan.resize), 1)
+        if field.encoding != "jpeg":
+            factor = 1
+        path = ("full" if factor == 1 else f"1/{factor}") + ("" if res == self.resolution else f" from {res} px")
+        self.decode_paths[path] = self.decode_paths.get(path, 0) + 1
+        if res == self.resolution and factor == 1:
+            crops.apply(plan, self._pixels_of(i), box, out)  # the reference path: whole pixels, integer box
+            return
+        pixels = self._decoded(store, field, i, factor, res)
+        if isinstance(plan, CenterCrop):
+            crops.apply(plan, pixels, None, out)
+            return
+        sy, sx = pixels.shape[0] / h, pixels.shape[1] / w  # exact: the stored (and reduced) image's own scale
+        if factor > 1:  # libjpeg's reduced pixel k covers full pixels [k f, (k + 1) f): ceil sizes, exact origin
+            ry, rx = int(store.arrays["shapes"][i, 0]), int(store.arrays["shapes"][i, 1])
+            sy, sx = ry / h / factor, rx / w / factor
+        crops.warp_into(pixels, (t * sy, lft * sx, bh * sy, bw * sx), out)
+
+    def _decoded(self, store, field, i: int, factor: int, res) -> np.ndarray:
+        """Sample i of a held resolution's store, decoded at 1/factor (JPEG) or as stored (raw)."""
+        a = store.arrays
+        shape = tuple(int(v) for v in a["shapes"][i])
+        if field.fixed:
+            return a["images"][i]
+        buf = a["images"][a["offsets"][i] : a["offsets"][i + 1]]
+        if field.encoding == "raw":
+            return buf.view(field.np_dtype).reshape(shape)
+        head = jpeg_header(buf)
+        if head is None or head[:2] != shape[:2]:
+            raise PackError(f"{self.pack}/{self.split}: sample {i} at {res} px does not hold a {shape[1]}x{shape[0]} JPEG; "
+                            "not decoded (verify the pack, or rebuild it)")
+        img = decode_cv2_reduced(buf, field.channels, factor)
+        if img is None:
+            raise PackError(f"{self.pack}/{self.split}: sample {i} ({self.sources[i]}) at {res} px does not decode as JPEG")
+        return img
+
     def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray], request: Request | None = None) -> None:
         """Write samples `idx` into the preallocated rows of `out` (shaped as `batch_layout` says):
         decoded packs by one gather, others one by one straight into their row, cut by the request's crop
@@ -340,7 +416,7 @@ class InMemoryImageDataset(Dataset):
         if crop is not None and not isinstance(crop, (tuple, list)):
             boxes = crop.boxes(self._shapes[idx, 0], self._shapes[idx, 1], (request.seed, request.epoch), idx)
             for k, i in enumerate(idx):
-                crops.apply(crop, self._pixels_of(int(i)), boxes[k], images[k])
+                self._cut(crop, int(i), boxes[k], images[k])
         elif self._pixels is not None and images.shape[1:] == self._pixels.shape[1:]:
             take_rows(self._pixels, idx, images[:n])
         else:

@@ -74,6 +74,7 @@ class Loader:
             output size of a crop plan, or else the stored size of a multi-resolution pack. The ring is
             allocated once for the largest size; persistent workers switch without restarting.
         copy: large fields (images) as fresh tensors too, for callers who keep batches.
+        indices: also yield each batch's sample indices (int64, last), e.g. for dataprep.gpu crops.
         prefetch: batches each worker may have in flight.
 
     `state_dict()` / `load_state_dict()` follow torchdata's StatefulDataLoader: save the state with a
@@ -86,7 +87,7 @@ class Loader:
                  drop_last: bool = False, sampler: Iterable[int] | None = None, pin_memory: bool = False,
                  layout: str = "nchw", crop: Any = None, flip: bool = False, schedule=None,
                  rank: int | None = None, world_size: int | None = None, copy: bool = False,
-                 prefetch: int = 2, timeout: float = 300.0):
+                 indices: bool = False, prefetch: int = 2, timeout: float = 300.0):
         if not (hasattr(dataset, "batch_layout") and hasattr(dataset, "fill_batch")):
             raise DataprepError(f"Loader serves dataprep datasets (InMemoryImageDataset, TokenDataset, TabularDataset, "
                                 f"Mixture, ...), which fill whole batches; a {type(dataset).__name__} does not: "
@@ -116,7 +117,7 @@ class Loader:
         self.dataset, self.batch_size, self.shuffle, self.seed = dataset, batch_size, shuffle, int(seed)
         self.num_workers, self.drop_last, self.sampler, self.pin_memory = num_workers, drop_last, sampler, pin_memory
         self.layout, self.crop, self.flip, self.schedule, self.copy = layout, crop, bool(flip), schedule, copy
-        self.prefetch, self.timeout = prefetch, timeout
+        self.prefetch, self.timeout, self.indices = prefetch, timeout, indices
         self._next_epoch = 0  # the epoch a fresh iter() serves
         self._resume: tuple[int, int] | None = None  # (epoch, samples consumed) a restored state starts from
         self._state = (0, 0)  # (epoch, samples of its order consumed), as state_dict reports it
@@ -341,11 +342,11 @@ class Loader:
                 slot = b % 2
                 self.dataset.fill_batch(idx, self._rows(layout, slot, 0, len(idx)), req)
                 self._state = (epoch, after[b])
-                yield self._view(layout, slot, len(idx))
+                yield self._view(layout, slot, len(idx)) + ((torch.from_numpy(idx.copy()),) if self.indices else ())
         else:
             for b, view in enumerate(self._with_workers(batches, ring, req, layout)):
                 self._state = (epoch, after[b])
-                yield view
+                yield view + ((torch.from_numpy(batches[b].copy()),) if self.indices else ())
         self._state = (epoch + 1, 0)
 
     # -- workers ------------------------------------------------------------------------------------
