@@ -1,34 +1,44 @@
-# The commands a user runs. Each target installs what it needs into .venv first.
+# The commands a user runs. Each target installs into .venv what it runs, and no more: `make demo` and
+# `make bench` the package alone (torch, numpy, OpenCV, Pillow, ...), `make test` the package and EXTRAS.
 # TORCH is what gets installed only when no torch is importable (a CPU build on these machines).
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
-STAMP  := $(VENV)/.installed
-# Optional extras the tests exercise: dask everywhere; DALI's wheels exist for Linux x86_64 only (about
-# 1 GB installed). `make test EXTRAS=test` leaves both out, and their tests are skipped with the reason.
+# What is installed is recorded by stamps: $(STAMP) for the venv, torch and the package, and $(STAMP)-NAME for
+# each extra NAME on top of it. So `make test` after `make demo` adds only the test extras, `make demo` after
+# `make test` installs nothing, and a change to setup.cfg, pyproject.toml or this file installs again.
+STAMP  ?= $(VENV)/.installed
+# Extras `make test` (and `make install`) add: test and dask everywhere; DALI's wheels exist for Linux x86_64
+# only (about 1 GB installed). `make test EXTRAS=test` leaves both out, and their tests are skipped with the reason.
 EXTRAS ?= $(if $(filter Linux-x86_64,$(shell uname -s)-$(shell uname -m)),test$(comma)dask$(comma)dali,test$(comma)dask)
 comma  := ,
+EXTRA_STAMPS = $(addprefix $(STAMP)-,$(subst $(comma), ,$(EXTRAS)))
 
 .PHONY: install demo test bench clean
+.NOTPARALLEL:  # the pip steps share one venv
 
-install: $(STAMP)
+install: $(STAMP) $(EXTRA_STAMPS)
 
 # --system-site-packages: a torch the user already has stays in use; we install ours only where none imports.
 $(STAMP): setup.cfg pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
-	echo "$(EXTRAS)" > $(STAMP)
+	$(PY) -m pip install -q -e .
+	touch $@
 
-demo: install
+$(STAMP)-%: $(STAMP)
+	$(PY) -m pip install -q -e ".[$*]"
+	touch $@
+
+demo: $(STAMP)
 	$(PY) -m dataprep demo
 
-test: install
+test: $(STAMP) $(EXTRA_STAMPS)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-bench: install
+bench: $(STAMP)
 	$(PY) benchmarks/bench_core.py
 
 clean:
