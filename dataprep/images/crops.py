@@ -166,11 +166,13 @@ def warp_into(pixels: np.ndarray, box, out: np.ndarray) -> None:
     out[...] = res.reshape(out.shape)
 
 
-def apply(plan, pixels: np.ndarray, box, out: np.ndarray) -> None:
-    """Cut `box` (top, left, height, width) from `pixels` (H, W, C) and write it, resized, into `out`."""
+def apply(plan, pixels: np.ndarray, box, out: np.ndarray, full_hw: tuple[int, int] | None = None) -> None:
+    """Cut `box` (top, left, height, width) from `pixels` (H, W, C) and write it, resized, into `out`.
+    A CenterCrop's geometry comes from `full_hw`, the image's full size, when `pixels` is a reduced
+    decode or a smaller stored copy of it (so the center is where the full image puts it)."""
     oh, ow = out.shape[:2]
     if isinstance(plan, CenterCrop):
-        h, w = pixels.shape[:2]  # torchvision's Resize(int): the shorter side to `resize`, the other truncated
+        h, w = full_hw or pixels.shape[:2]  # torchvision's Resize(int): the shorter side to `resize`, the other truncated
         rh, rw = (plan.resize, int(plan.resize * w / h)) if h <= w else (int(plan.resize * h / w), plan.resize)
         small = resize_to(pixels, (rh, rw), plan.interpolation)
         top, left = int(round((rh - oh) / 2.0)), int(round((rw - ow) / 2.0))

@@ -374,7 +374,7 @@ class InMemoryImageDataset(Dataset):
             return
         pixels = self._decoded(store, field, i, factor, res)
         if isinstance(plan, CenterCrop):
-            crops.apply(plan, pixels, None, out)
+            crops.apply(plan, pixels, None, out, full_hw=(h, w))
             return
         sy, sx = pixels.shape[0] / h, pixels.shape[1] / w  # exact: the stored (and reduced) image's own scale
         if factor > 1:  # libjpeg's reduced pixel k covers full pixels [k f, (k + 1) f): ceil sizes, exact origin

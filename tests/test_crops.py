@@ -1,0 +1,256 @@
+"""Crop plans in the Loader: torchvision's RandomResizedCrop distribution (KS tests against a reference
+written here), flips at p = 0.5, every decode path's pixels against full decode -> crop -> resize, the
+evaluation CenterCrop against resize-256 + center-crop-224, the GPU batch crop, and determinism across
+worker counts and runs."""
+from __future__ import annotations
+
+import math
+import random
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import dataprep
+from dataprep.images.build import build_images
+from dataprep.images.crops import CenterCrop, RandomResizedCrop, flips
+from dataprep.images.settings import ImageSettings
+from dataprep.serve.loader import Loader
+from dataprep.settings import BuildSettings
+from dataprep.sources import scan_imagenet
+from dataprep.synthetic import write_tree
+
+SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
+
+
+def reference_get_params(rng: random.Random, height: int, width: int, scale=SCALE, ratio=RATIO):
+    """torchvision.transforms.RandomResizedCrop.get_params, transcribed (python's random for torch's)."""
+    area = height * width
+    log_ratio = (math.log(ratio[0]), math.log(ratio[1]))
+    for _ in range(10):
+        target_area = area * rng.uniform(scale[0], scale[1])
+        aspect_ratio = math.exp(rng.uniform(log_ratio[0], log_ratio[1]))
+        w = int(round(math.sqrt(target_area * aspect_ratio)))
+        h = int(round(math.sqrt(target_area / aspect_ratio)))
+        if 0 < w <= width and 0 < h <= height:
+            return rng.randint(0, height - h), rng.randint(0, width - w), h, w
+    in_ratio = float(width) / float(height)
+    if in_ratio < min(ratio):
+        w = width
+        h = int(round(w / min(ratio)))
+    elif in_ratio > max(ratio):
+        h = height
+        w = int(round(h * max(ratio)))
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+def reference_fallback(height: int, width: int):
+    """The box get_params falls back to when all 10 attempts miss."""
+    rng = random.Random(0)
+    rng.uniform = lambda a, b: 100.0  # area x 100: every attempt misses
+    return reference_get_params(rng, height, width)
+
+
+def ks_p(a: np.ndarray, b: np.ndarray) -> float:
+    """Two-sample Kolmogorov-Smirnov test: the asymptotic p-value of the largest CDF gap."""
+    a, b = np.sort(a), np.sort(b)
+    grid = np.concatenate([a, b])
+    d = np.max(np.abs(np.searchsorted(a, grid, "right") / len(a) - np.searchsorted(b, grid, "right") / len(b)))
+    ne = len(a) * len(b) / (len(a) + len(b))
+    lam = (math.sqrt(ne) + 0.12 + 0.11 / math.sqrt(ne)) * d
+    return float(min(1.0, max(0.0, 2 * sum((-1) ** (k - 1) * math.exp(-2 * k * k * lam * lam) for k in range(1, 101)))))
+
+
+def summary(boxes: np.ndarray, h: int, w: int) -> dict[str, np.ndarray]:
+    t, l, bh, bw = boxes.T.astype(np.float64)
+    return {"area": bh * bw / (h * w), "log_ratio": np.log(bw / bh),
+            "top": np.where(h > bh, t / np.maximum(h - bh, 1), 0.5), "left": np.where(w > bw, l / np.maximum(w - bw, 1), 0.5)}
+
+
+SHAPES = [(224, 224), (300, 400), (100, 300), (300, 100), (4, 6), (20, 200)]  # square, 4:3, 1:3, 3:1, tiny, 1:10
+
+
+@pytest.mark.parametrize("h,w", SHAPES)
+def test_boxes_follow_torchvisions_distribution(h, w):
+    n = 20_000
+    rng = random.Random(h * 1000 + w)
+    ref = np.array([reference_get_params(rng, h, w) for _ in range(n)])
+    ours = RandomResizedCrop(224).boxes(np.full(n, h), np.full(n, w), (5, 0), np.arange(n))
+    assert ((ours[:, 0] >= 0) & (ours[:, 1] >= 0) & (ours[:, 0] + ours[:, 2] <= h) & (ours[:, 1] + ours[:, 3] <= w)).all()
+    a, b = summary(ours, h, w), summary(ref, h, w)
+    for k in a:
+        assert ks_p(a[k], b[k]) > 0.01, k
+    fb = reference_fallback(h, w)
+    rates = [np.mean((x[:, 0] == fb[0]) & (x[:, 1] == fb[1]) & (x[:, 2] == fb[2]) & (x[:, 3] == fb[3])) for x in (ours, ref)]
+    assert abs(rates[0] - rates[1]) <= 0.02, rates  # the clamped-ratio fallback as often as torchvision takes it
+    if (h, w) == (20, 200):
+        assert rates[1] > 0.3  # ... and this shape exercises it for real
+
+
+def test_the_ks_test_rejects_a_plausible_wrong_implementation():
+    """Negative control: aspect ratios uniform instead of log-uniform, and no ratio clamp in the fallback."""
+    n, h, w = 20_000, 300, 400
+    rng = random.Random(1)
+    ref = summary(np.array([reference_get_params(rng, h, w) for _ in range(n)]), h, w)
+    wrong = []
+    for _ in range(n):
+        for _ in range(10):
+            area = h * w * rng.uniform(*SCALE)
+            ar = rng.uniform(*RATIO)
+            bw, bh = int(round(math.sqrt(area * ar))), int(round(math.sqrt(area / ar)))
+            if 0 < bw <= w and 0 < bh <= h:
+                wrong.append((rng.randint(0, h - bh), rng.randint(0, w - bw), bh, bw))
+                break
+    assert ks_p(summary(np.array(wrong), h, w)["log_ratio"], ref["log_ratio"]) < 0.01
+    tall = np.array([reference_get_params(rng, 100, 300) for _ in range(n)])
+    unclamped = tall.copy()
+    fell = (tall[:, 2] == 100) | (tall[:, 3] == 133)
+    unclamped[fell] = (0, 0, 100, 300)
+    assert ks_p(summary(unclamped, 100, 300)["area"], summary(tall, 100, 300)["area"]) < 0.01
+
+
+def test_flips_are_half_and_independent_of_the_crop():
+    f = flips((3, 1), np.arange(20_000))
+    assert abs(f.mean() - 0.5) <= 0.015
+    assert abs(np.mean(f[:-1] == f[1:]) - 0.5) <= 0.015  # no run structure between neighbours
+    other = flips((3, 2), np.arange(20_000))
+    assert 0.485 <= np.mean(f == other) <= 0.515  # another epoch: other flips
+
+
+def test_bad_plans_are_usage_errors():
+    for bad in (dict(scale=(0.5, 0.1)), dict(scale=(0.0, 1.0)), dict(scale=(0.1, 1.5)), dict(ratio=(2.0, 1.0)),
+                dict(ratio=(0.0, 1.0)), dict(interpolation="lanczos")):
+        with pytest.raises(dataprep.DataprepError):
+            RandomResizedCrop(16, **bad)
+    with pytest.raises(dataprep.DataprepError):
+        CenterCrop(224, resize=200)
+
+
+# -- pixels ------------------------------------------------------------------------------------------
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
+    return 99.0 if mse == 0 else 10 * math.log10(255 ** 2 / mse)
+
+
+def ref_crop(full: np.ndarray, box, out: int) -> np.ndarray:
+    """The reference: the whole decoded image, the integer box cut, area-resized to the output."""
+    t, l, h, w = (int(v) for v in box)
+    return cv2.resize(np.ascontiguousarray(full[t : t + h, l : l + w]), (out, out), interpolation=cv2.INTER_AREA)
+
+
+class Fixed(RandomResizedCrop):
+    """A plan whose boxes are given (per sample index), so every path cuts the same ones."""
+
+    def __init__(self, size, table):
+        super().__init__(size)
+        self.table = table
+
+    def boxes(self, heights, widths, key, idx):
+        return np.stack([self.table[int(i)] for i in idx])
+
+
+@pytest.fixture(scope="module")
+def packs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("crops")
+    tree = write_tree(base / "src", classes=2, per_class=6, sizes=((600, 800), (800, 640), (700, 700)))
+    out = {}
+    for name, image in {"jpeg": dict(size=512), "multi": dict(sizes=(128, 256, 512)), "raw": dict(size=512, mode="raw"),
+                        "fixed": dict(size=256, resize="center-crop", mode="raw")}.items():
+        build_images(scan_imagenet(tree), base / name, BuildSettings(shard_size=6), ImageSettings(**image))
+        out[name] = base / name
+    return out
+
+
+def decoded(ds, i: int) -> np.ndarray:
+    return cv2.cvtColor(cv2.imdecode(np.asarray(ds.stored(i)), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+
+
+def serve(ds, plan, flip=False) -> np.ndarray:
+    x, _ = next(iter(Loader(ds, len(ds), crop=plan, flip=flip, layout="nhwc")))
+    return x.numpy()
+
+
+def test_every_decode_path_gives_the_reference_crop(packs):
+    jpeg = dataprep.InMemoryImageDataset(packs["jpeg"])
+    fulls = [decoded(jpeg, i) for i in range(len(jpeg))]
+    small = {i: (10 + i, 20 + 2 * i, 150 + 5 * i, 120 + 7 * i) for i in range(len(jpeg))}  # too small to reduce
+    big = {i: (3 + i, 5 + i, 470 - i, 460 - i) for i in range(len(jpeg))}  # >= 2 x 224: a 1/2 decode
+    for table, path, floor in ((small, "full", 40.0), (big, "1/2", 32.0)):
+        jpeg.decode_paths.clear()
+        got = serve(jpeg, Fixed(224, table))
+        assert jpeg.decode_paths == {path: len(jpeg)}  # the path under test was the one taken
+        scores = [psnr(got[i], ref_crop(fulls[i], table[i], 224)) for i in range(len(jpeg))]
+        assert min(scores) >= floor, (path, scores)
+        if path == "1/2":  # negative control: the reduced decode's box off by one reduced pixel fails the floor
+            from dataprep.images.codec import decode_cv2_reduced
+            from dataprep.images.crops import warp_into
+
+            off = np.empty((224, 224, 3), np.uint8)
+            wrong = []
+            for i in range(len(jpeg)):
+                t, l, h, w = table[i]
+                warp_into(decode_cv2_reduced(np.asarray(jpeg.stored(i)), 3, 2), (t / 2 + 1, l / 2 + 1, h / 2, w / 2), off)
+                wrong.append(psnr(off, ref_crop(fulls[i], table[i], 224)))
+            assert np.median(wrong) < floor, wrong
+    multi = dataprep.InMemoryImageDataset(packs["multi"], resolution="all")
+    got = serve(multi, Fixed(160, big))
+    assert set(multi.decode_paths) == {"full from 256 px"}  # ~460 px boxes at 512: 115 px at 128 (< 160), 230 at 256
+    assert min(psnr(got[i], ref_crop(fulls[i], big[i], 160)) for i in range(len(jpeg))) >= 32.0
+    raw = dataprep.InMemoryImageDataset(packs["raw"])
+    got = serve(raw, Fixed(224, small))
+    assert min(psnr(got[i], ref_crop(raw.image(i), small[i], 224)) for i in range(len(raw))) >= 40.0
+
+
+def test_the_gpu_crop_gives_the_cpu_plans_crops(packs):
+    ds = dataprep.InMemoryImageDataset(packs["fixed"])
+    images, _, idx = next(iter(Loader(ds, len(ds), seed=4, indices=True)))
+    crop = dataprep.gpu.RandomResizedCrop(96, flip=True, seed=4)
+    out = crop(images, idx, epoch=0)
+    assert out.shape == (len(ds), 3, 96, 96) and out.dtype == torch.float32
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    cpu = serve(ds, RandomResizedCrop(96), flip=True)  # the Loader's CPU path with the same (seed 0 != 4) ...
+    cpu4, _ = next(iter(Loader(ds, len(ds), seed=4, crop=RandomResizedCrop(96), flip=True, layout="nhwc")))
+    gpu = (out.permute(0, 2, 3, 1).numpy() * 255).round().clip(0, 255)
+    scores = [psnr(gpu[i], cpu4[i].numpy()) for i in range(len(ds))]
+    assert min(scores) >= 40.0, scores  # the same boxes and flips, resampled alike
+    assert np.median([psnr(gpu[i], cpu[i]) for i in range(len(ds))]) < 25  # another seed: other crops
+    norm = dataprep.gpu.RandomResizedCrop(96, seed=4, mean=(100.0, 110.0, 120.0), std=(50.0, 60.0, 70.0))(images, idx, 0)
+    plain = dataprep.gpu.RandomResizedCrop(96, seed=4)(images, idx, 0) * 255
+    expect = (plain - torch.tensor([100.0, 110.0, 120.0]).view(1, 3, 1, 1)) / torch.tensor([50.0, 60.0, 70.0]).view(1, 3, 1, 1)
+    assert torch.allclose(norm, expect, atol=1e-3)
+
+
+@pytest.mark.parametrize("name,path,floor", [("raw", "full", 40.0), ("jpeg", "1/2", 32.0)])
+def test_center_crop_is_resize_256_then_center_224(packs, name, path, floor):
+    ds = dataprep.InMemoryImageDataset(packs[name])
+    got = serve(ds, CenterCrop(224))
+    assert ds.decode_paths == {path: len(ds)}  # 512-px JPEGs are decoded at 1/2: already 256 on the shorter side
+    shifted = []
+    for i in range(len(ds)):
+        im = Image.fromarray(ds.image(i) if name == "raw" else decoded(ds, i))
+        w, h = im.size  # torchvision's Resize(256) then CenterCrop(224), on PIL images (antialiased bilinear)
+        nw, nh = (256, int(256 * h / w)) if w <= h else (int(256 * w / h), 256)
+        small = np.asarray(im.resize((nw, nh), Image.BILINEAR))
+        top, left = int(round((nh - 224) / 2.0)), int(round((nw - 224) / 2.0))
+        assert psnr(got[i], small[top : top + 224, left : left + 224]) >= floor
+        shifted.append(psnr(got[i], small[top + 1 : top + 225, left + 1 : left + 225]))
+    assert np.median(shifted) < floor  # negative control: a crop off by one pixel fails the floor
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_crops_and_flips_do_not_depend_on_workers_or_runs(packs, workers):
+    ds = dataprep.InMemoryImageDataset(packs["jpeg"])
+
+    def batches(w, seed=7):
+        loader = Loader(ds, 4, shuffle=True, seed=seed, num_workers=w, crop=RandomResizedCrop(64), flip=True)
+        out = [x.clone() for _ in range(2) for x, _ in loader]
+        loader.close()
+        return torch.cat(out)
+
+    base = batches(0)
+    assert torch.equal(batches(workers), base) and torch.equal(batches(0), base)
+    assert not torch.equal(batches(0, seed=8), base)
