@@ -274,6 +274,7 @@ def test_info_shows_columns_vocabularies_missing_policy_and_dropped_rows(mixed, 
     assert r.exit_code == 0, r.output
     out = r.output
     assert "missing:   mask" in out and "dropped 1 row with a missing target" in out
+    assert "features (float32)" in out and "<f4" not in out and "|u1" not in out  # dtypes by name
     lines = {ln.split(":", 1)[0].strip(): ln for ln in out.splitlines() if ln.startswith("  ") and ":" in ln}
     assert "feature float32" in lines["age"] and "1 missing" in lines["age"]
     assert "categorical with 4 values (<missing>, lima, oslo, paris)" in lines["city"]  # row 0 (dropped) was not its only paris

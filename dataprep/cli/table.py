@@ -69,10 +69,12 @@ def table(src, target, out, task, fmt, sep, header, skip_rows, names, target_fil
     with engine_for(engine, workers, address, scheduler_file) as eng, staged_output(out, store_fmt, compress, overwrite, eng) as target_dir:
         r = build_table(list(src), target_dir, settings, read, target_file, overwrite, engine=eng)
     t = r["target"]
+    import numpy as np
+
     click.echo(f"pack: {out}")
     click.echo("  rows: " + ", ".join(f"{k} {v}" for k, v in r["splits"].items()) + f"; {dropped_rows(r['rows'])}")
     click.echo(f"  {r['features']} feature columns, {r['categorical']} categorical; target {t['column']!r}: {t['task']} "
-               f"({t['dtype']}" + (f", {len(t['classes'])} classes)" if t["task"] == "classification" else ")"))
+               f"({np.dtype(t['dtype']).name}" + (f", {len(t['classes'])} classes)" if t["task"] == "classification" else ")"))
     click.echo("  columns:")
     for c, what in r["columns"].items():
         click.echo(f"    {c}: {what}")

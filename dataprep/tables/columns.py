@@ -164,8 +164,8 @@ def _drop_missing_target(df, target: str, s: TableSettings):
 
 def _describe_target(t: dict[str, Any]) -> str:
     if t["task"] == "classification":
-        return f"target: classification, {len(t['classes'])} classes ({t['dtype']})"
-    return f"target: regression ({t['dtype']})"
+        return f"target: classification, {len(t['classes'])} classes ({np.dtype(t['dtype']).name})"
+    return f"target: regression ({np.dtype(t['dtype']).name})"
 
 
 def _assign_splits(df, split_col: str | None, s: TableSettings) -> np.ndarray:

@@ -50,8 +50,9 @@ def summary(m: dict[str, Any]) -> list[str]:
     t = f["target"]
     cat = f.get("categorical", {})
     st = m.get("settings", {})
-    lines = [(f"table:     {len(f['features']['columns'])} features ({f['features']['dtype']}), {len(cat.get('columns', []))} "
-              f"categorical, target {t.get('column')!r} ({t.get('task')}, {t.get('dtype')})")]
+    lines = [(f"table:     {len(f['features']['columns'])} features ({np.dtype(f['features']['dtype']).name}), "
+              f"{len(cat.get('columns', []))} categorical, target {t.get('column')!r} ({t.get('task')}, "
+              f"{np.dtype(t['dtype']).name if t.get('dtype') else None})")]
     policy = st.get("missing", "error")
     lines.append(f"missing:   {policy}: {_POLICY.get(policy, '').format(st.get('fill_value'))}"
                  + (f"; the mask covers {len(f['mask']['columns'])} feature columns" if "mask" in f else ""))
