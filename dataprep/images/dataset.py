@@ -424,7 +424,7 @@ class InMemoryImageDataset(Dataset):
                 center_crop_into(self._pixels_of(int(i)), images[k])
         if request.flip:
             for k in np.flatnonzero(crops.flips((request.seed, request.epoch), idx)):
-                images[k] = images[k, :, ::-1].copy()
+                crops.flip_into(images[k])
 
     def batch(self, indices) -> tuple[Any, torch.Tensor]:
         """A whole batch: images (N, C, H, W) uint8 in channels-last memory, or (N, H, W, C) numpy with

@@ -118,6 +118,7 @@ class Loader:
         self.num_workers, self.drop_last, self.sampler, self.pin_memory = num_workers, drop_last, sampler, pin_memory
         self.layout, self.crop, self.flip, self.schedule, self.copy = layout, crop, bool(flip), schedule, copy
         self.prefetch, self.timeout, self.indices = prefetch, timeout, indices
+        self.batch_sampler = None  # DataLoader's attribute, read by tools that inspect loaders (Lightning does)
         self._next_epoch = 0  # the epoch a fresh iter() serves
         self._resume: tuple[int, int] | None = None  # (epoch, samples consumed) a restored state starts from
         self._state = (0, 0)  # (epoch, samples of its order consumed), as state_dict reports it

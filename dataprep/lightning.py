@@ -1,0 +1,144 @@
+"""PyTorch Lightning: takes a pack and the Loader's options, gives a LightningDataModule whose loaders
+are sharded by the trainer's rank and world size, follow the trainer's epoch, go into its checkpoints
+(`state_dict`) and come back from them on `fit(ckpt_path=...)`, and turn image batches into normalised
+floats on the device (`on_after_batch_transfer`), so the CPU never touches a float.
+
+Lightning calls `set_epoch` only on DataLoader samplers and adds a DistributedSampler only to torch
+DataLoaders; the loaders made here need neither. Install with `pip install 'dataprep[lightning]'`;
+nothing else in dataprep imports Lightning.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+try:
+    import lightning.pytorch as pl
+except ImportError as e:  # pragma: no cover - the extra is installed by `make test`
+    raise ImportError("dataprep.lightning needs PyTorch Lightning: pip install 'dataprep[lightning]'") from e
+
+import torch
+
+from .errors import DataprepError
+from .kinds import kind_of
+from .pack.backends import read_manifest
+from .serve.gpu import IMAGENET_MEAN, IMAGENET_STD, Normalize
+from .serve.loader import Loader
+
+IMAGE_KINDS = ("images", "segmentation")
+
+
+class _TrainerLoader(Loader):
+    """A Loader whose next epoch is the trainer's (unless a restored state says where to go on)."""
+
+    trainer = None
+
+    def __iter__(self):
+        if self._resume is None and self.trainer is not None:
+            self.set_epoch(int(self.trainer.current_epoch))
+        return super().__iter__()
+
+
+class PackDataModule(pl.LightningDataModule):
+    """Train and validation loaders over one pack, of any kind (read from its manifest).
+
+    Args:
+        pack: the pack directory.
+        train_split, val_split: split names (a missing val split means no validation loader).
+        batch_size, num_workers, seed: as the Loader's (per rank: the global batch is batch_size x ranks).
+        crop, flip: the train loader's crop plan (e.g. dataprep.RandomResizedCrop(224)) and flip.
+        val_crop: the validation loader's (e.g. dataprep.CenterCrop(224)); images only.
+        schedule: a resolution Schedule over epochs (the train loader's).
+        cache: where the split lives [default: "shm" for images, "ram" otherwise].
+        normalize: for image packs, "imagenet" (the default), (mean, std) in 0-255 units, or None to keep
+            the batch uint8; the conversion runs on the device after the transfer, channels-last.
+        dtype: the normalised batch's dtype.
+        dataset_kwargs: passed to the kind's dataset class (e.g. context=1024 for tokens).
+    """
+
+    def __init__(self, pack: str | os.PathLike, train_split: str = "train", val_split: str | None = "val",
+                 batch_size: int = 256, num_workers: int = 8, seed: int = 0, crop: Any = None, val_crop: Any = None,
+                 flip: bool = False, schedule=None, cache: str | None = None, normalize: Any = "imagenet",
+                 dtype: torch.dtype = torch.float32, drop_last: bool = False, dataset_kwargs: dict | None = None):
+        super().__init__()
+        self.pack = Path(pack)
+        self.manifest = read_manifest(self.pack)
+        self.kind = kind_of(self.manifest, self.pack / "manifest.json").name
+        images = self.kind in IMAGE_KINDS
+        if not images and (crop is not None or val_crop is not None or flip):
+            raise DataprepError(f"crop and flip apply to image packs; {self.pack} is a {self.kind!r} pack")
+        splits = self.manifest.get("splits", {})
+        if train_split not in splits:
+            raise DataprepError(f"{self.pack}: no split {train_split!r} (it has {sorted(splits)})")
+        self.train_split = train_split
+        self.val_split = val_split if val_split in splits else None
+        self.batch_size, self.num_workers, self.seed, self.drop_last = batch_size, num_workers, seed, drop_last
+        self.crop, self.val_crop, self.flip, self.schedule = crop, val_crop, flip, schedule
+        self.cache = cache or ("shm" if images else "ram")
+        self.dataset_kwargs = dict(dataset_kwargs or {})
+        if normalize == "imagenet":
+            normalize = (IMAGENET_MEAN, IMAGENET_STD)
+        self.normalize = normalize if images else None
+        self.dtype = dtype
+        self._norm: Normalize | None = None
+        self.train_set = self.val_set = None
+        self._loaders: list[Loader] = []
+
+    # -- the kinds that take other arguments --------------------------------------------------------
+    @classmethod
+    def tokens(cls, pack, context: int, batch_size: int, samples: int | None = None, mode: str = "random", **kw) -> "PackDataModule":
+        """A token pack: windows of `context` tokens (TokenDataset)."""
+        return cls(pack, batch_size=batch_size, dataset_kwargs={"context": context, "samples": samples, "mode": mode,
+                                                                 **kw.pop("dataset_kwargs", {})}, **kw)
+
+    @classmethod
+    def table(cls, pack, batch_size: int, categorical: str = "separate", **kw) -> "PackDataModule":
+        """A table pack: rows (TabularDataset)."""
+        return cls(pack, batch_size=batch_size, dataset_kwargs={"categorical": categorical, **kw.pop("dataset_kwargs", {})}, **kw)
+
+    # -- LightningDataModule --------------------------------------------------------------------------
+    def _dataset(self, split: str):
+        cls = kind_of(self.manifest).dataset_class()
+        return cls(self.pack, split=split, cache=self.cache, **self.dataset_kwargs)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_set is None and stage in (None, "fit"):
+            self.train_set = self._dataset(self.train_split)
+        if self.val_set is None and self.val_split is not None and stage in (None, "fit", "validate"):
+            self.val_set = self._dataset(self.val_split)
+
+    def _ranks(self) -> dict[str, int]:
+        t = self.trainer
+        return {"rank": int(t.global_rank), "world_size": int(t.world_size)} if t is not None else {}
+
+    def train_dataloader(self) -> Loader:
+        self.setup("fit")
+        loader = _TrainerLoader(self.train_set, self.batch_size, shuffle=True, seed=self.seed, num_workers=self.num_workers,
+                                drop_last=self.drop_last, crop=self.crop, flip=self.flip, schedule=self.schedule, **self._ranks())
+        loader.trainer = self.trainer
+        self._loaders.append(loader)
+        return loader
+
+    def val_dataloader(self) -> Loader | Sequence:
+        self.setup("validate")
+        if self.val_set is None:
+            return []
+        loader = Loader(self.val_set, self.batch_size, num_workers=self.num_workers, crop=self.val_crop, **self._ranks())
+        self._loaders.append(loader)
+        return loader
+
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        """Image batches become normalised floats here, on the device, channels-last."""
+        if self.normalize is None or not isinstance(batch, (tuple, list)) or not len(batch):
+            return batch
+        images = batch[0]
+        if self._norm is None or self._norm.scale.device != images.device:
+            mean, std = self.normalize
+            self._norm = Normalize(mean, std, device=images.device, dtype=self.dtype, channels_last=True)
+        return (self._norm(images), *batch[1:])
+
+    def teardown(self, stage: str | None = None) -> None:
+        for loader in self._loaders:
+            loader.close()
+        self._loaders = []
