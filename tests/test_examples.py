@@ -1,0 +1,127 @@
+"""The examples run as a user runs them (a fresh process, `--demo` on a fresh directory, on the CPU), print
+their figures, and resume exactly: a run stopped mid-epoch and resumed in a new process trains on the same
+batches, in the same order, as one run that never stopped, and ends with the same weights.
+
+Each example is run three times on one demo pack: uninterrupted to step N; stopped at step K (mid-epoch,
+checkpoint at the end); resumed from that checkpoint to step N with a different number of Loader workers.
+`--log-batches` writes one digest per step of the batch trained on.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # three training processes per example, ~10-20 s each on two busy cores
+
+
+def run(script: str, *args) -> str:
+    """Run examples/<script> in a fresh interpreter; return its output (stdout and stderr), exit code 0 asserted."""
+    cmd = [sys.executable, str(ROOT / "examples" / script), *map(str, args)]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, f"{' '.join(cmd)} exited {done.returncode}:\n{out}"
+    return out
+
+
+def three_runs(script: str, base: Path, common: list, total: int, stop: int) -> dict:
+    """Uninterrupted to `total`; stopped at `stop`; resumed to `total`: their outputs, batch logs, final models."""
+    out = {}
+    out["full"] = run(script, *common, "--steps", total, "--workers", 2, "--checkpoint", base / "full.pt",
+                      "--log-batches", base / "full.log")
+    out["stopped"] = run(script, *common, "--steps", stop, "--workers", 2, "--checkpoint", base / "part.pt",
+                         "--checkpoint-every", 2, "--log-batches", base / "stopped.log")
+    out["resumed"] = run(script, *common, "--steps", total, "--workers", 0, "--checkpoint", base / "part.pt",
+                         "--resume", "--log-batches", base / "resumed.log")
+    for name in ("full", "stopped", "resumed"):
+        out[f"{name}.log"] = (base / f"{name}.log").read_text().splitlines()
+    out["part"] = base / "part.pt"
+    out["models"] = [torch.load(base / f, weights_only=True)["model"] for f in ("full.pt", "part.pt")]
+    return out
+
+
+def check_resume(runs: dict, total: int, stop: int) -> None:
+    full, stopped, resumed = runs["full.log"], runs["stopped.log"], runs["resumed.log"]
+    assert [int(line.split()[0]) for line in full] == list(range(1, total + 1))
+    assert stopped == full[:stop]
+    assert resumed == full[stop:]  # the rest of the interrupted epoch, then the next ones: the same batches
+    assert len(set(full)) == total  # the digests do tell batches apart
+
+
+def check_weights(runs: dict) -> None:
+    # Exactly equal: the same batches through the same CPU kernels with the same thread count, the optimizer's
+    # momentum restored from the checkpoint, the learning rate a function of the step. (On a GPU, or with a
+    # different thread count, reductions may be ordered differently: there expect allclose, not equality.)
+    full, resumed = runs["models"]
+    assert full.keys() == resumed.keys()
+    for k in full:
+        assert torch.equal(full[k], resumed[k]), k
+
+
+# -- the classifier ----------------------------------------------------------------------------------
+# 64 train images, batch 16: 4 steps an epoch. Stopped at step 3 (mid-epoch 0, at the progressive schedule's
+# 24 px), resumed to step 10: the rest of epoch 0, epoch 1 at 32 px, half of epoch 2.
+CLS_TOTAL, CLS_STOP = 10, 3
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory):
+    base = tmp_path_factory.mktemp("classifier")
+    common = [base / "pack", "--demo", base / "src", "--demo-images", 64, "--size", 32, "--batch-size", 16,
+              "--epochs", 3, "--progressive", "--log-every", 2, "--device", "cpu"]
+    return three_runs("train_classifier.py", base, common, CLS_TOTAL, CLS_STOP)
+
+
+def test_classifier_prints_its_figures(classifier):
+    out = classifier["full"]
+    assert "64 train images, 8 classes, 4 steps an epoch of 16" in out
+    assert re.search(r"data path [\d,]+ img/s, whole step [\d,]+ img/s: (data|compute)-bound \(waiting for data [\d.]+% of the step\)", out)
+    assert re.search(r"^done: 10 steps; data path [\d,]+ img/s, whole step [\d,]+ img/s: (data|compute)-bound", out, re.M)
+    assert len(re.findall(r"^epoch \d: val accuracy \d+\.\d% \(16 images at 32 px\)", out, re.M)) == 3
+
+
+def test_classifier_resumes_mid_epoch_on_the_same_batches(classifier):
+    assert "checkpoint:" in classifier["stopped"] and "(step 2)" in classifier["stopped"]
+    assert f"step {CLS_STOP}, epoch 0, {CLS_STOP * 16} samples of it already trained on" in classifier["resumed"]
+    check_resume(classifier, CLS_TOTAL, CLS_STOP)
+    # the schedule: epoch 0 served at 24 px, the later epochs at 32 px (the digest covers the shape)
+    assert classifier["full.log"][0] != classifier["full.log"][4]
+
+
+def test_classifier_resumed_weights_equal_uninterrupted(classifier):
+    check_weights(classifier)
+
+
+# -- the GPT -----------------------------------------------------------------------------------------
+# 40 windows an epoch, batch 8: 5 steps an epoch. Stopped at step 7 (mid-epoch 1), resumed to step 12.
+GPT_TOTAL, GPT_STOP = 12, 7
+
+
+@pytest.fixture(scope="module")
+def gpt(tmp_path_factory):
+    base = tmp_path_factory.mktemp("gpt")
+    common = [base / "pack", "--demo", base / "text", "--demo-docs", 200, "--context", 32, "--batch-size", 8,
+              "--samples", 40, "--log-every", 4, "--device", "cpu"]
+    return three_runs("train_gpt.py", base, common, GPT_TOTAL, GPT_STOP)
+
+
+def test_gpt_prints_its_figures(gpt):
+    out = gpt["full"]
+    assert re.search(r"5 steps an epoch of 8 x 32", out)
+    assert len(re.findall(r"^step \d+  loss \d+\.\d{4}  [\d,]+ tokens/s", out, re.M)) == 3  # steps 4, 8, 12
+    assert re.search(r"^sample: '.+'$", out, re.M)
+
+
+def test_gpt_resumes_mid_epoch_on_the_same_windows(gpt):
+    assert "(step 2)" in gpt["stopped"] and "(step 6)" in gpt["stopped"] and f"(step {GPT_STOP})" in gpt["stopped"]
+    assert f"resumed from {gpt['part']} at step {GPT_STOP} (epoch 1, 16 windows of it trained on)" in gpt["resumed"]
+    check_resume(gpt, GPT_TOTAL, GPT_STOP)
+
+
+def test_gpt_resumed_weights_equal_uninterrupted(gpt):
+    check_weights(gpt)
