@@ -49,7 +49,7 @@ def test_the_stamps_record_what_is_installed(tmp_path):
     assert installs(dry("demo", stamp)) == []
     after_demo = installs(dry("test", stamp))
     assert after_demo[:2] == [".[test]", ".[dask]"] and "." not in after_demo  # the extras only, not the package again
-    touch(*(tmp_path / f".installed-{e}" for e in ("test", "dask", "dali")))  # after `make test`
+    touch(*(tmp_path / f".installed-{e}" for e in ("test", "dask", "lightning", "dali")))  # after `make test`
     assert installs(dry("demo", stamp)) == [] and installs(dry("test", stamp)) == []
     os.utime(stamp, (time.time() + 60, time.time() + 60))  # the package reinstalled (setup.cfg changed): extras again
     assert installs(dry("test", stamp))[:2] == [".[test]", ".[dask]"]

@@ -280,11 +280,13 @@ def test_plan_reports_image_plus_mask_and_the_saving(scenes, tmp_path):
     r = CliRunner().invoke(main, ["plan", str(tmp_path / "p"), "-b", "8", "-w", "2", "--prefetch", "2"])
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
-    assert any(line.split()[:4] == ["image", "64x64x3", "uint8", "12,288"] for line in lines), r.output
-    assert any(line.split()[:4] == ["mask", "64x64", "uint8", "4,096"] for line in lines), r.output
+    assert any(line.split()[:5] == ["image", "64x64x3", "uint8", "12.0", "KiB"] for line in lines), r.output
+    assert any(line.split()[:5] == ["mask", "64x64", "uint8", "4.0", "KiB"] for line in lines), r.output
     # per batch of 8: (12288 + 4096) x 8 as stored; float32 images + int64 masks: (49152 + 32768) x 8
-    assert "per batch of 8: 131,072 B   as commonly written: 655,360 B" in r.output
-    assert "mask             32,768 B as uint8, 262,144 B as int64" in r.output
+    assert "per batch of 8: 128.0 KiB   as commonly written: 640.0 KiB" in r.output
+    assert "mask          32.0 KiB as uint8, 256.0 KiB as int64" in r.output
+    exact = CliRunner().invoke(main, ["plan", str(tmp_path / "p"), "-b", "8", "-w", "2", "--prefetch", "2", "--json"])
+    assert '131072' in exact.output.replace(" ", "") and '655360' in exact.output.replace(" ", "")  # exact bytes in JSON
 
 
 def test_builds_are_byte_identical_across_workers_and_resume(scenes, tmp_path):
