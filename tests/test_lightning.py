@@ -181,3 +181,18 @@ def test_token_and_table_packs(tmp_path):
     assert tab.on_after_batch_transfer((feats, target), 0)[0] is feats  # nothing to normalise
     with pytest.raises(DataprepError, match="apply to image packs"):
         PackDataModule(tmp_path / "tok", crop=dataprep.RandomResizedCrop(8))
+
+
+@pytest.mark.slow
+def test_the_lightning_example_trains_stops_and_resumes(tmp_path):
+    script = ROOT / "examples" / "lightning_classifier.py"
+    common = [str(tmp_path / "pack"), "--size", "32", "--batch-size", "32", "--workers", "0", "--checkpoint", str(tmp_path / "l.ckpt"),
+              "--checkpoint-every", "20"]
+    first = subprocess.run([sys.executable, str(script), *common, "--demo", str(tmp_path / "src"), "--max-steps", "20"],
+                           capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "val accuracy" in first.stdout and "img/s" in first.stdout
+    assert "step 20: Loader at epoch 1, 128 samples of it consumed" in first.stdout  # 16 steps an epoch
+    again = subprocess.run([sys.executable, str(script), *common, "--resume", "--max-steps", "22"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "step 22: Loader at epoch 1, 192 samples of it consumed (resumed from" in again.stdout  # on from step 20
