@@ -177,23 +177,28 @@ def test_progress_is_reported_when_asked(packs, capsys):
 
 
 RACE = """
-import sys, time
+import os, sys, time
+from pathlib import Path
 from dataprep.images.dataset import InMemoryImageDataset
-start = float(sys.argv[2])
-time.sleep(max(0.0, start - time.time()))  # all racers attach at the same moment
-ds = InMemoryImageDataset(sys.argv[1], cache="shm")
+pack, room, n = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+
+def barrier(name):  # every racer waits here until all n have arrived, however slow their start was
+    (room / f"{name}-{os.getpid()}").touch()
+    deadline = time.time() + 120
+    while len(list(room.glob(name + "-*"))) < n and time.time() < deadline:
+        time.sleep(0.002)
+
+barrier("ready")  # past the imports: the attaches below race for real
+ds = InMemoryImageDataset(pack, cache="shm")
 print(ds.segment, ds._cached.segment.created, flush=True)
-time.sleep(0.5)  # stay attached while the others arrive
+barrier("attached")  # nobody detaches (and so removes the segment) before all have attached
 """
 
 
-def test_racing_processes_fill_once_and_never_deadlock(packs):
-    import time
-
-    start = time.time() + 2.0
-    procs = [subprocess.Popen([sys.executable, "-c", RACE, str(packs["varsize"]), str(start)],
+def test_racing_processes_fill_once_and_never_deadlock(packs, tmp_path):
+    procs = [subprocess.Popen([sys.executable, "-c", RACE, str(packs["varsize"]), str(tmp_path), "4"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
-    outs = [p.communicate(timeout=60) for p in procs]
+    outs = [p.communicate(timeout=180) for p in procs]
     assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
     lines = [o.split() for o, _ in outs]
     assert len({seg for seg, _ in lines}) == 1

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make
 
 
 def dry(target: str, stamp: Path, *args: str) -> list[str]:
-    out = subprocess.run(["make", "-n", target, f"STAMP={stamp}", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(["make", "--no-print-directory", "-n", target, f"STAMP={stamp}", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return out.stdout.splitlines()
 
@@ -39,7 +39,7 @@ def test_the_demo_installs_the_package_alone_and_the_tests_add_their_extras(tmp_
     assert not any(".[" in ln for ln in demo)  # no extra at all: test, dask and DALI are for the tests
     test = dry("test", stamp)
     extras = [".[test]", ".[dask]", ".[lightning]"] + ([".[dali]"] if (platform.system(), platform.machine()) == ("Linux", "x86_64") else [])
-    assert installs(test)[-len(extras) - 1:] == ["."] + extras and test[-1].rstrip().endswith("-m pytest")
+    assert installs(test)[-len(extras) - 1:] == ["."] + extras and "-m pytest" in test[-1]
     assert installs(dry("test", stamp, "EXTRAS=test"))[-2:] == [".", ".[test]"]
 
 
