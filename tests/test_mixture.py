@@ -124,3 +124,23 @@ def test_bad_mixtures_are_refused(tmp_path):
 
     with pytest.raises(DataprepError, match="one kind"):
         Mixture([Tagged(0, 10), Other(1, 10)], [1, 1])
+
+
+def test_mixture_orders_crops_and_flips_draw_from_separate_streams():
+    """A member's shuffle must not be a crop's draw of the same samples (they once shared keys: crop areas
+    then grew with the position in the epoch), and two members' sample i must not get one box."""
+    from dataprep.images.crops import RandomResizedCrop, flips
+    from dataprep.serve.mixture import member_seed
+
+    mix = Mixture([Tagged(0, 4000), Tagged(1, 4000)], [0.5, 0.5], seed=0)
+    member, index, m_epoch = mix.locate(np.arange(len(mix)), 0)
+    first = index[member == 0]  # member 0's samples in the order the mixture serves them
+    plan = RandomResizedCrop(8)
+    boxes = plan.boxes(np.full(len(first), 100), np.full(len(first), 100), (member_seed(0, 0), 0), first)
+    area = boxes[:, 2] * boxes[:, 3]
+    assert abs(np.corrcoef(np.arange(len(first)), area)[0, 1]) < 0.05  # no trend along the epoch
+    same = np.arange(4000)
+    a = plan.boxes(np.full(4000, 100), np.full(4000, 100), (member_seed(0, 0), 0), same)
+    b = plan.boxes(np.full(4000, 100), np.full(4000, 100), (member_seed(0, 1), 0), same)
+    assert np.mean((a == b).all(1)) < 0.01
+    assert 0.48 < np.mean(flips((member_seed(0, 0), 0), same) == flips((member_seed(0, 1), 0), same)) < 0.52

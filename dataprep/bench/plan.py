@@ -178,7 +178,7 @@ def parts_from_pack(pack: str | Path, split: str = "train", crop: tuple[int, int
         n = context or DEFAULT_CONTEXT
         dt = "int64"
         parts = [Part("x", (n,), dt), Part("y", (n,), dt)]
-        notes = [f"planned at: windows of {n} tokens" + ("" if context else f" (TokenDataset's default; --context to change)")
+        notes = [f"planned at: windows of {n} tokens" + ("" if context else " (TokenDataset's default; --context to change)")
                  + f", served as int64; TokenDataset(dtype='stored') serves them as {first.np_dtype.name}"]
     else:
         parts, notes = _row_parts(fields, m)

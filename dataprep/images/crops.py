@@ -18,7 +18,6 @@ from ..serve import draws
 
 _ATTEMPTS = 10
 _INTERPOLATIONS = ("bilinear", "nearest", "bicubic")
-_FLIP_STREAM = 7_000_001  # the flip's draws are a stream of their own, apart from every crop's
 
 
 def _size(size) -> tuple[int, int]:
@@ -67,14 +66,14 @@ class RandomResizedCrop:
         out = np.zeros((len(idx), 4), np.int64)
         done = np.zeros(len(idx), bool)
         for a in range(_ATTEMPTS):
-            target = area * (self.scale[0] + draws.uniform((*key, 4 * a), idx) * (self.scale[1] - self.scale[0]))
-            aspect = np.exp(lo + draws.uniform((*key, 4 * a + 1), idx) * (hi - lo))
+            target = area * (self.scale[0] + draws.uniform((draws.CROP, *key, 4 * a), idx) * (self.scale[1] - self.scale[0]))
+            aspect = np.exp(lo + draws.uniform((draws.CROP, *key, 4 * a + 1), idx) * (hi - lo))
             w = np.round(np.sqrt(target * aspect)).astype(np.int64)
             h = np.round(np.sqrt(target / aspect)).astype(np.int64)
             ok = ~done & (w > 0) & (w <= ww) & (h > 0) & (h <= hh)
             if ok.any():
-                top = draws.integers((*key, 4 * a + 2), idx[ok], hh[ok] - h[ok] + 1)
-                left = draws.integers((*key, 4 * a + 3), idx[ok], ww[ok] - w[ok] + 1)
+                top = draws.integers((draws.CROP, *key, 4 * a + 2), idx[ok], hh[ok] - h[ok] + 1)
+                left = draws.integers((draws.CROP, *key, 4 * a + 3), idx[ok], ww[ok] - w[ok] + 1)
                 out[ok] = np.stack([top, left, h[ok], w[ok]], 1)
                 done |= ok
             if done.all():
@@ -114,7 +113,7 @@ class CenterCrop:
 
 def flips(key: tuple[int, ...], idx) -> np.ndarray:
     """Which samples are flipped horizontally (p = 0.5), from (key, index)."""
-    return draws.bits((*key, _FLIP_STREAM), idx) >> np.uint64(63) == 1
+    return draws.bits((draws.FLIP, *key), idx) >> np.uint64(63) == 1
 
 
 def flip_into(row: np.ndarray) -> None:

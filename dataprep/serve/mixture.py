@@ -27,7 +27,7 @@ class Mixture:
     """Datasets of one kind served as one, in proportion to `weights`.
 
     Args:
-        datasets: two or more datasets whose batch layouts match (token packs of one context, image
+        datasets: datasets whose batch layouts match (token packs of one context, image
             packs of one size or served with one crop, ...).
         weights: positive numbers, normalised to sum to 1.
         seed: the key of each member's shuffles.
@@ -137,10 +137,10 @@ class Mixture:
         computed per position (serve/draws.permuted: no memory, a few microseconds a sample more)."""
         n = int(self.lengths[m])
         if n > PERMUTATION_LIMIT:
-            return draws.permuted(n, (self.seed, m, e), k)
+            return draws.permuted(n, (draws.MIXTURE, self.seed, m, e), k)
         cache = self.__dict__.setdefault("_orders", {})
         if cache.get(m, (None,))[0] != e:
-            order = np.argsort(draws.bits((self.seed, m, e), np.arange(n)), kind="stable").astype(np.int32 if n < 2**31 else np.int64)
+            order = np.argsort(draws.bits((draws.MIXTURE, self.seed, m, e), np.arange(n)), kind="stable").astype(np.int32 if n < 2**31 else np.int64)
             cache[m] = (e, order)
         return cache[m][1][k]
 
@@ -153,13 +153,16 @@ class Mixture:
         self.epoch = int(epoch)
 
     def __getitem__(self, i):
+        """Position i of `set_epoch`'s epoch, as the Loader (seed 0) serves it: a tuple of tensors, one per
+        key of the members' batch layout (a label is a 0-d tensor)."""
+        import torch
+
         if not -self.samples <= int(i) < self.samples:
             raise IndexError(f"index {i} out of range for a mixture epoch of {self.samples}")
-        member, index, m_epoch = self.locate([int(i) % self.samples], self.epoch)
-        d = self.datasets[int(member[0])]
-        if hasattr(d, "set_epoch"):
-            d.set_epoch(int(m_epoch[0]))
-        return d[int(index[0])]
+        req = Request(epoch=self.epoch)
+        out = {k: np.empty((1, *shape), np.dtype(dt)) for k, (shape, dt) in self.batch_layout(req).items()}
+        self.fill_batch(np.array([int(i) % self.samples]), out, req)
+        return tuple(torch.from_numpy(v[0]) for v in out.values())
 
     def worker_init(self) -> None:
         for d in self.datasets:
@@ -182,7 +185,7 @@ class Mixture:
         r = request or Request()
         _, index, _, groups = self._locate(idx, r.epoch)
         for m, e, rows in groups:
-            req = Request(e, r.seed, r.resolution, r.crop, r.flip)
+            req = Request(e, member_seed(r.seed, m), r.resolution, r.crop, r.flip)
             a, b = int(rows[0]), int(rows[-1]) + 1
             if b - a == len(rows):
                 self.datasets[m].fill_batch(index[a:b], {k: v[a:b] for k, v in out.items()}, req)
@@ -191,6 +194,12 @@ class Mixture:
             self.datasets[m].fill_batch(index[rows], part, req)
             for k, v in out.items():
                 v[rows] = part[k]
+
+
+def member_seed(seed: int, member: int) -> int:
+    """Member m's own seed for its per-sample draws (crops, flips, windows): sample i of two members in one
+    member epoch must not get one box."""
+    return int(draws.bits((draws.MIXTURE, int(seed), int(member)), 0)) >> 1
 
 
 def _tree(members: list[int], weights: np.ndarray):

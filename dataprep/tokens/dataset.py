@@ -105,19 +105,20 @@ class TokenDataset(Dataset):
             return (n - 1) // self.context
         return int(self.samples or (n - 1) // self.context)
 
-    def starts(self, idx, epoch: int | None = None) -> np.ndarray:
+    def starts(self, idx, epoch: int | None = None, seed: int = 0) -> np.ndarray:
         """Window starts of samples `idx` in `epoch` [default: set_epoch's]: sequential windows in order, or
-        random starts drawn from (seed, epoch, index), so any worker, batch or resumed run draws the same."""
+        random starts drawn from (the dataset's seed, the Loader's `seed`, epoch, index), so any worker,
+        batch or resumed run draws the same; indexing the dataset draws as a Loader of seed 0 does."""
         idx = np.asarray(idx, np.int64) % len(self)
         if self.mode == "sequential":
             return idx * self.context
         epoch = self.epoch if epoch is None else epoch
-        return draws.integers((self.seed, int(epoch)), idx, len(self.data.tokens) - self.context)
+        return draws.integers((draws.TOKENS, self.seed, int(seed), int(epoch)), idx, len(self.data.tokens) - self.context)
 
-    def _gather(self, idx, epoch: int | None = None) -> np.ndarray:
+    def _gather(self, idx, epoch: int | None = None, seed: int = 0) -> np.ndarray:
         if self.data.guard:
             self.data.guard.check()
-        return self.data.tokens[self.starts(idx, epoch)[..., None] + np.arange(self.context + 1)]
+        return self.data.tokens[self.starts(idx, epoch, seed)[..., None] + np.arange(self.context + 1)]
 
     def _windows(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         w = self._gather(idx)
@@ -150,7 +151,8 @@ class TokenDataset(Dataset):
 
     def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray], request: Request | None = None) -> None:
         """The windows of samples `idx` in the request's epoch."""
-        w = self._gather(idx, (request or Request()).epoch)
+        request = request or Request()
+        w = self._gather(idx, request.epoch, request.seed)
         out["x"][: len(idx)] = w[:, :-1]
         out["y"][: len(idx)] = w[:, 1:]
 
