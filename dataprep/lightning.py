@@ -34,10 +34,10 @@ class _TrainerLoader(Loader):
 
     trainer = None
 
-    def __iter__(self):
+    def _begin(self) -> tuple[int, int]:  # at the epoch's first batch, when current_epoch is the one to serve
         if self._resume is None and self.trainer is not None:
             self.set_epoch(int(self.trainer.current_epoch))
-        return super().__iter__()
+        return super()._begin()
 
 
 class PackDataModule(pl.LightningDataModule):

@@ -196,3 +196,35 @@ def test_the_lightning_example_trains_stops_and_resumes(tmp_path):
     again = subprocess.run([sys.executable, str(script), *common, "--resume", "--max-steps", "22"], capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "step 22: Loader at epoch 1, 192 samples of it consumed (resumed from" in again.stdout  # on from step 20
+
+
+@pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty")
+def test_a_run_resumed_from_an_end_of_epoch_checkpoint_serves_the_next_epoch(index_pack, tmp_path):
+    """Lightning restores no loader state from a checkpoint taken at an epoch's end, and makes (and drops)
+    an iterator while setting up: the epoch must still be the trainer's, not a repeat of the last one."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    def run(ckpt=None, callbacks=()):
+        model = Recorder()
+        trainer(max_epochs=3, limit_val_batches=0, callbacks=list(callbacks), enable_checkpointing=bool(callbacks)).fit(
+            model, PackDataModule(index_pack, batch_size=4, num_workers=0, normalize=None), ckpt_path=ckpt)
+        return model.seen
+
+    def saver(d):
+        return ModelCheckpoint(dirpath=tmp_path / d, filename="e{epoch}", save_top_k=-1, save_on_train_epoch_end=True)
+
+    whole = run(callbacks=[saver("a")])
+    rest = run(ckpt=next((tmp_path / "a").glob("e*0.ckpt")), callbacks=[saver("a")])
+    assert rest == whole[5:] and rest[:5] != whole[:5]  # epochs 1 and 2, not epoch 0 again
+
+
+def test_a_plain_loader_under_lightning_serves_the_trainers_epochs(index_pack):
+    class Plain(pl.LightningDataModule):
+        def train_dataloader(self):
+            return dataprep.Loader(dataprep.InMemoryImageDataset(index_pack), 4, shuffle=True)
+
+    model = Recorder()
+    trainer(max_epochs=2, limit_val_batches=0).fit(model, Plain())
+    expect = dataprep.Loader(dataprep.InMemoryImageDataset(index_pack), 4, shuffle=True)
+    orders = [expect.epoch_order(e).tolist() for e in (0, 1)]
+    assert [i for b in model.seen for i in b] == orders[0] + orders[1]  # epoch 0 first: the set-up iterator used none

@@ -336,11 +336,20 @@ class Loader:
 
     # -- iterating --------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        """The next epoch (or the rest of a restored one), chosen at the first `next()`, not here: an
+        iterator made and thrown away (Lightning makes one while setting up) uses up no epoch."""
+        return self._run()
+
+    def _begin(self) -> tuple[int, int]:
+        """(epoch, start position) of the epoch about to be served."""
         if self._resume is not None:
             epoch, start = self._resume
             self._resume = None
-        else:
-            epoch, start = self._next_epoch, 0
+            return epoch, start
+        return self._next_epoch, 0
+
+    def _run(self):
+        epoch, start = self._begin()
         self._next_epoch = epoch + 1
         if hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
@@ -350,7 +359,7 @@ class Loader:
         layout = self._layout(req)
         batches, after = self._plan(epoch, start) if self.sampler is None else self._sampler_plan(epoch, start)
         self._state = (epoch, start)
-        return self._serve(epoch, req, layout, batches, after)
+        yield from self._serve(epoch, req, layout, batches, after)
 
     def _sampler_plan(self, epoch: int, start: int) -> tuple[list[np.ndarray], list[int]]:
         order = self.epoch_order(epoch)[start:]
