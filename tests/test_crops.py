@@ -254,3 +254,28 @@ def test_crops_and_flips_do_not_depend_on_workers_or_runs(packs, workers):
     base = batches(0)
     assert torch.equal(batches(workers), base) and torch.equal(batches(0), base)
     assert not torch.equal(batches(0, seed=8), base)
+
+
+@pytest.mark.parametrize("size", [48, (30, 50), (96, 40)])
+def test_random_boxes_through_reduced_decodes_keep_the_floor(packs, size):
+    """Random boxes and non-square outputs: reduced decodes whose box is still 2x the output or more on one
+    side (the residual shrink goes through an area step) stay within 32 dB of the full-decode reference."""
+    jpeg = dataprep.InMemoryImageDataset(packs["jpeg"])
+    plan = RandomResizedCrop(size)
+    oh, ow = plan.size
+    fulls = [decoded(jpeg, i) for i in range(len(jpeg))]
+    scores, paths = [], {}
+    for epoch in range(4):
+        loader = Loader(jpeg, len(jpeg), crop=plan, layout="nhwc", indices=True, seed=epoch)
+        x, _, idx = next(iter(loader))
+        boxes = plan.boxes(jpeg.shapes[idx, 0], jpeg.shapes[idx, 1], (epoch, 0), idx.numpy())
+        for k, i in enumerate(idx.tolist()):
+            t, l, h, w = boxes[k]
+            ref = cv2.resize(np.ascontiguousarray(fulls[i][t : t + h, l : l + w]), (ow, oh),
+                             interpolation=cv2.INTER_AREA if h * w > oh * ow else cv2.INTER_LINEAR)
+            scores.append(psnr(x[k].numpy(), ref))
+        for p, n in jpeg.decode_paths.items():
+            paths[p] = paths.get(p, 0) + n
+        jpeg.decode_paths.clear()
+    assert set(paths) - {"full"}, paths  # reduced decodes were taken
+    assert min(scores) >= 32.0, sorted(scores)[:5]

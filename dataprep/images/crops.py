@@ -100,7 +100,8 @@ class CenterCrop:
         self.interpolation = _interpolation(interpolation)
 
     def resized(self, size: int) -> "CenterCrop":
-        return CenterCrop(size, None, self.interpolation)
+        """The same plan at another size, its resize scaled alike (256/224 stays 256/224)."""
+        return CenterCrop(size, int(round(size * self.resize / max(self.size))), self.interpolation)
 
     def __repr__(self) -> str:
         return f"CenterCrop({self.size}, resize={self.resize})"
@@ -168,8 +169,16 @@ def warp_into(pixels: np.ndarray, box, out: np.ndarray) -> None:
     t, l, bh, bw = (float(v) for v in box)
     sy, sx = bh / oh, bw / ow
     if sy >= 2 or sx >= 2:
-        top, left = int(round(t)), int(round(l))
-        out[...] = resize_to(pixels[top : top + max(1, int(round(bh))), left : left + max(1, int(round(bw)))], (oh, ow), "bilinear")
+        # area-shrink the whole pixels around the box to about 1.5x the output first (resize maps the window
+        # onto the intermediate linearly, so the box's place in it is exact), then warp from there
+        h, w = pixels.shape[:2]
+        y0, x0 = max(0, int(np.floor(t))), max(0, int(np.floor(l)))
+        y1, x1 = min(h, int(np.ceil(t + bh))), min(w, int(np.ceil(l + bw)))
+        ih = max(1, int(round((y1 - y0) * 1.5 / sy))) if sy >= 2 else y1 - y0
+        iw = max(1, int(round((x1 - x0) * 1.5 / sx))) if sx >= 2 else x1 - x0
+        small = resize_to(pixels[y0:y1, x0:x1], (ih, iw), "bilinear")
+        ky, kx = ih / (y1 - y0), iw / (x1 - x0)
+        warp_into(small, ((t - y0) * ky, (l - x0) * kx, bh * ky, bw * kx), out)
         return
     m = np.array([[sx, 0.0, l + 0.5 * sx - 0.5], [0.0, sy, t + 0.5 * sy - 0.5]])
     src = pixels if pixels.flags.c_contiguous else np.ascontiguousarray(pixels)

@@ -328,7 +328,7 @@ class InMemoryImageDataset(Dataset):
         if res != self.resolution:
             return
         h, w = (int(v) for v in self._shapes[:, :2].max(0)) if len(self._shapes) else (0, 0)
-        if size[0] > h and size[1] > w:
+        if size[0] > h or size[1] > w:
             raise DataprepError(f"{self.pack}/{self.split}: a {size[0]}x{size[1]} crop is larger than every stored image "
                                 f"(at most {h}x{w} px); serve a smaller size or build the pack larger")
 
