@@ -77,13 +77,14 @@ class PackDataModule(pl.LightningDataModule):
         self.crop, self.val_crop, self.flip, self.schedule = crop, val_crop, flip, schedule
         self.cache = cache or ("shm" if images else "ram")
         self.dataset_kwargs = dict(dataset_kwargs or {})
-        if normalize == "imagenet":
-            normalize = (IMAGENET_MEAN, IMAGENET_STD)
+        if normalize == "imagenet":  # a grayscale pack gets the channels' averages
+            gray = images and bool(self.manifest.get("settings", {}).get("image", {}).get("grayscale"))
+            normalize = ((sum(IMAGENET_MEAN) / 3,), (sum(IMAGENET_STD) / 3,)) if gray else (IMAGENET_MEAN, IMAGENET_STD)
         self.normalize = normalize if images else None
         self.dtype = dtype
         self._norm: Normalize | None = None
         self.train_set = self.val_set = None
-        self._loaders: list[Loader] = []
+        self._loaders: dict[str, Loader] = {}
 
     # -- the kinds that take other arguments --------------------------------------------------------
     @classmethod
@@ -117,7 +118,7 @@ class PackDataModule(pl.LightningDataModule):
         loader = _TrainerLoader(self.train_set, self.batch_size, shuffle=True, seed=self.seed, num_workers=self.num_workers,
                                 drop_last=self.drop_last, crop=self.crop, flip=self.flip, schedule=self.schedule, **self._ranks())
         loader.trainer = self.trainer
-        self._loaders.append(loader)
+        self._keep("train", loader)
         return loader
 
     def val_dataloader(self) -> Loader | Sequence:
@@ -125,8 +126,15 @@ class PackDataModule(pl.LightningDataModule):
         if self.val_set is None:
             return []
         loader = Loader(self.val_set, self.batch_size, num_workers=self.num_workers, crop=self.val_crop, **self._ranks())
-        self._loaders.append(loader)
+        self._keep("val", loader)
         return loader
+
+    def _keep(self, role: str, loader: Loader) -> None:
+        """One live loader per role: a reloaded one (reload_dataloaders_every_n_epochs) stops the one before."""
+        old = self._loaders.pop(role, None)
+        if old is not None:
+            old.close()
+        self._loaders[role] = loader
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         """Image batches become normalised floats here, on the device, channels-last."""
@@ -139,6 +147,6 @@ class PackDataModule(pl.LightningDataModule):
         return (self._norm(images), *batch[1:])
 
     def teardown(self, stage: str | None = None) -> None:
-        for loader in self._loaders:
+        for loader in self._loaders.values():
             loader.close()
-        self._loaders = []
+        self._loaders = {}

@@ -279,3 +279,13 @@ def test_random_boxes_through_reduced_decodes_keep_the_floor(packs, size):
         jpeg.decode_paths.clear()
     assert set(paths) - {"full"}, paths  # reduced decodes were taken
     assert min(scores) >= 32.0, sorted(scores)[:5]
+
+
+def test_the_gpu_crop_scales_by_the_inputs_range_and_checks_channels():
+    idx = torch.arange(4)
+    for dtype, top in ((torch.uint8, 255), (torch.uint16, 65535)):
+        images = torch.full((4, 1, 32, 32), top, dtype=dtype)
+        out = dataprep.gpu.RandomResizedCrop(16)(images, idx, 0)
+        assert out.shape == (4, 1, 16, 16) and torch.allclose(out, torch.ones_like(out))  # [0, 1] either way
+    with pytest.raises(ValueError, match="3 values for a batch of 1 channels"):
+        dataprep.gpu.RandomResizedCrop(16, mean=(1.0, 2.0, 3.0), std=(1.0, 1.0, 1.0))(torch.zeros((4, 1, 32, 32), dtype=torch.uint8), idx, 0)

@@ -23,7 +23,8 @@ from .crops import flips
 class RandomResizedCrop(torch.nn.Module):
     """`crop(images, indices, epoch)`: images uint8 (N, C, H, W) (any memory format, any device), indices
     the batch's sample indices (`Loader(..., indices=True)` yields them); returns (N, C, size, size) in
-    `dtype`, channels-last, normalised with (mean, std) in 0-255 units when given, else scaled to [0, 1].
+    `dtype`, channels-last, normalised with (mean, std) in the input's units when given, else scaled to
+    [0, 1] from the input's range (0-255 for uint8, 0-65535 for uint16).
     """
 
     def __init__(self, size, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), flip: bool = False, seed: int = 0,
@@ -33,8 +34,9 @@ class RandomResizedCrop(torch.nn.Module):
         self.plan = CropPlan(size, scale, ratio)
         self.flip, self.seed, self.dtype = flip, int(seed), dtype
         self.max_supersample, self.chunk = max(1, int(max_supersample)), max(1, int(chunk))
+        self.normalize = mean is not None or std is not None
         mean = torch.tensor(mean if mean is not None else [0.0], dtype=torch.float32).view(1, -1, 1, 1)
-        std = torch.tensor(std if std is not None else [255.0], dtype=torch.float32).view(1, -1, 1, 1)
+        std = torch.tensor(std if std is not None else [1.0], dtype=torch.float32).view(1, -1, 1, 1)
         self.register_buffer("scale_", 1.0 / std, persistent=False)
         self.register_buffer("shift_", -mean / std, persistent=False)
 
@@ -63,6 +65,10 @@ class RandomResizedCrop(torch.nn.Module):
         work = torch.float16 if dev.type == "cuda" and self.dtype == torch.float16 else torch.float32
         out = torch.empty((n, c, oh, ow), dtype=self.dtype, device=dev).contiguous(memory_format=torch.channels_last)
         scale, shift = self.scale_.to(dev, work), self.shift_.to(dev, work)
+        if not self.normalize:  # to [0, 1] from the input's own range (uint8 or uint16 packs)
+            scale = scale / (65535.0 if images.dtype == torch.uint16 else 255.0)
+        elif scale.shape[1] not in (1, c):
+            raise ValueError(f"mean/std have {scale.shape[1]} values for a batch of {c} channels")
         for a in range(0, n, self.chunk):
             b = min(n, a + self.chunk)
             x = images[a:b].to(work)
