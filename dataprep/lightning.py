@@ -34,6 +34,16 @@ class _TrainerLoader(Loader):
 
     trainer = None
 
+    def load_state_dict(self, state) -> None:
+        """As Loader's, but a world-size change in the middle of an epoch is refused: Lightning counts the
+        restored epoch's steps against a length it read before the restore, so the epoch would end early
+        (and samples go untrained) or late. Resume mid-epoch on as many devices, or from an epoch's end."""
+        if isinstance(state, dict) and state.get("samples_consumed") and int(state.get("world_size", 1)) != self.world_size:
+            raise DataprepError(f"this checkpoint was taken mid-epoch on {state['world_size']} rank(s); resuming it on "
+                                f"{self.world_size} would skip or repeat samples under Lightning: resume on "
+                                f"{state['world_size']} device(s), or from a checkpoint taken at an epoch's end")
+        super().load_state_dict(state)
+
     def _begin(self) -> tuple[int, int]:  # at the epoch's first batch, when current_epoch is the one to serve
         if self._resume is None and self.trainer is not None:
             self.set_epoch(int(self.trainer.current_epoch))

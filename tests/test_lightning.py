@@ -228,3 +228,16 @@ def test_a_plain_loader_under_lightning_serves_the_trainers_epochs(index_pack):
     expect = dataprep.Loader(dataprep.InMemoryImageDataset(index_pack), 4, shuffle=True)
     orders = [expect.epoch_order(e).tolist() for e in (0, 1)]
     assert [i for b in model.seen for i in b] == orders[0] + orders[1]  # epoch 0 first: the set-up iterator used none
+
+
+def test_a_mid_epoch_world_size_change_is_refused_under_lightning(index_pack):
+    from dataprep.lightning import _TrainerLoader
+
+    ds = dataprep.InMemoryImageDataset(index_pack)
+    one = dataprep.Loader(ds, 2, shuffle=True)
+    it = iter(one)
+    next(it)
+    with pytest.raises(DataprepError, match="mid-epoch on 1 rank"):
+        _TrainerLoader(ds, 2, shuffle=True, rank=0, world_size=2).load_state_dict(one.state_dict())
+    list(it)  # at the epoch's end a new world size is fine
+    _TrainerLoader(ds, 2, shuffle=True, rank=0, world_size=2).load_state_dict(one.state_dict())

@@ -305,3 +305,20 @@ def test_datasets_take_slices(packs):
     tokens = dataprep.TokenDataset(packs["tokens"], context=8)
     assert torch.equal(tokens[1:4][0], tokens[[1, 2, 3]][0])
     assert tokens.vocab_size == 300 and 0 <= tokens.eot_id < 300
+
+
+def test_len_of_a_restored_epoch_counts_the_saved_runs_batches_and_the_rest(packs):
+    ds = dataprep.InMemoryImageDataset(packs["index"])
+    one = Loader(ds, 2, shuffle=True)
+    it = iter(one)
+    for _ in range(3):
+        next(it)
+    state = one.state_dict()  # 6 of 18 consumed on 1 rank
+    two = Loader(ds, 2, shuffle=True, rank=0, world_size=2)
+    two.load_state_dict(state)
+    served = len(list(two))
+    assert served == 3 and len(Loader(ds, 2, rank=0, world_size=2)) == 5  # 12 left: 3 global batches of 4
+    two.load_state_dict(state)
+    assert len(two) == 3 + served  # the saved run's 3 batches, then this rank's 3
+    list(two)
+    assert len(two) == 5  # the restored epoch is over: whole epochs again

@@ -130,6 +130,7 @@ class Loader:
         self._outstanding: dict[tuple[int, int, int], tuple[int, np.ndarray]] = {}  # (gen, batch, worker) -> (slot, idx)
         self._gen = 0
         self._prefetched = None  # (key, thread, result) of the next epoch's order, drawn in the background
+        self._resumed_len = None  # len() while a restored epoch is served (see __len__)
         if schedule is not None and num_workers and getattr(dataset, "cache", None) == "ram" \
                 and len(set(getattr(dataset, "resolutions", []))) > 1:
             warnings.warn("a schedule over a multi-resolution pack with cache='ram': each worker loads each resolution "
@@ -143,7 +144,7 @@ class Loader:
         return self._state[0]
 
     def set_epoch(self, epoch: int) -> None:
-        self._next_epoch, self._resume, self._state = int(epoch), None, (int(epoch), 0)
+        self._next_epoch, self._resume, self._state, self._resumed_len = int(epoch), None, (int(epoch), 0), None
         if hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(int(epoch))
 
@@ -212,6 +213,12 @@ class Loader:
             after.append(n)
         return batches, after
 
+    def _plan_sizes(self, n: int, start: int) -> list[int]:
+        """The sizes of this rank's batches from global position `start` of an epoch of n samples."""
+        g = self.world_size * self.batch_size
+        full, tail = (n - start) // g, (n - start) % g
+        return [self.batch_size] * full + ([-(-tail // self.world_size)] if tail and not self.drop_last else [])
+
     def padding(self, epoch: int = 0) -> int:
         """How many samples of a whole epoch are served twice to give every rank equal batches."""
         if self.sampler is not None or self.drop_last:
@@ -220,7 +227,11 @@ class Loader:
         return (-tail) % self.world_size if tail else 0
 
     def __len__(self) -> int:
-        """Batches of a whole epoch on this rank."""
+        """Batches of a whole epoch on this rank; for a restored epoch, the batches the saved run had
+        served (counted in its own batches) plus those this Loader has left to serve of it, so a training
+        loop that counts steps (Lightning does) ends the epoch where the Loader does, on any world size."""
+        if self._resumed_len is not None:
+            return self._resumed_len
         if self.sampler is not None:
             n = len(self.sampler)
             return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
@@ -264,6 +275,11 @@ class Loader:
         self.seed = int(state["seed"])
         epoch, consumed = int(state["epoch"]), int(state["samples_consumed"])
         self._resume, self._state, self._next_epoch = (epoch, consumed), (epoch, consumed), epoch
+        if self.sampler is None and consumed:
+            done = consumed // (int(state["world_size"]) * int(state["batch_size"]))
+            self._resumed_len = done + len(self._plan_sizes(total, consumed))
+        else:
+            self._resumed_len = None
         if hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
 
@@ -384,6 +400,7 @@ class Loader:
                     self._prefetch(epoch + 1)
                 yield view + ((torch.from_numpy(batches[b].copy()),) if self.indices else ())
         self._state = (epoch + 1, 0)
+        self._resumed_len = None  # the restored epoch is over: whole epochs from here
 
     # -- workers ------------------------------------------------------------------------------------
     def _start(self, ring: dict[str, np.ndarray]) -> None:
