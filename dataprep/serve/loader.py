@@ -173,7 +173,9 @@ class Loader:
     def _order_of(self, epoch: int) -> np.ndarray:
         """The epoch's order, drawn by the thread `_prefetch` started during the epoch before when it was
         this one (a permutation of 1M samples takes ~50 ms: hidden behind the previous epoch's batches).
-        The thread is always joined here, so none is running when workers are forked."""
+        The thread is always joined here, so none is running when this Loader forks its workers (another
+        Loader started in the middle of this one's epoch may fork while it runs: the thread holds no lock
+        a forked worker needs)."""
         pending, self._prefetched = self._prefetched, None
         if pending is not None:
             key, thread, box = pending
