@@ -33,6 +33,40 @@ def spread(n: int, limit: int | None) -> np.ndarray | None:
     return np.unique(np.linspace(0, n - 1, limit).round().astype(np.int64))
 
 
+def spread_by_class(labels, limit: int | None) -> np.ndarray | None:
+    """Indices of `limit` labelled items in their order: every class gets at least one when `limit` allows
+    (else `limit` classes spread over the class list get one each), the rest is shared in proportion to
+    the classes' sizes (largest remainders), each class's items spread evenly from first to last. (An even
+    spread over the whole list missed a small class between large ones.) None: take them all."""
+    labels = np.asarray(labels)
+    n = len(labels)
+    if limit is None or limit >= n:
+        return None
+    classes, counts = np.unique(labels, return_counts=True)
+    quota = np.zeros(len(classes), np.int64)
+    if limit < len(classes):
+        if limit:
+            quota[spread(len(classes), limit)] = 1
+    else:
+        room = counts - 1
+        share = (limit - len(classes)) * room / max(int(room.sum()), 1)
+        quota = 1 + np.floor(share).astype(np.int64)
+        left = limit - int(quota.sum())
+        for c in np.argsort(-(share - np.floor(share)), kind="stable"):  # largest remainders, within each class's size
+            if left <= 0:
+                break
+            if quota[c] < counts[c]:
+                quota[c] += 1
+                left -= 1
+    picked = [np.zeros(0, np.int64)]
+    for c, q in zip(classes, quota):
+        members = np.flatnonzero(labels == c)
+        if q:
+            sub = spread(len(members), int(q))
+            picked.append(members if sub is None else members[sub])
+    return np.sort(np.concatenate(picked))
+
+
 @dataclass
 class SplitSource:
     """One split: paths relative to the source root, and their labels, in pack order."""
@@ -43,11 +77,11 @@ class SplitSource:
     unlabeled: list[str] = field(default_factory=list)  # listed files with no label (reported as skipped)
 
     def limited(self, limit: int | None) -> "SplitSource":
-        """A deterministic sample of `limit` files spread evenly over the split (so every class shows up)."""
-        idx = spread(len(self.paths), limit)
+        """A deterministic sample of `limit` files in which every class shows up (`spread_by_class`)."""
+        idx = spread_by_class(self.labels, limit)
         if idx is None:
             return self
-        return SplitSource(self.name, [self.paths[i] for i in idx], self.labels[idx], [])
+        return SplitSource(self.name, [self.paths[i] for i in idx], np.asarray(self.labels)[idx], [])
 
     def skipped_before(self) -> list[dict]:
         """Files listed but not built, as skipped-sample records."""

@@ -151,3 +151,22 @@ def test_class_folders_named_like_splits_are_refused_unless_allowed(tmp_path):
     (only / "cat").mkdir()
     (only / "cat" / "y.JPEG").write_bytes(b"x")
     assert scan_folder(only).classes == ["cat", "test"]  # one class named like a split among others is a class
+
+
+def test_limit_keeps_a_small_class_between_large_ones():
+    """--limit 4 over classes of 100, 2 and 100 files: an even spread over the whole split picked none of
+    the middle class; every class shows up, the rest shared by size, each class spread first to last."""
+    import numpy as np
+
+    from dataprep.sources import SplitSource, spread
+
+    labels = np.array([0] * 100 + [1] * 2 + [2] * 100)
+    split = SplitSource("train", [f"c{c}/{i}" for i, c in enumerate(labels)], labels)
+    naive = labels[spread(len(labels), 4)]
+    assert 1 not in naive  # negative control: what the whole-split spread did
+    for limit, expect in ((4, [2, 1, 1]), (3, [1, 1, 1]), (10, [5, 1, 4]), (2, [1, 0, 1])):
+        got = split.limited(limit)
+        assert np.bincount(got.labels, minlength=3).tolist() == expect
+        assert got.paths == sorted(got.paths, key=split.paths.index)  # pack order kept
+    first_class = [p for p in split.limited(10).paths if p.startswith("c0/")]
+    assert first_class[0] == "c0/0" and first_class[-1] == "c0/99"  # spread from first to last

@@ -18,7 +18,7 @@ from ..images.field import ImageField
 from ..pack.fields import LabelField, StringsField
 from ..pack.manifest import write_manifest
 from ..settings import BuildSettings
-from ..sources import Source, spread
+from ..sources import Source, spread, spread_by_class
 from .field import volume_field
 from .read import read_volume, to_stored
 from .resample import RESAMPLE_MODES, resample
@@ -149,7 +149,7 @@ class VolumeSplit:
     unpaired: list[dict]
 
     def limited(self, limit: int | None) -> "VolumeSplit":
-        idx = spread(len(self.paths), limit)
+        idx = spread_by_class(self.labels, limit) if self.labels is not None else spread(len(self.paths), limit)
         if idx is None:
             return self
         return VolumeSplit(self.name, [self.paths[i] for i in idx], self.labels[idx], [self.masks[i] for i in idx], [])
