@@ -11,6 +11,14 @@ from dataprep.synthetic import write_tree
 CORPUS = Path(os.environ.get("DATAPREP_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus"))
 
 
+def own_segments(base) -> set[str]:
+    """This test session's shared-memory segments: those holding a pack under `base` (its temporary
+    directory). Other runs on a shared machine have segments of their own, which are none of our business."""
+    from dataprep.serve.shm import describe_segments
+
+    return {s["path"] for s in describe_segments() if s["pack"].startswith(str(base))}
+
+
 def corpus_dir(*parts: str) -> Path:
     p = CORPUS.joinpath(*parts)
     if not p.exists():

@@ -15,6 +15,7 @@ from dataprep.pack.backends import read_manifest
 from dataprep.images.build import build_images
 from dataprep.serve import cache as cache_mod
 from dataprep.serve import shm as shm_mod
+from .conftest import own_segments
 from dataprep.images.dataset import InMemoryImageDataset
 from dataprep.errors import DataprepError, PackError
 from dataprep.pack.fields import Segments
@@ -41,11 +42,12 @@ def packs(index_tree, tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def no_leftover_segments():
-    before = set(shm_mod.list_segments())
+def no_leftover_segments(tmp_path_factory):
+    base = tmp_path_factory.getbasetemp()
+    before = own_segments(base)
     yield
     gc.collect()
-    assert set(shm_mod.list_segments()) == before, "a test left a shared-memory segment behind"
+    assert own_segments(base) == before, "a test left a shared-memory segment behind"
 
 
 @pytest.mark.parametrize("kind", ["raw", "jpeg", "varsize"])

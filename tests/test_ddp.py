@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dataprep.images.build import build_images
-from dataprep.serve import shm as shm_mod
+from .conftest import own_segments
 from dataprep.settings import BuildSettings
 from dataprep.images.settings import ImageSettings
 from dataprep.sources import scan_imagenet
@@ -26,7 +26,7 @@ def free_port() -> int:
 def test_two_ranks_see_disjoint_indices_over_one_copy(index_tree, tmp_path, mode):
     pack = tmp_path / "p"
     build_images(scan_imagenet(index_tree), pack, BuildSettings(shard_size=5), ImageSettings(size=32, resize="center-crop", mode="raw"))
-    before = set(shm_mod.list_segments())
+    before = own_segments(tmp_path)
     out = tmp_path / "ranks.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
            "--master_port", str(free_port()), str(Path(__file__).with_name("ddp_check.py")), str(pack), mode, str(out)]
@@ -41,4 +41,4 @@ def test_two_ranks_see_disjoint_indices_over_one_copy(index_tree, tmp_path, mode
     if mode == "shm":
         assert ranks[0]["segment"] == ranks[1]["segment"] is not None  # one copy on the node
     gc.collect()
-    assert set(shm_mod.list_segments()) == before  # the last rank removed it
+    assert own_segments(tmp_path) == before  # the last rank removed it

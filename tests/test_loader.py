@@ -108,7 +108,7 @@ def test_a_killed_worker_is_an_error_within_seconds(packs):
     with pytest.raises(WorkerError, match=r"died \(exit code -9\) while filling batch 3 .*13"):
         for _ in Loader(ds, 4, num_workers=2):
             pass
-    assert time.time() - t0 < 10
+    assert time.time() - t0 < 60  # a hang would wait out the 300 s timeout; a loaded machine may take a while
 
 
 def test_a_worker_exception_names_the_batch(packs):
@@ -162,8 +162,10 @@ def test_ctrl_c_stops_the_workers(packs):
 
     p = subprocess.Popen([sys.executable, "-c", CTRL_C, str(packs["raw"])], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "started"
-    time.sleep(1.0)
-    kids = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
+    deadline, kids = time.time() + 60, []
+    while len(kids) < 2 and time.time() < deadline:  # the workers are up (however slow the machine)
+        kids = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()
+        time.sleep(0.05)
     assert len(kids) >= 2
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=20)
