@@ -54,6 +54,7 @@ def index_pack(tmp_path_factory, index_tree):
 
 
 @needs_dali
+@pytest.mark.corpus
 def test_cpu_pipeline_matches_opencv_on_the_real_corpus(corpus_pack):
     ds = InMemoryImageDataset(corpus_pack, decode="none")
     ref = InMemoryImageDataset(corpus_pack, decode="cv2", as_numpy=True)
@@ -147,6 +148,7 @@ def test_refusals(tmp_path, index_tree, index_pack):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @needs_dali
+@pytest.mark.corpus
 def test_mixed_pipeline_matches_the_cpu_one(corpus_pack):  # pragma: no cover - runs only on a GPU machine
     kw = dict(augment=DaliAugment.eval(160, resize=None), normalize=DaliNormalize.pixels(), last_batch="partial")
     gpu = DaliImageLoader(corpus_pack, 64, device_id=0, **kw)

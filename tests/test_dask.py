@@ -93,6 +93,7 @@ def _run(*args) -> object:
 
 
 @needs_dask
+@pytest.mark.corpus
 def test_corpus_build_on_a_real_cluster_is_byte_identical_to_local(cluster, tmp_path):
     address, _, sched_file = cluster
     src = corpus_dir("images")
@@ -111,6 +112,7 @@ def test_corpus_build_on_a_real_cluster_is_byte_identical_to_local(cluster, tmp_
 
 
 @needs_dask
+@pytest.mark.corpus
 def test_a_worker_killed_mid_build_loses_nothing(cluster, tmp_path):
     address, workers, _ = cluster
     from dataprep.engine.dask import DaskEngine
@@ -145,6 +147,7 @@ def test_a_worker_killed_mid_build_loses_nothing(cluster, tmp_path):
 
 
 @needs_dask
+@pytest.mark.corpus
 def test_tokenize_and_table_on_the_engine_match_local(tmp_path):
     text = corpus_dir("text")
     tok = corpus_dir("tokenizer", "tokenizer.json")

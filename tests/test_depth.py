@@ -81,6 +81,7 @@ def test_reduction_to_8_bits_is_round_x_over_257_for_every_pixel(deep_tree, tmp_
     assert np.array_equal(to_depth(np.arange(256, dtype=np.uint8), 16).astype(np.int64), np.arange(256) * 257)
 
 
+@pytest.mark.corpus
 def test_corpus_16_bit_files(tmp_path):
     """The corpus's 16-bit grey PNG and TIFF decode exactly (checked against Pillow's own I;16 decode), and
     its 16-bit RGB PNG is read at 16 bits (Pillow's RGB mode would have cut them) and scaled to 8 as documented."""

@@ -93,6 +93,7 @@ def _nearest_reference(src: np.ndarray, h: int, w: int) -> np.ndarray:
     return src[np.ix_(ys, xs)]
 
 
+@pytest.mark.corpus
 def test_real_masks_hold_only_their_source_values(tmp_path):
     img_dir, msk_dir = _real_pairs(tmp_path)
     _build(pair_by_stem(img_dir, msk_dir), tmp_path / "p", 192, "shorter", "encoded")

@@ -258,6 +258,7 @@ def test_a_long_document_comes_in_bounded_pieces_cut_at_whitespace(tmp_path):
 
 
 @pytest.mark.parametrize("tokenizer", ["bpe", "wordpiece"])
+@pytest.mark.corpus
 def test_a_long_document_encodes_to_the_ids_of_the_whole_document(tmp_path, tokenizer, bpe_pack):
     """Pieces cut at whitespace give the ids whole-document encoding gives, for tokenizers that split words
     at whitespace (byte-level BPE, WordPiece); one end-of-text id ends the document."""
@@ -280,6 +281,7 @@ def test_a_long_document_encodes_to_the_ids_of_the_whole_document(tmp_path, toke
 
 
 @pytest.mark.slow
+@pytest.mark.corpus
 def test_a_20_mb_single_line_document_stays_within_bounded_memory(tmp_path):
     """It peaked at 3.3 GB when a line was read and encoded whole; now pieces of --chunk-mb bound it."""
     import subprocess
