@@ -65,6 +65,7 @@ def test_npy_and_tiff_volumes_round_trip_exactly_with_labels(vol_tree, tmp_path)
 def test_depth_8_scales_and_windows_map_linearly(vol_tree, tmp_path):
     root, want = vol_tree
     ds = _build(root, tmp_path / "p8", depth=8)
+    assert len(ds) == 6  # the loop below checks every volume (none skipped)
     for i in range(len(ds)):
         src = want[ds.sources[i]].astype(np.float64)
         assert np.array_equal(ds[i][0], np.floor(src / 257 + 0.5).astype(np.uint8))
@@ -83,11 +84,12 @@ def test_resampling_to_one_shape(vol_tree, tmp_path):
     ds = _build(root, tmp_path / "lin", shape=(4, 10, 12))
     m = json.loads((tmp_path / "lin" / "manifest.json").read_text())
     assert m["fields"]["volume"]["layout"] == "fixed" and m["fields"]["volume"]["shape"] == [4, 10, 12]
+    assert len(ds) == 6  # the loop below checks every volume (none skipped)
     for i in range(len(ds)):
         vol, _ = ds[i]
         src = want[ds.sources[i]]
         assert vol.shape == (4, 10, 12) and vol.dtype == np.uint16
-        assert abs(float(vol.mean()) - float(src.mean())) < 0.02 * 65535  # an average, not a pick
+        assert _area_error(vol, src) <= 1, ds.sources[i]  # an average, not a pick (exactly: see below)
     labels = np.random.default_rng(0).choice(np.array([0, 3, 9, 400], np.uint16), (7, 13, 17))
     (tmp_path / "lab").mkdir()
     np.save(tmp_path / "lab" / "seg.npy", labels)
@@ -96,6 +98,57 @@ def test_resampling_to_one_shape(vol_tree, tmp_path):
     assert set(np.unique(out).tolist()) <= {0, 3, 9, 400}
     idx = [((2 * np.arange(n) + 1) * m) // (2 * n) for n, m in zip((14, 6, 20), labels.shape)]
     assert np.array_equal(out, labels[np.ix_(*idx)])
+
+
+def _area_reference(src: np.ndarray, shape: tuple[int, int, int]) -> np.ndarray:
+    """Area average computed directly, in float64: output (a, b, c) is the mean of the input box whose side
+    along each axis is [floor(i m / n), ceil((i + 1) m / n)) (adaptive average pooling's windows)."""
+    win = [[((i * m) // n, -((-(i + 1) * m) // n)) for i in range(n)] for n, m in zip(shape, src.shape)]
+    x = src.astype(np.float64)
+    out = np.empty(shape, np.float64)
+    for a, (d0, d1) in enumerate(win[0]):
+        for b, (h0, h1) in enumerate(win[1]):
+            for c, (w0, w1) in enumerate(win[2]):
+                out[a, b, c] = x[d0:d1, h0:h1, w0:w1].mean()
+    return out
+
+
+def _area_error(vol: np.ndarray, src: np.ndarray) -> float:
+    """Largest difference from the exact area average; the code sums in float32 and rounds, so 1 is allowed."""
+    return float(np.abs(vol.astype(np.float64) - np.rint(_area_reference(src, vol.shape))).max())
+
+
+def _nearest_by_centres(vol, shape, mode="linear"):
+    """The wrong implementation for the negative control: picks one voxel per output (by centres)."""
+    idx = [((2 * np.arange(n) + 1) * m) // (2 * n) for n, m in zip(shape, vol.shape)]
+    return np.ascontiguousarray(vol[np.ix_(*idx)])
+
+
+# Shrinks with whole windows, uneven windows, odd windows (whose centre voxel a pick would hit) and one
+# axis kept; the voxels encode their position (an odd multiple of the linear index mod 2^16: all distinct,
+# not linear, so no pick equals an average).
+_POSITION_CASES = [((8, 12, 16), (4, 6, 8)), ((7, 13, 17), (3, 5, 6)), ((9, 15, 21), (3, 5, 7)),
+                   ((6, 10, 11), (6, 4, 5)), ((5, 19, 23), (2, 7, 9)), ((10, 10, 10), (1, 3, 10))]
+
+
+@pytest.mark.parametrize("impl", ["area", "nearest_by_centres"])
+def test_linear_shrink_is_the_exact_area_average(tmp_path, monkeypatch, impl):
+    if impl == "nearest_by_centres":  # negative control: the check must fail on every case
+        monkeypatch.setattr("dataprep.volumes.build.resample", _nearest_by_centres)
+    errors = []
+    for k, (src_shape, shape) in enumerate(_POSITION_CASES):
+        d = tmp_path / f"c{k}" / "cls"
+        d.mkdir(parents=True)
+        src = ((np.arange(np.prod(src_shape), dtype=np.int64) * 40503) % 65536).astype(np.uint16).reshape(src_shape)
+        np.save(d / "v.npy", src)
+        ds = _build(d.parent, tmp_path / f"p{k}", workers=1, shape=shape)
+        assert len(ds) == 1 and ds[0][0].shape == shape
+        errors.append(_area_error(ds[0][0], src))
+    assert len(errors) == len(_POSITION_CASES)
+    if impl == "area":
+        assert max(errors) <= 1, errors
+    else:
+        assert min(errors) > 1000, errors
 
 
 def test_bad_volumes_are_skipped_with_reasons(tmp_path):
