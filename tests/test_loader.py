@@ -4,6 +4,7 @@ import os
 import signal
 import time
 
+import numpy as np
 import pytest
 import torch
 from torch.utils.data import DistributedSampler
@@ -174,3 +175,29 @@ def test_ctrl_c_stops_the_workers(packs):
     while time.time() < deadline and any(os.path.exists(f"/proc/{k}") for k in kids):
         time.sleep(0.05)
     assert not any(os.path.exists(f"/proc/{k}") for k in kids), "a loader worker outlived Ctrl-C"
+
+
+class Sleepy(InMemoryImageDataset):
+    def fill_batch(self, idx, out, request=None):
+        time.sleep(30)
+
+
+def test_workers_that_send_nothing_are_a_timeout_error(packs):
+    loader = Loader(Sleepy(packs["raw"]), 4, num_workers=2, timeout=1.0)
+    t0 = time.time()
+    with pytest.raises(WorkerError, match=r"no batch from the loader workers in 1 s"):
+        next(iter(loader))
+    assert time.time() - t0 < 20  # the timeout, not the sleep
+    loader.close()
+
+
+def test_a_crop_larger_than_a_sample_pads_it_with_zeros_around_the_centre(packs):
+    ds = InMemoryImageDataset(packs["raw"])  # 32 x 32 samples
+    with pytest.warns(UserWarning, match="padded with zeros"):
+        loader = Loader(ds, 18, crop=(40, 36), layout="nhwc")
+    x, _ = next(iter(loader))
+    assert x.shape == (18, 40, 36, 3)
+    for i in range(18):
+        inner = x[i, 4:36, 2:34].numpy()
+        assert np.array_equal(inner, ds.image(i))  # (40-32)/2 rows, (36-32)/2 columns of padding each side
+        assert x[i, :4].sum() == x[i, 36:].sum() == x[i, :, :2].sum() == x[i, :, 34:].sum() == 0
