@@ -8,6 +8,7 @@ from PIL import Image
 
 from dataprep.images.codec import decode_cv2, decode_pil
 from dataprep.errors import ImageDecodeError
+from dataprep.images import resize
 from dataprep.images.decode import decode_source, sniff
 from dataprep.images.process import process_image
 from dataprep.images.settings import ImageSettings
@@ -100,15 +101,77 @@ def test_grayscale_source_in_colour_pack_and_colour_source_in_gray_pack():
     assert d.pixels.shape == (40, 40, 1) and d.keepable is False
 
 
-def test_large_jpeg_takes_the_reduced_scale_path_and_matches_full_decode():
-    src = photo_like(6, 1536, 2048)
-    data = _jpeg(src)
-    settings = ImageSettings(size=256)
-    p = process_image_from_bytes(data, settings)
-    full = cv2.resize(src, (341, 256), interpolation=cv2.INTER_AREA)
+def _large_source():
+    """A 2048x1536 photo with a 24-px checkerboard over it: each square is 4 px once stored at 256, so the wrong
+    filter (nearest, bilinear, cubic), a 1-px shift or a crop off the centre moves many pixels a long way."""
+    y, x = np.mgrid[0:1536, 0:2048]
+    board = ((y // 24 + x // 24) % 2 * 120).astype(np.uint8)
+    return (photo_like(6, 1536, 2048) // 2 + board[..., None]).astype(np.uint8)
+
+
+def _check_large_jpeg(data, src, monkeypatch):
+    """The build's pixels for a large JPEG equal an area resize of the full picture (mean abs diff < 1.5; the
+    draft path scores 0.48, bilinear 3.5, nearest 5.8, cubic 12.5, a 1-px shift 31), and they were made from
+    libjpeg's 1/4-scale decode (512x384), not a full decode: the resize stage is spied on to see its input."""
+    seen = []
+    scale = resize.scale
+
+    def spy(pixels, geom):
+        seen.append(pixels.shape)
+        return scale(pixels, geom)
+
+    monkeypatch.setattr(resize, "scale", spy)
+    p = process_image_from_bytes(data, ImageSettings(size=256, mode="raw"))  # raw: no re-encode noise
+    assert seen == [(384, 512, 3)], f"the resize stage got {seen}, not the 1/4-scale (draft) decode"
     assert p.shape == (256, 341, 3)
-    got = decode_cv2(p.data, 3)
-    assert np.abs(got.astype(int) - full.astype(int)).mean() < 4
+    full = cv2.resize(src, (341, 256), interpolation=cv2.INTER_AREA)
+    diff = np.abs(p.data.astype(int) - full.astype(int)).mean()
+    assert diff < 1.5, f"mean abs diff {diff:.2f} from an area resize of the full decode"
+
+
+def test_large_jpeg_takes_the_reduced_scale_path_and_matches_full_decode(monkeypatch):
+    src = _large_source()
+    _check_large_jpeg(_jpeg(src), src, monkeypatch)
+
+
+def _wrong_filter(interpolation):
+    def scale(pixels, geom):
+        h, w = geom.scaled
+        return cv2.resize(pixels, (w, h), interpolation=interpolation)
+    return scale
+
+
+def _shifted(scale):
+    return lambda pixels, geom: np.ascontiguousarray(np.roll(scale(pixels, geom), 1, axis=1))
+
+
+def _top_left(scale):
+    def crop(pixels, geom):  # the top-left 98 % of the picture instead of all of it
+        h, w = pixels.shape[:2]
+        return scale(np.ascontiguousarray(pixels[: h * 49 // 50, : w * 49 // 50]), geom)
+    return crop
+
+
+@pytest.mark.parametrize("wrong", ["nearest", "bilinear", "cubic", "1-px shift", "top-left crop", "draft removed"])
+def test_large_jpeg_check_fails_for_a_wrong_implementation(wrong, monkeypatch):
+    """Negative controls: the check above must refuse each of these."""
+    from PIL import JpegImagePlugin
+
+    src = _large_source()
+    data = _jpeg(src)
+    scale = resize.scale
+    if wrong == "draft removed":  # JpegImageFile overrides Image.draft: patch the one the decoder calls
+        monkeypatch.setattr(JpegImagePlugin.JpegImageFile, "draft", lambda self, mode, size=None: None)
+    else:
+        monkeypatch.setattr(resize, "scale", {
+            "nearest": _wrong_filter(cv2.INTER_NEAREST),
+            "bilinear": _wrong_filter(cv2.INTER_LINEAR),
+            "cubic": _wrong_filter(cv2.INTER_CUBIC),
+            "1-px shift": _shifted(scale),
+            "top-left crop": _top_left(scale),
+        }[wrong])
+    with pytest.raises(AssertionError):
+        _check_large_jpeg(data, src, monkeypatch)
 
 
 def process_image_from_bytes(data, settings):

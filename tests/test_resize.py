@@ -36,9 +36,39 @@ def test_apply_pad_centres_the_image_on_black():
     assert out[:25].max() == 0 and out[75:].max() == 0 and out[25:75].min() == 255
 
 
-def test_apply_area_shrink_keeps_mean():
-    rng = np.random.default_rng(0)
-    img = rng.integers(0, 256, (400, 600, 3), dtype=np.uint8)
+def _coordinate_image(h, w):
+    """Pixels that encode their coordinates ((37 x, 53 y, 11 (x + 3 y)) mod 256): every pixel of a 4x4 block
+    differs from its neighbours, so a filter that picks or weights pixels wrongly, or a window off by one
+    source pixel, changes the block averages."""
+    y, x = np.mgrid[0:h, 0:w]
+    return np.stack([(37 * x) % 256, (53 * y) % 256, (11 * (x + 3 * y)) % 256], axis=2).astype(np.uint8)
+
+
+def _check_area_shrink():
+    """A 4x shrink is the exact mean of each 4x4 block, computed here (within 0.5: rounding to uint8)."""
+    img = _coordinate_image(400, 600)
     out = resize.apply(img, resize.plan(400, 600, 100, "shorter"))
     assert out.shape == (100, 150, 3)
-    assert abs(out.mean() - img.mean()) < 0.5
+    ref = img.reshape(100, 4, 150, 4, 3).astype(np.float64).mean(axis=(1, 3))
+    err = np.abs(out - ref).max()
+    assert err <= 0.5, f"largest difference from the 4x4 block means: {err}"
+
+
+def test_apply_area_shrink_is_the_block_average():
+    _check_area_shrink()
+
+
+@pytest.mark.parametrize("wrong", ["nearest", "cubic", "shifted crop"])
+def test_area_shrink_check_fails_for_a_wrong_implementation(wrong, monkeypatch):
+    """Negative controls: nearest and cubic filters, and an area filter over a window one source pixel off."""
+    import cv2
+
+    def scale(pixels, geom):
+        h, w = geom.scaled
+        if wrong == "shifted crop":
+            return cv2.resize(np.roll(pixels, (-1, -1), axis=(0, 1)), (w, h), interpolation=cv2.INTER_AREA)
+        return cv2.resize(pixels, (w, h), interpolation=cv2.INTER_NEAREST if wrong == "nearest" else cv2.INTER_CUBIC)
+
+    monkeypatch.setattr(resize, "scale", scale)  # apply() calls the module's scale
+    with pytest.raises(AssertionError):
+        _check_area_shrink()
