@@ -256,3 +256,24 @@ def test_bad_input_suite(tmp_path):
     assert tiny.shape == (64, 64, 3)  # smaller than the target: not enlarged, padded to the square
     assert (tiny[27:37, 22:42] == (10, 200, 30)).all() and tiny[0, 0].tolist() == [0, 0, 0]
     assert set(ds.labels.tolist()) == {1}
+
+
+def test_resume_with_other_settings_or_inputs_rebuilds_what_changed(tree, tmp_path):
+    """A resume reuses a shard only when its settings and inputs are the ones it was made from: a new size
+    rebuilds every shard, a smaller --limit drops the shards (and files) the new plan lacks; either way
+    the result equals a fresh build with the new options."""
+    out = tmp_path / "out"
+    args = build_args(tree, out)
+    assert cli(*args).exit_code == 0
+    args48 = [a if a != 64 else 48 for a in args]
+    r = cli(*args48, "--resume")
+    assert r.exit_code == 0 and "resumed:" not in r.output, r.output  # no shard of size 64 was taken for one of 48
+    fresh = tmp_path / "fresh"
+    assert cli(*[a if a != 64 else 48 for a in build_args(tree, fresh)]).exit_code == 0
+    assert json.dumps(read_manifest(out)["splits"]) == json.dumps(read_manifest(fresh)["splits"])
+    r = cli(*args48, "--resume", "--limit", 8)
+    assert r.exit_code == 0, r.output
+    limited = tmp_path / "limited"
+    assert cli(*[a if a != 64 else 48 for a in build_args(tree, limited)], "--limit", 8).exit_code == 0
+    assert json.dumps(read_manifest(out)["splits"]) == json.dumps(read_manifest(limited)["splits"])
+    assert sorted(p.name for p in (out / "train").iterdir()) == sorted(p.name for p in (limited / "train").iterdir())
