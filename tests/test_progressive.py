@@ -10,6 +10,7 @@ from torch.utils.data import DataLoader
 from dataprep.images.build import build_images
 from dataprep.cli import main
 from dataprep.images.dataset import InMemoryImageDataset
+from dataprep.images.process import process_levels as _real_levels  # unpatched, for a negative control
 from dataprep.serve.progressive import ResolutionBatchSampler, Schedule
 from dataprep.errors import DataprepError, PackError
 from dataprep.pack.backends import read_manifest
@@ -124,6 +125,9 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
 @pytest.mark.corpus
 @pytest.mark.slow
 def test_real_photos_look_the_same_at_every_size(tmp_path):
+    # Realism only: bilinear and resizing from the source pass these PSNR bounds too. That each size is
+    # made from the next larger with the area filter is pinned exactly, with negative controls, by
+    # test_each_size_is_the_area_resize_of_the_next_larger.
     src = corpus_dir("images")
     build_images(scan_imagenet(src), tmp_path / "p", BuildSettings(workers=2), ImageSettings(sizes=(128, 512)))
     big = InMemoryImageDataset(tmp_path / "p", resolution=512, as_numpy=True)
@@ -136,3 +140,49 @@ def test_real_photos_look_the_same_at_every_size(tmp_path):
     finite = [v for v in values if np.isfinite(v)]
     assert np.mean(finite) >= 30, f"mean PSNR {np.mean(finite):.1f} dB"
     assert np.min(values) >= 25, f"worst PSNR {np.min(values):.1f} dB"
+
+
+def _levels_from_source(path, settings):
+    """Wrong implementation (negative control): every size resized from the decoded source on its own."""
+    from dataclasses import replace
+
+    return [_real_levels(path, replace(settings, sizes=(), size=s))[0] for s in settings.all_sizes]
+
+
+def _bilinear_scale(pixels, geom):
+    """Wrong implementation (negative control): bilinear instead of the area filter."""
+    h, w = geom.scaled
+    if pixels.shape[:2] == (h, w):
+        return pixels
+    return cv2.resize(pixels, (w, h), interpolation=cv2.INTER_LINEAR).reshape(h, w, pixels.shape[2])
+
+
+@pytest.mark.parametrize("impl", ["chain", "from_source", "bilinear"])
+def test_each_size_is_the_area_resize_of_the_next_larger(tmp_path, monkeypatch, impl):
+    # Shrink factors are not 2 (at exactly 2 bilinear is the same 2x2 mean as area); the source is noise, so
+    # rounding after one big shrink differs from rounding after each step. The check is exact equality.
+    if impl == "from_source":
+        monkeypatch.setattr("dataprep.images.process.process_levels", _levels_from_source)
+    elif impl == "bilinear":
+        monkeypatch.setattr("dataprep.images.resize.scale", _bilinear_scale)
+    rng = np.random.default_rng(5)
+    (tmp_path / "src" / "a").mkdir(parents=True)
+    for k, (h, w) in enumerate([(190, 250), (233, 177), (160, 161)]):
+        cv2.imwrite(str(tmp_path / "src" / "a" / f"{k}.png"), rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+    sizes = (96, 40, 17)
+    build_images(scan_folder(tmp_path / "src"), tmp_path / "p", BuildSettings(workers=1), ImageSettings(sizes=sizes, mode="raw"))
+    levels = {s: InMemoryImageDataset(tmp_path / "p", resolution=s, as_numpy=True) for s in sizes}
+    compared = mismatched = 0
+    for larger, smaller in zip(sizes, sizes[1:]):
+        assert len(levels[larger]) == len(levels[smaller]) == 3
+        for i in range(3):
+            big, small = levels[larger].image(i), levels[smaller].image(i)
+            assert min(small.shape[:2]) == smaller  # shorter side at each size
+            want = cv2.resize(big, (small.shape[1], small.shape[0]), interpolation=cv2.INTER_AREA).reshape(small.shape)
+            compared += 1
+            mismatched += not np.array_equal(small, want)
+    assert compared == 6
+    if impl == "chain":
+        assert mismatched == 0
+    else:  # the wrong implementations must be caught on every pair
+        assert mismatched == compared
