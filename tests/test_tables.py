@@ -308,3 +308,21 @@ def test_train_statistics_and_imputation_ignore_the_val_split(tmp_path):
             for d, r in ((tr, rows["train"]), (va, rows["val"])):
                 filled = _every(d)[0][:, 1].numpy()[np.isnan(v[r])]
                 assert len(filled) and np.allclose(filled, np.float32(np.nanmean(train_v)))
+
+
+@pytest.mark.parametrize("float_dtype", ["float16", "float64"])
+def test_missing_value_fill_and_float_dtype_are_what_is_stored(tmp_path, float_dtype):
+    """--missing value puts the given number exactly where values were missing (and nowhere else);
+    --float-dtype is the features' (and a regression target's) stored and served dtype."""
+    df = pd.DataFrame({"a": [1.5, None, 3.25, None, 5.0, 6.0], "b": [0.5, 1.0, None, 2.0, 2.5, 3.0],
+                       "y": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]})
+    path = tmp_path / "t.csv"
+    df.to_csv(path, index=False)
+    build_table([str(path)], tmp_path / "p", TableSettings(target="y", missing="value", fill_value=-7.0,
+                                                           float_dtype=float_dtype), {})
+    ds = TabularDataset(tmp_path / "p")
+    feats, target = ds[list(range(len(ds)))][:1] + ds[list(range(len(ds)))][-1:]
+    assert feats.dtype == getattr(torch, float_dtype) and target.dtype == getattr(torch, float_dtype)
+    expect = df[["a", "b"]].fillna(-7.0).to_numpy()
+    assert np.array_equal(feats.double().numpy(), expect.astype(float_dtype).astype(np.float64))
+    assert np.allclose(target.double().numpy(), df["y"].to_numpy(), atol=1e-3)
