@@ -443,3 +443,28 @@ def test_packs_made_before_the_copy_still_load(tmp_path):
     assert len(ds) > 0 and ds.vocab_size == 284 and len(DocumentDataset(old)) == len(docs)  # it serves as before
     with pytest.raises(PackError, match="predates the tokenizer copy.*/somewhere/tokenizer.json"):
         ds.tokenizer
+
+
+def test_a_vocabulary_over_65536_makes_a_uint32_pack_end_to_end(tmp_path):
+    """Ids above 65,535 need uint32: stored as <u4, served exactly (as int64 windows and documents), with
+    the end-of-text id chosen by --eot after every document."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    vocab = {f"w{i}": i for i in range(70_000)}
+    vocab.update({"[UNK]": 70_000, "[EOT]": 70_001})
+    tok = Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    tok.save(str(tmp_path / "tok.json"))
+    docs = ["w1 w69999 w65536 w70", "w65535 w65537 w2", "w3"]
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    tokenize([str(src)], tmp_path / "p", TokenizeSettings(split="line", eot="[EOT]"), tokenizer=str(tmp_path / "tok.json"))
+    m = read_manifest(tmp_path / "p")
+    assert m["fields"]["tokens"]["dtype"] == "<u4" and m["tokenizer"]["eot_id"] == 70_001
+    got = DocumentDataset(tmp_path / "p")
+    assert [got[i].tolist() for i in range(len(got))] == [tok.encode(d).ids for d in docs]
+    flat = TokenDataset(tmp_path / "p", context=4, mode="sequential").data.tokens
+    assert flat.dtype == np.uint32 and flat.tolist() == [i for d in docs for i in tok.encode(d).ids + [70_001]]
+    assert token_dtype(1 << 16) == np.dtype("<u2") and token_dtype((1 << 16) + 1) == np.dtype("<u4")
