@@ -18,7 +18,7 @@ from dataprep.segmentation.dataset import SegmentationDataset
 from dataprep.errors import DataprepError, ImageDecodeError, SourceError
 from dataprep.serve.loader import Loader
 from dataprep.segmentation.build import build_segmentation
-from dataprep.segmentation.masks import LabelMap
+from dataprep.segmentation.masks import LabelMap, resize_mask
 from dataprep.segmentation.pairs import pair_by_stem, pair_from_file
 from dataprep.settings import BuildSettings
 from dataprep.images.settings import ImageSettings
@@ -51,10 +51,12 @@ def _interior(mask: np.ndarray, r: int = 2) -> np.ndarray:
 @pytest.mark.parametrize("mode,resize,tol", [("raw", "center-crop", 12), ("raw", "pad", 12), ("encoded", "shorter", 40)])
 def test_masks_stay_aligned_with_their_images(scenes, tmp_path, mode, resize, tol):
     """Image and mask encode the same shapes (pixel colour = palette[class]); after scaling, cropping or
-    padding, every interior pixel's colour still names its mask's class."""
+    padding, every interior pixel's colour still names its mask's class. Flat regions cannot show a 1-px
+    shift (one scores 1.000 here): test_masks_and_images_follow_the_exact_geometry pins that exactly."""
     _build(pair_by_stem(*scenes), tmp_path / "p", 96, resize, mode)
-    for split in ("train", "val"):
+    for split, n in (("train", 12), ("val", 4)):
         ds = SegmentationDataset(tmp_path / "p", split, as_numpy=True)
+        assert len(ds) == n
         for i in range(len(ds)):
             img, msk = ds[i]
             assert img.shape[:2] == msk.shape and msk.dtype == np.uint8
@@ -64,6 +66,80 @@ def test_masks_stay_aligned_with_their_images(scenes, tmp_path, mode, resize, to
             assert inner.sum() > 300
             err = np.abs(img.astype(int) - SEG_PALETTE[msk].astype(int)).max(-1)
             assert (err[inner] <= tol).mean() >= 0.995, f"{split} {i}: image and mask disagree"
+
+
+# -- exact geometry: pixels and mask values encode their source coordinates ------------------------
+# (h, w) of each source at size 64 center-crop: landscape and portrait halve exactly (the image is then the
+# 2x2 block mean, the mask the pixel at (2y+1, 2x+1)), and crop 16 px off one axis; the odd-sized one
+# scales by 64/97 and crops an odd margin ((87 - 64) // 2 = 11), where an off-by-one offset is likely.
+_EXACT_SIZES = ((128, 160), (160, 128), (97, 131))
+
+
+def _coordinate_pairs(root: Path) -> tuple[Path, Path]:
+    (root / "img").mkdir(parents=True)
+    (root / "msk").mkdir()
+    for k, (h, w) in enumerate(_EXACT_SIZES):
+        y, x = np.mgrid[0:h, 0:w]
+        img = np.stack([(37 * x) % 256, (53 * y) % 256, (11 * (x + 3 * y) + k) % 256], axis=2).astype(np.uint8)
+        Image.fromarray(img).save(root / "img" / f"{k}.png")
+        Image.fromarray(((x + 7 * y) % 251).astype(np.uint8)).save(root / "msk" / f"{k}.png")  # 251: prime, no aliasing
+    return root / "img", root / "msk"
+
+
+def _check_exact_geometry(tmp_path: Path) -> None:
+    """Each stored mask is the nearest-by-centres resize of its source (exact fractions, computed here), cut
+    at the centre-crop offset computed here ((scaled - size) // 2); each image that halves exactly is the
+    2x2 block mean under the same window. A mask 1 px off its image, or an offset off by one, changes values."""
+    img_dir, msk_dir = _coordinate_pairs(tmp_path / "src")
+    _build(pair_by_stem(img_dir, msk_dir), tmp_path / "p", 64, "center-crop", "raw", workers=1)
+    ds = SegmentationDataset(tmp_path / "p", as_numpy=True)
+    assert len(ds) == len(_EXACT_SIZES)
+    for i in range(len(ds)):
+        k = int(Path(ds.sources[i]).stem)
+        h, w = _EXACT_SIZES[k]
+        sh, sw = (64, round(w * 64 / h)) if h <= w else (round(h * 64 / w), 64)
+        top, left = (sh - 64) // 2, (sw - 64) // 2
+        img, msk = ds[i]
+        assert img.shape == (64, 64, 3) and msk.shape == (64, 64)
+        src_mask = np.asarray(Image.open(msk_dir / f"{k}.png"))
+        want = _nearest_reference(src_mask, sh, sw)[top : top + 64, left : left + 64]
+        assert np.array_equal(msk, want), f"{k}.png: mask differs at {np.argwhere(msk != want)[:3].tolist()}"
+        if (h, w) != (2 * sh, 2 * sw):
+            continue
+        src = np.asarray(Image.open(img_dir / f"{k}.png")).astype(np.float64)
+        blocks = src.reshape(sh, 2, sw, 2, 3).mean(axis=(1, 3))[top : top + 64, left : left + 64]
+        assert np.abs(img - blocks).max() <= 0.5, f"{k}.png: image is not the block mean under the crop"
+
+
+def test_masks_and_images_follow_the_exact_geometry(tmp_path):
+    _check_exact_geometry(tmp_path)
+
+
+def _shifted_mask(mask, geom, pad_value):
+    return np.roll(resize_mask(mask, geom, pad_value), 1, axis=1)
+
+
+def _off_by_one_crop(pixels, geom, fill=0):
+    h, w = pixels.shape[:2]
+    oh, ow = geom.out
+    if (h, w) == (oh, ow):
+        return np.ascontiguousarray(pixels)
+    top, left = min(h - oh, (h - oh) // 2 + 1), min(w - ow, (w - ow) // 2 + 1)  # one past the centre
+    return np.ascontiguousarray(pixels[top : top + oh, left : left + ow])
+
+
+@pytest.mark.parametrize("wrong", ["mask shifted 1 px", "center-crop offset off by one"])
+def test_exact_geometry_check_fails_for_a_wrong_implementation(wrong, tmp_path, monkeypatch):
+    """Negative controls (the build runs with one forked worker, which inherits the patch)."""
+    from dataprep.images import resize as resize_stage
+    from dataprep.segmentation import build as seg_build
+
+    if wrong == "mask shifted 1 px":
+        monkeypatch.setattr(seg_build, "resize_mask", _shifted_mask)
+    else:
+        monkeypatch.setattr(resize_stage, "crop_pad", _off_by_one_crop)  # images and masks both: aligned, but off centre
+    with pytest.raises(AssertionError):
+        _check_exact_geometry(tmp_path)
 
 
 def _real_pairs(root: Path, n: int = 10) -> tuple[Path, Path]:
@@ -351,6 +427,7 @@ def test_16_bit_images_with_their_masks(tmp_path):
     build_segmentation(pair_by_stem(tmp_path / "i", tmp_path / "m"), tmp_path / "p",
                        BuildSettings(workers=1), ImageSettings(size=64, mode="raw", depth=16, grayscale=True))
     ds = SegmentationDataset(tmp_path / "p", as_numpy=True)
+    assert len(ds) == 3
     for i in range(len(ds)):
         img, msk = ds[i]
         depth = want[Path(ds.sources[i]).name]
