@@ -257,17 +257,37 @@ def test_info_verify_and_plan_on_every_kind_and_backend(npy_packs, tmp_path, kin
             assert r.exit_code == 0 and "per batch of 4" in r.output, r.output
 
 
-@pytest.mark.parametrize("fmt", ["hdf5", "zarr"])
-def test_damaged_bytes_load_or_raise_pack_error_never_anything_else(npy_packs, tmp_path, fmt):
-    """Flipped or cut bytes anywhere in an HDF5 file or a Zarr group's files: the dataset either loads
-    (damage inside JPEG bytes, which `verify` finds by checksum) or raises a DataprepError; nothing else."""
+def _skip_checksums(monkeypatch):
+    """Wrong implementation (negative control): the loader ignores verify=True (checksums never checked)."""
+    from dataprep.pack.fields import LoadContext
+
+    class NoVerify(LoadContext):
+        def __post_init__(self):
+            object.__setattr__(self, "verify", False)
+            super().__post_init__()
+
+    monkeypatch.setattr("dataprep.serve.cache.LoadContext", NoVerify)
+
+
+@pytest.mark.parametrize("fmt, mode", [("hdf5", "verify"), ("zarr", "verify"), ("hdf5", "plain"), ("zarr", "plain"),
+                                       ("hdf5", "checksums_skipped")])
+def test_damaged_bytes_load_or_raise_pack_error_never_anything_else(npy_packs, tmp_path, monkeypatch, fmt, mode):
+    """Flipped or cut bytes anywhere in an HDF5 file or a Zarr group's files. With verify=True every damaged
+    pack is refused with a PackError or serves exactly the original bytes and labels. Without it a pack may
+    also load with damage inside JPEG bytes (no checksum is read): then `verify_pack` must report it, and
+    decoding its samples raises a DataprepError or gives an image; nothing else."""
     from dataprep.errors import DataprepError
 
+    if mode == "checksums_skipped":
+        _skip_checksums(monkeypatch)
     good = tmp_path / ("p.h5" if fmt == "hdf5" else "p.zarr")
     convert(npy_packs["encoded"], good, fmt)
+    ref = InMemoryImageDataset(good, as_numpy=True)
+    want = ([ref.stored(i).tobytes() for i in range(len(ref))], ref.labels.tolist())
+    assert len(want[0]) == len(ref) > 0
     files = [good] if fmt == "hdf5" else sorted(p for p in good.rglob("*") if p.is_file())
     rng = np.random.default_rng(7)
-    outcomes = {"loaded": 0, "refused": 0}
+    outcomes = {"refused": 0, "exact": 0, "corrupted": 0}
     for trial in range(40):
         bad = tmp_path / f"bad{trial}{good.suffix}"
         shutil.copytree(good, bad) if good.is_dir() else shutil.copy(good, bad)
@@ -280,11 +300,25 @@ def test_damaged_bytes_load_or_raise_pack_error_never_anything_else(npy_packs, t
                 data[pos] ^= 0xA5
         f.write_bytes(bytes(data))
         try:
-            ds = InMemoryImageDataset(bad, as_numpy=True)
-            for i in range(len(ds)):
-                ds[i]
-            outcomes["loaded"] += 1
-        except DataprepError:
+            ds = InMemoryImageDataset(bad, as_numpy=True, verify=mode != "plain")
+            got = ([ds.stored(i).tobytes() for i in range(len(ds))], ds.labels.tolist())
+        except PackError:
             outcomes["refused"] += 1
+        else:
+            if got == want:
+                outcomes["exact"] += 1
+            else:
+                outcomes["corrupted"] += 1
+                if mode == "plain":  # served without checksums: verify must find it, decoding fails cleanly
+                    assert not verify_pack(bad).ok, f"trial {trial}: damage that loads and verify misses"
+                    for i in range(len(ds)):
+                        try:
+                            ds[i]
+                        except DataprepError:
+                            pass
         shutil.rmtree(bad) if bad.is_dir() else bad.unlink()
-    assert outcomes["refused"] > 0
+    assert sum(outcomes.values()) == 40 and outcomes["refused"] > 0, outcomes
+    if mode == "verify":
+        assert outcomes["corrupted"] == 0, outcomes  # no pack loads and serves corrupted bytes
+    elif mode == "checksums_skipped":  # negative control: the same check must catch the wrong loader
+        assert outcomes["corrupted"] > 0, outcomes
