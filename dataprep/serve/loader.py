@@ -28,11 +28,9 @@ serves the rest of the epoch exactly once.
 """
 from __future__ import annotations
 
-import math
 import mmap
 import multiprocessing as mp
 import os
-import signal
 import threading
 from multiprocessing.connection import wait
 import warnings
@@ -41,9 +39,10 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 import torch
 
-from ..engine.local import exit_with_parent
 from ..errors import DataprepError, WorkerError
+from .order import rank_and_world, rank_batch_count, rank_batches
 from .request import Request
+from .workers import rows, serve_requests
 
 
 STATE_VERSION = 1
@@ -111,7 +110,7 @@ class Loader:
                                 "by weight): pass shuffle=False")
         if num_workers and "fork" not in mp.get_all_start_methods():
             raise DataprepError("Loader workers need the fork start method (Linux); use num_workers=0")
-        self.rank, self.world_size = _rank_and_world(rank, world_size) if sampler is None else (0, 1)
+        self.rank, self.world_size = rank_and_world(rank, world_size) if sampler is None else (0, 1)
         if schedule is not None and isinstance(crop, (tuple, list)):
             raise DataprepError("a schedule sets each epoch's output size: pass crop=dataprep.CenterCrop(size) or "
                                 "dataprep.RandomResizedCrop(size), not a fixed (H, W)")
@@ -194,32 +193,7 @@ class Loader:
 
     def _plan(self, epoch: int, start: int) -> tuple[list[np.ndarray], list[int]]:
         """This rank's batches of `epoch` from global position `start`, and the position after each."""
-        order = self._order_of(epoch)
-        n, w, b = len(order), self.world_size, self.batch_size
-        g = w * b
-        rest = n - start
-        full = max(rest, 0) // g
-        batches, after = [], []
-        for k in range(full):
-            base = start + k * g + self.rank * b
-            batches.append(order[base : base + b])
-            after.append(start + (k + 1) * g)
-        tail = rest - full * g
-        if tail > 0 and not self.drop_last:
-            share = -(-tail // w)
-            extra = share * w - tail  # padded with the epoch's first samples, as DistributedSampler pads
-            last = order[start + full * g :]
-            if extra:
-                last = np.concatenate([last, np.resize(order, extra)])
-            batches.append(last[self.rank * share : (self.rank + 1) * share])
-            after.append(n)
-        return batches, after
-
-    def _plan_sizes(self, n: int, start: int) -> list[int]:
-        """The sizes of this rank's batches from global position `start` of an epoch of n samples."""
-        g = self.world_size * self.batch_size
-        full, tail = (n - start) // g, (n - start) % g
-        return [self.batch_size] * full + ([-(-tail // self.world_size)] if tail and not self.drop_last else [])
+        return rank_batches(self._order_of(epoch), start, self.rank, self.world_size, self.batch_size, self.drop_last)
 
     def padding(self, epoch: int = 0) -> int:
         """How many samples of a whole epoch are served twice to give every rank equal batches."""
@@ -235,10 +209,8 @@ class Loader:
         if self._resumed_len is not None:
             return self._resumed_len
         if self.sampler is not None:
-            n = len(self.sampler)
-            return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
-        n, g = len(self.dataset), self.world_size * self.batch_size
-        return n // g if self.drop_last else math.ceil(n / g)
+            return rank_batch_count(len(self.sampler), 0, 1, self.batch_size, self.drop_last)
+        return rank_batch_count(len(self.dataset), 0, self.world_size, self.batch_size, self.drop_last)
 
     # -- resuming -------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -279,7 +251,7 @@ class Loader:
         self._resume, self._state, self._next_epoch = (epoch, consumed), (epoch, consumed), epoch
         if self.sampler is None and consumed:
             done = consumed // (int(state["world_size"]) * int(state["batch_size"]))
-            self._resumed_len = done + len(self._plan_sizes(total, consumed))
+            self._resumed_len = done + rank_batch_count(total, consumed, self.world_size, self.batch_size, self.drop_last)
         else:
             self._resumed_len = None
         if hasattr(self.sampler, "set_epoch"):
@@ -334,7 +306,7 @@ class Loader:
 
     def _rows(self, layout: dict, slot: int, start: int, n: int) -> dict[str, np.ndarray]:
         """Rows start..start+n of `slot`, shaped as `layout` says (contiguous: one batch is one block)."""
-        return _rows(self._ring, layout, slot, start, n)
+        return rows(self._ring, layout, slot, start, n)
 
     def _view(self, layout: dict, slot: int, n: int) -> tuple[torch.Tensor, ...]:
         """The batch in `slot`, one tensor per key of the dataset's batch layout (images in `layout`)."""
@@ -375,15 +347,12 @@ class Loader:
             self.dataset.set_epoch(epoch)  # for indexing in this process; workers get the epoch with each request
         req = self.request(epoch)
         layout = self._layout(req)
-        batches, after = self._plan(epoch, start) if self.sampler is None else self._sampler_plan(epoch, start)
+        if self.sampler is None:
+            batches, after = self._plan(epoch, start)
+        else:  # a sampler's order is this rank's already
+            batches, after = rank_batches(self.epoch_order(epoch), start, 0, 1, self.batch_size, self.drop_last)
         self._state = (epoch, start)
         yield from self._serve(epoch, req, layout, batches, after)
-
-    def _sampler_plan(self, epoch: int, start: int) -> tuple[list[np.ndarray], list[int]]:
-        order = self.epoch_order(epoch)[start:]
-        n = len(order) - len(order) % self.batch_size if self.drop_last else len(order)
-        batches = [order[i : i + self.batch_size] for i in range(0, n, self.batch_size)]
-        return batches, [start + min(i + self.batch_size, len(order)) for i in range(0, n, self.batch_size)]
 
     def _serve(self, epoch, req, layout, batches, after):
         ring = self._buffers(layout, epoch)
@@ -413,7 +382,7 @@ class Loader:
         for w in range(self.num_workers):
             mine, theirs = ctx.Pipe()
             # the child closes its copies of every parent-side end, so a dead parent is an EOF, never a hang
-            p = ctx.Process(target=_worker, args=(self.dataset, ring, theirs, [mine, *self._pipes], os.getpid()),
+            p = ctx.Process(target=serve_requests, args=(self.dataset, ring, theirs, [mine, *self._pipes], os.getpid()),
                             daemon=True, name=f"dataprep-loader-{w}")
             p.start()
             theirs.close()
@@ -527,49 +496,3 @@ class Loader:
             slot, _ = self._outstanding.pop((gen, b, w))
             return [(gen, b, w, slot)]
         raise DataprepError(f"loader worker failed on batch {msg[2]}: {msg[3]}")
-
-
-def _worker(dataset, ring: dict[str, np.ndarray], conn, parent_ends: list, parent: int) -> None:
-    for end in parent_ends:
-        end.close()
-    exit_with_parent(parent)  # a SIGKILLed trainer leaves no worker behind
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process owns Ctrl-C and stops us
-    if hasattr(dataset, "worker_init"):
-        dataset.worker_init()  # e.g. OpenCV's own thread pool off, for datasets that decode with it
-    torch.set_num_threads(1)
-    while True:
-        try:
-            msg = conn.recv()
-        except EOFError:
-            return
-        if msg is None:
-            return
-        gen, b, slot, start, idx, req, layout = msg
-        try:
-            dataset.fill_batch(idx, _rows(ring, layout, slot, start, len(idx)), req)
-            conn.send(("ok", gen, b))
-        except Exception as e:  # reported with the batch; the main process raises it
-            conn.send(("err", gen, b, f"{type(e).__name__}: {e} (samples {idx[:8].tolist()})"))
-
-
-def _rows(ring: dict[str, np.ndarray], layout: dict, slot: int, start: int, n: int) -> dict[str, np.ndarray]:
-    out = {}
-    for k, (shape, dt) in layout.items():
-        per = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
-        out[k] = ring[k][slot, start * per : (start + n) * per].view(dt).reshape(n, *shape)
-    return out
-
-
-def _rank_and_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """This process's rank and the world size: as given, else from torch.distributed once initialised."""
-    if rank is None and world_size is None:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
-        return 0, 1
-    if rank is None or world_size is None:
-        raise DataprepError("pass both rank and world_size (or neither, to take them from torch.distributed)")
-    if not 0 <= int(rank) < int(world_size):
-        raise DataprepError(f"rank {rank} is not in 0..{int(world_size) - 1}")
-    return int(rank), int(world_size)

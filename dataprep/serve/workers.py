@@ -1,0 +1,46 @@
+"""A Loader worker: takes batch requests from its pipe, fills the requested rows of the shared ring
+with the dataset's `fill_batch`, and says which it finished (or why it could not), until told to stop
+or its parent goes. Forked by serve/loader.py; nothing it needs comes from the dataset's state at fork
+time except the data itself (every request carries serve/request.py's Request).
+"""
+from __future__ import annotations
+
+import signal
+
+import numpy as np
+import torch
+
+from ..engine.local import exit_with_parent
+
+
+def serve_requests(dataset, ring: dict[str, np.ndarray], conn, parent_ends: list, parent: int) -> None:
+    """The worker's life: close the parent's pipe ends, die with the parent, fill batches until told to stop."""
+    for end in parent_ends:
+        end.close()
+    exit_with_parent(parent)  # a SIGKILLed trainer leaves no worker behind
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process owns Ctrl-C and stops us
+    if hasattr(dataset, "worker_init"):
+        dataset.worker_init()  # e.g. OpenCV's own thread pool off, for datasets that decode with it
+    torch.set_num_threads(1)
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg is None:
+            return
+        gen, b, slot, start, idx, req, layout = msg
+        try:
+            dataset.fill_batch(idx, rows(ring, layout, slot, start, len(idx)), req)
+            conn.send(("ok", gen, b))
+        except Exception as e:  # reported with the batch; the main process raises it
+            conn.send(("err", gen, b, f"{type(e).__name__}: {e} (samples {idx[:8].tolist()})"))
+
+
+def rows(ring: dict[str, np.ndarray], layout: dict, slot: int, start: int, n: int) -> dict[str, np.ndarray]:
+    """Rows start..start+n of ring slot `slot`, shaped as `layout` says (one batch is one contiguous block)."""
+    out = {}
+    for k, (shape, dt) in layout.items():
+        per = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        out[k] = ring[k][slot, start * per : (start + n) * per].view(dt).reshape(n, *shape)
+    return out
