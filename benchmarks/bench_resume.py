@@ -101,7 +101,8 @@ def image_packs(base: Path) -> list:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--samples", type=int, default=1_000_000)
-    ap.add_argument("--context", type=int, default=64)
+    ap.add_argument("--context", type=int, default=64, help="the resume and state_dict timings' windows")
+    ap.add_argument("--contexts", default="64,1024", help="token contexts the throughput comparison runs at")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=3.0)
@@ -142,12 +143,14 @@ def main() -> None:
             times.append(time.perf_counter() - t0)
         print(f"state_dict() mid-epoch: median {statistics.median(times) * 1e6:.1f} us (goal < 1 ms)")
 
-        mix = Mixture([ds, TokenDataset(packs[1], context=a.context, samples=a.samples)], [0.7, 0.3])
-        for workers in (0, a.workers):
-            print(f"token windows (a gather: the cheapest batch there is), {workers} workers:")
-            compare({"plain": lambda: Loader(ds, BATCH, shuffle=True, num_workers=workers),
-                     "rank 0 of 2": lambda: Loader(ds, BATCH, shuffle=True, num_workers=workers, rank=0, world_size=2),
-                     "mixture 0.7/0.3": lambda: Loader(mix, BATCH, num_workers=workers)}, a.seconds)
+        for context in (int(c) for c in a.contexts.split(",")):
+            one = TokenDataset(packs[0], context=context, samples=a.samples)
+            mix = Mixture([one, TokenDataset(packs[1], context=context, samples=a.samples)], [0.7, 0.3])
+            for workers in (0, a.workers):
+                print(f"token windows of {context} (int64; a gather, the cheapest batch there is), {workers} workers:")
+                compare({"plain": lambda: Loader(one, BATCH, shuffle=True, num_workers=workers),
+                         "rank 0 of 2": lambda: Loader(one, BATCH, shuffle=True, num_workers=workers, rank=0, world_size=2),
+                         "mixture 0.7/0.3": lambda: Loader(mix, BATCH, num_workers=workers)}, a.seconds)
         images = image_packs(base)
         crop = dict(crop=RandomResizedCrop(56), flip=True)
         imix = Mixture(images, [0.7, 0.3])

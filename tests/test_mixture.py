@@ -144,3 +144,41 @@ def test_mixture_orders_crops_and_flips_draw_from_separate_streams():
     b = plan.boxes(np.full(4000, 100), np.full(4000, 100), (member_seed(0, 1), 0), same)
     assert np.mean((a == b).all(1)) < 0.01
     assert 0.48 < np.mean(flips((member_seed(0, 0), 0), same) == flips((member_seed(0, 1), 0), same)) < 0.52
+
+
+def test_members_that_fill_rows_in_place_serve_what_the_buffered_path_serves(tmp_path, monkeypatch):
+    """Token members write their scattered rows straight into the batch (`fills_rows`); the result must be
+    what the buffered path (fill a part, scatter it) gives, and what each member serves for the sample
+    `locate` names, for runs of positions (the Loader's case) and for scattered positions alike."""
+    from dataprep.serve.request import Request
+    from dataprep.tokens.tokenize import TokenizeSettings, tokenize
+
+    packs = []
+    for name, text in (("a", "alpha beta gamma delta " * 300), ("b", "one two three four five " * 300)):
+        (tmp_path / f"{name}.txt").write_text(text)
+        tokenize([str(tmp_path / f"{name}.txt")], tmp_path / name, TokenizeSettings(), train_bpe_vocab=280)
+        packs.append(dataprep.TokenDataset(tmp_path / name, context=8, samples=300))
+    mix = dataprep.Mixture(packs, [0.6, 0.4], seed=5)
+    req = Request(epoch=3, seed=7)
+
+    def batch(idx):
+        out = {k: np.full((len(idx), *s), -1, d) for k, (s, d) in mix.batch_layout(req).items()}
+        mix.fill_batch(idx, out, req)
+        return out
+
+    run, scattered = np.arange(100, 228), np.random.default_rng(1).permutation(len(mix))[:128]
+    for idx in (run, scattered):
+        direct = batch(idx)
+        member, index, m_epoch = mix.locate(idx, 3)
+        assert 0 < (member == 0).sum() < len(idx)  # both members appear, interleaved
+        for k in range(len(idx)):  # every row is its member's sample, drawn with the member's own seed
+            ds = packs[member[k]]
+            w = ds._gather(np.array([index[k]]), int(m_epoch[k]), dataprep.serve.mixture.member_seed(7, int(member[k])))
+            assert direct["x"][k].tolist() == w[0, :-1].tolist() and direct["y"][k].tolist() == w[0, 1:].tolist()
+        monkeypatch.setattr(type(packs[0]), "fills_rows", False)
+        buffered = batch(idx)
+        monkeypatch.undo()
+        assert all((direct[k] == buffered[k]).all() for k in direct)
+    whole = mix.locate(np.arange(len(mix)), 3)  # a run and the same positions scattered: one answer
+    perm = np.random.default_rng(2).permutation(len(mix))
+    assert all((a[perm] == b).all() for a, b in zip(whole, mix.locate(perm, 3)))

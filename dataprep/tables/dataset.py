@@ -132,9 +132,13 @@ class TabularDataset(Dataset):
                 **{k: (self.arrays[k].shape[1:], self.arrays[k].dtype) for k in ("mask", "datetimes") if k in self.arrays}}
         return {k: spec[k] for k in self.fields}
 
-    def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray], request: Request | None = None) -> None:
+    fills_rows = True  # fill_batch takes rows= (a Mixture's members write straight into their batch rows)
+
+    def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray], request: Request | None = None,
+                   rows: np.ndarray | None = None) -> None:
+        at = slice(0, len(idx)) if rows is None else rows
         for key, t in zip(self.fields, self._rows(np.asarray(idx, np.int64))):
-            out[key][: len(idx)] = t.numpy()
+            out[key][at] = t.numpy()
 
     def __getitems__(self, indices: Sequence[int]) -> list[tuple[torch.Tensor, ...]]:
         cols = self.batch(indices)
