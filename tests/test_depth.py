@@ -100,7 +100,15 @@ def test_corpus_16_bit_files(tmp_path):
     assert np.array_equal(rgb8, _scaled(rgb))
 
 
-def test_depth_16_needs_raw_mode_and_serves_uint16_batches(deep_tree, tmp_path):
+def _normalize_at_8_bits(self, x: torch.Tensor) -> torch.Tensor:
+    """Wrong implementation (negative control): the 16-bit batch brought to 8 bits (round(x / 257)) and
+    normalised with the mean and std scaled to 8-bit units. Every value still lies in [-1, 1]."""
+    x8 = torch.from_numpy(_scaled(x.numpy())).to(torch.float32)
+    return torch.addcmul(self.shift, x8, self.scale * 257)
+
+
+@pytest.mark.parametrize("impl", ["right", "at_8_bits"])
+def test_depth_16_needs_raw_mode_and_serves_uint16_batches(deep_tree, tmp_path, monkeypatch, impl):
     with pytest.raises(DataprepError, match="--mode raw"):
         ImageSettings(depth=16)
     root, _ = deep_tree
@@ -108,8 +116,17 @@ def test_depth_16_needs_raw_mode_and_serves_uint16_batches(deep_tree, tmp_path):
     ds = InMemoryImageDataset(tmp_path / "p")
     x, y = ds[[0, 1, 2]]
     assert x.dtype == torch.uint16 and x.shape == (3, 3, 48, 48)
+    stored = np.stack([InMemoryImageDataset(tmp_path / "p", as_numpy=True)[i][0] for i in range(3)]).transpose(0, 3, 1, 2)
+    assert np.array_equal(x.numpy(), stored) and int(stored.max()) > 255  # the batch holds the 16-bit values
+    if impl == "at_8_bits":
+        monkeypatch.setattr(Normalize, "forward", _normalize_at_8_bits)
     out = Normalize(mean=(32767.5,) * 3, std=(32767.5,) * 3)(x)
-    assert out.dtype == torch.float32 and -1.0 <= float(out.min()) and float(out.max()) <= 1.0
+    want = (stored.astype(np.float64) - 32767.5) / 32767.5  # in float64, here
+    err = float(np.abs(out.double().numpy() - want).max())
+    assert out.dtype == torch.float32 and out.shape == x.shape
+    # float32: a few ulps of values in [-1, 1]; the 8-bit path is off by up to 128 / 32767.5 = 0.0039
+    assert (err <= 1e-6) if impl == "right" else (err > 1e-3), err
+    assert -1.0 <= float(out.min()) and float(out.max()) <= 1.0  # all the old check asked: the wrong path passes it
 
 
 def test_cli_depth_option(deep_tree, tmp_path):
