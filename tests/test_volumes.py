@@ -17,7 +17,9 @@ from dataprep.serve.loader import Loader
 from dataprep.settings import BuildSettings
 from dataprep.sources import scan_files
 from dataprep.volumes.build import VolumeSettings, build_volumes
-from dataprep.volumes.read import VOLUME_EXTENSIONS
+from dataprep.images.decode import to_depth
+from dataprep.volumes.read import VOLUME_EXTENSIONS, to_stored
+from dataprep.volumes.resample import resample
 
 
 def _save_tiff(path: Path, vol: np.ndarray) -> None:
@@ -149,6 +151,111 @@ def test_linear_shrink_is_the_exact_area_average(tmp_path, monkeypatch, impl):
         assert max(errors) <= 1, errors
     else:
         assert min(errors) > 1000, errors
+
+
+def _centres(i: np.ndarray, n: int, m: int) -> np.ndarray:
+    """Source position of output voxel i with voxel centres aligned (align_corners=False), clamped at 0."""
+    return np.maximum((i + 0.5) * m / n - 0.5, 0.0)
+
+
+def _corners(i: np.ndarray, n: int, m: int) -> np.ndarray:
+    """The wrong mapping for a negative control: first and last voxels aligned (align_corners=True)."""
+    return i * (m - 1) / max(n - 1, 1)
+
+
+def _trilinear_reference(src: np.ndarray, shape: tuple[int, int, int], where=_centres) -> np.ndarray:
+    """Trilinear interpolation written out per output voxel, in float64: the 8 source voxels around its
+    source position (`where`, per axis; the upper neighbour clamped at the last voxel), each weighted by the
+    product of its three linear weights."""
+    x = src.astype(np.float64)
+    pos = [where(np.arange(n, dtype=np.float64), n, m) for n, m in zip(shape, src.shape)]
+    out = np.empty(shape, np.float64)
+    for a, b, c in np.ndindex(*shape):
+        p = (pos[0][a], pos[1][b], pos[2][c])
+        lo = [min(int(np.floor(v)), m - 1) for v, m in zip(p, src.shape)]
+        hi = [min(k + 1, m - 1) for k, m in zip(lo, src.shape)]
+        t = [v - k for v, k in zip(p, lo)]
+        total = 0.0
+        for dz, dy, dx in np.ndindex(2, 2, 2):
+            w = (t[0] if dz else 1 - t[0]) * (t[1] if dy else 1 - t[1]) * (t[2] if dx else 1 - t[2])
+            total += w * x[(hi if dz else lo)[0], (hi if dy else lo)[1], (hi if dx else lo)[2]]
+        out[a, b, c] = total
+    return out
+
+
+def _rounded(ref: np.ndarray, dtype) -> np.ndarray:
+    """Rounded to the nearest stored value (halves to even: whole factors of 2 make exact halves), clipped."""
+    return np.rint(ref).clip(0, np.iinfo(dtype).max)
+
+
+# Volumes smaller than the target: every axis grows (by whole and by uneven factors), one axis kept, and
+# one grows while another shrinks (still trilinear: only a shrink on every axis is an area average).
+_UPSAMPLE_CASES = [((3, 4, 5), (7, 9, 11)), ((2, 5, 3), (5, 5, 8)), ((4, 6, 6), (8, 12, 18)), ((6, 4, 8), (3, 9, 8))]
+_WRONG_UPSAMPLERS = {
+    "nearest": lambda vol, shape, mode="linear": resample(vol, shape, "nearest"),
+    "align_corners": lambda vol, shape, mode="linear": _rounded(_trilinear_reference(vol, shape, _corners), vol.dtype).astype(vol.dtype),
+}
+
+
+@pytest.mark.parametrize("impl", ["trilinear", *_WRONG_UPSAMPLERS])
+def test_linear_upsampling_is_trilinear_with_centres_aligned(tmp_path, monkeypatch, impl):
+    """A volume smaller than --shape is built to exactly the trilinear interpolation computed here (float64,
+    per voxel); the code works in float32 one axis at a time, so a voxel may round the other way (1 off).
+    Negative controls: nearest sampling and corner-aligned trilinear, patched in, fail the same check."""
+    if impl != "trilinear":
+        monkeypatch.setattr("dataprep.volumes.build.resample", _WRONG_UPSAMPLERS[impl])
+    rng = np.random.default_rng(11)
+    worst, off = [], []  # per case: the largest difference, and the fraction of voxels not equal
+    for k, (src_shape, shape) in enumerate(_UPSAMPLE_CASES):
+        d = tmp_path / f"c{k}" / "cls"
+        d.mkdir(parents=True)
+        src = rng.integers(0, 65536, src_shape, dtype=np.uint16)
+        np.save(d / "v.npy", src)
+        ds = _build(d.parent, tmp_path / f"p{k}", workers=1, shape=shape)
+        assert len(ds) == 1 and ds[0][0].shape == shape and ds[0][0].dtype == np.uint16
+        diff = np.abs(ds[0][0].astype(np.float64) - _rounded(_trilinear_reference(src, shape), np.uint16))
+        worst.append(float(diff.max()))
+        off.append(float((diff > 0).mean()))
+    assert len(worst) == len(_UPSAMPLE_CASES)
+    if impl == "trilinear":  # measured: at most 1 off, in under 1% of voxels
+        assert max(worst) <= 1 and max(off) <= 0.02, (worst, off)
+    else:  # measured: nearest 26904-38608 off in 90-100% of voxels, corner-aligned 12084-29232 in 85-100%
+        assert min(worst) > 1000 and min(off) > 0.5, (worst, off)
+
+
+def _window_8_bits_widened(arr, depth, window, path):
+    """The wrong implementation for the negative control: the window mapped onto 0..255, then widened to 16 bits."""
+    return to_depth(to_stored(arr, 8, window, path), depth)
+
+
+@pytest.mark.parametrize("impl", ["right", "window_at_8_bits"])
+def test_window_with_depth_16_maps_onto_every_16_bit_value(tmp_path, monkeypatch, impl):
+    """`build volumes --window LO,HI` (depth 16, the default) on float CT numbers: each voxel becomes
+    round((x - LO) * 65535 / (HI - LO)), clipped to 0..65535, exactly (computed here in float64)."""
+    from click.testing import CliRunner
+
+    from dataprep.cli import main
+
+    if impl == "window_at_8_bits":
+        monkeypatch.setattr("dataprep.volumes.build.to_stored", _window_8_bits_widened)
+    (tmp_path / "src").mkdir()
+    rng = np.random.default_rng(4)
+    ct = rng.uniform(-1500, 1500, (5, 6, 7)).astype(np.float32)
+    ct.flat[:4] = (-1000.0, 1000.0, -1500.0, 2500.0)  # both ends of the window, and beyond them
+    np.save(tmp_path / "src" / "scan.npy", ct)
+    r = CliRunner().invoke(main, ["build", "volumes", str(tmp_path / "src"), "--out", str(tmp_path / "p"),
+                                  "--window=-1000,1000", "-j", "1", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    m = json.loads((tmp_path / "p" / "manifest.json").read_text())
+    assert m["fields"]["volume"]["dtype"] == "<u2" and m["settings"]["volume"]["window"] == [-1000.0, 1000.0]
+    scaled = (ct.astype(np.float64) + 1000) * 65535 / 2000
+    assert np.abs(scaled - np.floor(scaled) - 0.5).min() > 1e-6  # no voxel halfway between two values
+    want = np.floor(scaled + 0.5).clip(0, 65535).astype(np.uint16)
+    assert want.flat[:4].tolist() == [0, 65535, 0, 65535] and int((want % 257 != 0).sum()) > 100  # not 8-bit values x 257
+    got = VolumeDataset(tmp_path / "p", as_numpy=True)[0]
+    assert got.dtype == np.uint16 and got.shape == ct.shape
+    err = int(np.abs(got.astype(np.int64) - want).max())
+    assert (err == 0) if impl == "right" else (err > 0), err  # the 8-bit window is off by up to 128
 
 
 def test_bad_volumes_are_skipped_with_reasons(tmp_path):
