@@ -116,7 +116,7 @@ class ImageField:
             if img is None:
                 out.append((k, f"{self.name(data)}.npy: does not decode"))
             elif tuple(img.shape) != tuple(shapes[k]):
-                out.append((k, f"{self.name(data)}.npy: decodes to {img.shape}, its shape says {tuple(shapes[k])}"))
+                out.append((k, f"{self.name(data)}.npy: decodes to {img.shape}, its shape says {tuple(int(v) for v in shapes[k])}"))
         return out
 
     @property

@@ -474,8 +474,12 @@ class LabelField(RowsField):
 
     def check(self, arrays: dict[str, Any], deep: bool = False) -> list[str]:
         labels = arrays[self.name]
-        if len(labels) and int(labels.max()) >= self.num_classes:
-            return [f"a label is {int(labels.max())}, but the pack has {self.num_classes} classes"]
+        if not len(labels):
+            return []
+        lo, hi = int(labels.min()), int(labels.max())  # a manifest may declare a signed dtype: below 0 is out too
+        if lo < 0 or hi >= self.num_classes:
+            return [f"{self.name}.npy: a label is {lo if lo < 0 else hi}, but the pack has {self.num_classes} classes "
+                    f"(0 to {self.num_classes - 1})"]
         return []
 
     def describe(self) -> str:
