@@ -108,6 +108,44 @@ def test_progressive_run_reaches_persistent_workers(multires, cache):
     assert set(list_segments()) == before  # segments the workers attached went with them
 
 
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_resolution_batches_under_a_distributed_sampler_partition_each_epoch(multires, shuffle):
+    """Two ranks, each a ResolutionBatchSampler over its own DistributedSampler: in every epoch their
+    batches hold each of the 18 indices exactly once between them, every pair carries that epoch's size from
+    the schedule, and what a DataLoader serves for a rank's batches is those samples at that size.
+    set_epoch reaches the DistributedSampler: another order each epoch when shuffling, else rank r's
+    indices r, r + 2, ... (DistributedSampler's documented split)."""
+    from torch.utils.data.distributed import DistributedSampler
+
+    ds = InMemoryImageDataset(multires, resolution=16)
+    schedule = Schedule.table(ds.resolutions, {0: 16, 1: 24, 3: 32})
+    sizes = [16, 24, 24, 32]  # the table above, epoch by epoch
+    samplers = [ResolutionBatchSampler(DistributedSampler(range(18), num_replicas=2, rank=r, shuffle=shuffle, seed=3), 4, schedule)
+                for r in range(2)]
+    orders = []
+    for epoch, size in enumerate(sizes):
+        ranks = []
+        for rank, sampler in enumerate(samplers):
+            sampler.set_epoch(epoch)
+            batches = list(sampler)
+            assert len(batches) == len(sampler) == 3 and [len(b) for b in batches] == [4, 4, 1]  # 9 of 18 each
+            assert {r for b in batches for r, _ in b} == {size}
+            ranks.append([i for b in batches for _, i in b])
+            if not shuffle:
+                assert ranks[-1] == list(range(rank, 18, 2))
+            if epoch in (0, 3):  # served: those samples, at this epoch's size
+                served = list(DataLoader(ds, batch_sampler=sampler))
+                assert len(served) == len(batches)
+                for b, (images, labels) in zip(batches, served):
+                    assert images.shape == (len(b), 3, size, size)
+                    assert [decode_index(im.permute(1, 2, 0).numpy()) for im in images] == [i for _, i in b]
+                    assert labels.tolist() == [i // 6 for _, i in b]
+        assert sorted(ranks[0] + ranks[1]) == list(range(18))  # a partition: together every index, once
+        orders.append(ranks)
+    assert len(orders) == len(sizes)
+    assert (len({str(o) for o in orders}) == len(sizes)) if shuffle else all(o == orders[0] for o in orders)
+
+
 def test_cli_sizes_and_verify(index_tree, tmp_path):
     r = CliRunner().invoke(main, ["build", "imagenet", str(index_tree), "--sizes", "24,12", "--out", str(tmp_path / "p"), "-j", "1"])
     assert r.exit_code == 0, r.output
