@@ -207,3 +207,64 @@ def test_center_crop_summary_says_how_many_were_padded(index_tree, tmp_path):
     r = run("build", "folder", index_tree / "train", "--out", tmp_path / "p", "--size", 48, "--resize", "center-crop",
             "--upscale", "--overwrite", "-j", 1)
     assert "train: 6 of 18 images were smaller than 48 px and enlarged to it (--upscale)" in r.output and "padded" not in r.output
+
+
+# -- a flat val folder labelled by a Kaggle-style CSV -------------------------------------------------------
+# ImageId -> the wnid of its first box, in no sorted order; the second box of another class must not count
+_VAL = {"ILSVRC2012_val_00000001": "n00000002", "ILSVRC2012_val_00000002": "n00000000", "ILSVRC2012_val_00000003": "n00000001",
+        "ILSVRC2012_val_00000004": "n00000002", "ILSVRC2012_val_00000005": "n00000000"}
+
+
+def _kaggle_tree(root):
+    """Kaggle's layout: ILSVRC/Data/CLS-LOC/{train/<wnid>/, val/*.JPEG}; val image n (in _VAL's order) is an
+    index image of 100 + n, and one more val image has no row in the CSV. Gives SRC."""
+    from PIL import Image
+
+    from dataprep.synthetic import index_image, write_tree
+
+    src = write_tree(root / "ILSVRC" / "Data" / "CLS-LOC", classes=3, per_class=2, sizes=((16, 16),), kind="index", ext=".png")
+    (src / "val").mkdir()
+    for n, image_id in enumerate([*_VAL, "ILSVRC2012_val_00000099"]):
+        Image.fromarray(index_image(100 + n, 20, 24)).save(src / "val" / f"{image_id}.JPEG", quality=95)
+    return src
+
+
+def _solution_csv(path, table):
+    others = {"n00000000": "n00000001", "n00000001": "n00000002", "n00000002": "n00000000"}
+    path.write_text("ImageId,PredictionString\n" + "".join(f"{k},{w} 1 2 3 4 {others[w]} 5 6 7 8\n" for k, w in table.items()))
+    return path
+
+
+def _check_val_labels(pack):
+    from dataprep.images.dataset import InMemoryImageDataset
+    from dataprep.synthetic import decode_index
+
+    ds = InMemoryImageDataset(pack, "val", as_numpy=True)
+    assert len(ds) == len(_VAL) and ds.classes == ["n00000000", "n00000001", "n00000002"]
+    order = list(_VAL)
+    for i in range(len(ds)):
+        image_id = ds.sources[i].split("/")[-1].rsplit(".", 1)[0]
+        assert int(ds.labels[i]) == ds.classes.index(_VAL[image_id]), ds.sources[i]
+        assert decode_index(ds[i][0]) == 100 + order.index(image_id), ds.sources[i]  # the label sits with its image
+
+
+@pytest.mark.parametrize("where", ["beside SRC", "--val-labels"])
+def test_build_imagenet_labels_a_flat_val_from_a_kaggle_csv(tmp_path, where):
+    """`dataprep build imagenet` end to end: with LOC_val_solution.csv beside SRC (in its parent) it is found;
+    three levels up (Kaggle's layout) it must be named with --val-labels, which wins over a file beside SRC.
+    Every val sample's label is its row's first wnid, and sits with its own image."""
+    src = _kaggle_tree(tmp_path)
+    args = ["build", "imagenet", src, "--out", tmp_path / "p", "--size", 16, "--mode", "raw", "-j", 1, "--no-progress"]
+    if where == "beside SRC":
+        csv = _solution_csv(src.parent / "LOC_val_solution.csv", _VAL)
+    else:
+        csv = _solution_csv(tmp_path / "LOC_val_solution.csv", _VAL)
+        r = run(*args)
+        assert r.exit_code == 1 and "pass --val-labels" in r.output, r.output
+        _solution_csv(src.parent / "LOC_val_solution.csv", dict.fromkeys(_VAL, "n00000001"))  # a decoy beside SRC
+        args += ["--val-labels", csv]
+    r = run(*args)
+    assert r.exit_code == 0, r.output
+    assert f"val labels: {csv}" in r.output and "val: 5 of 6 images written" in r.output and "skipped: 1 no label" in r.output, r.output
+    assert read_manifest(tmp_path / "p")["source"]["val_labels"] == str(csv.resolve())
+    _check_val_labels(tmp_path / "p")

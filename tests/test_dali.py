@@ -73,6 +73,100 @@ def test_cpu_pipeline_matches_opencv_on_the_real_corpus(corpus_pack):
     assert worst <= 2.0, f"mean absolute difference up to {worst:.2f} against OpenCV"
 
 
+# -- the eval preset's geometry on images larger than the crop ------------------------------------------
+# Phase-encoded sources: R, G and B are sinusoids (period 32 px) along x, y and x + y, so each pixel's phase
+# says where it came from; a symmetric filter keeps the phase (only the amplitude drops a little), a sampling
+# position off by a fraction of a pixel moves it. Landscape, portrait, an exact 2x, a long side that rounds
+# up (120x200 -> 64x107), odd crop margins of 59 and 49 (half a pixel each way) and a scale of 64/97.
+_EVAL_SHAPES = ((128, 192), (120, 200), (200, 120), (128, 194), (194, 128), (97, 150))
+
+
+def _phase_image(h: int, w: int) -> np.ndarray:
+    y, x = np.mgrid[0:h, 0:w].astype(np.float64)
+
+    def wave(v):
+        return 128 + 100 * np.sin(2 * np.pi * v / 32)
+
+    return np.rint(np.stack([wave(x), wave(y), wave(x + y + 8)], axis=2)).astype(np.uint8)
+
+
+@pytest.fixture(scope="module")
+def phase_pack(tmp_path_factory):
+    from PIL import Image
+
+    from dataprep.sources import scan_folder
+
+    root = tmp_path_factory.mktemp("dali_phase")
+    (root / "src" / "a").mkdir(parents=True)
+    for k, (h, w) in enumerate(_EVAL_SHAPES):
+        Image.fromarray(_phase_image(h, w)).save(root / "src" / "a" / f"{k}.png")
+    build_images(scan_folder(root / "src"), root / "pack", BuildSettings(workers=1), ImageSettings(size=256, quality=100))  # stored as they are
+    return root / "pack"
+
+
+def _opencv_eval(img: np.ndarray, shorter: int, crop: int) -> np.ndarray:
+    """The eval preset by OpenCV: the shorter side to `shorter` and the other rounded to keep the aspect (DALI's
+    resize_shorter), area filter, then the crop x crop window at the centre, its offset rounded half up (DALI's
+    crop position 0.5). (dataprep's CenterCrop, like torchvision, truncates the long side and rounds the offset
+    half to even: it differs by a pixel on some of these shapes, 16.1 on 128x194; DALI's preset is not it.)"""
+    import cv2
+
+    h, w = img.shape[:2]
+    rh, rw = (shorter, round(shorter * w / h)) if h <= w else (round(shorter * h / w), shorter)
+    small = cv2.resize(img, (rw, rh), interpolation=cv2.INTER_AREA)
+    top, left = int(np.floor((rh - crop) / 2 + 0.5)), int(np.floor((rw - crop) / 2 + 0.5))
+    return small[top : top + crop, left : left + crop]
+
+
+def _check_eval_geometry(pack) -> None:
+    """DALI's CPU eval preset (resize 64, crop 48) against OpenCV on the same stored JPEG bytes: every image
+    within mean abs diff 2.0 (it scores 0.81-0.97: DALI's antialiased linear filter against area). Measured wrong
+    implementations: nearest filter 3.96-8.1, a crop one pixel right 12.4-16.1, resize 65 instead of 64 7.3-9.5,
+    no resize 69-88, a top-left crop 84-102."""
+    import cv2
+
+    ds = InMemoryImageDataset(pack, decode="none")
+    loader = _cpu(ds, 8, DaliAugment.eval(48, resize=64), DaliNormalize.pixels("nhwc"), last_batch="partial")
+    batches = list(loader)
+    assert len(batches) == 1 and len(batches[0][0]) == len(_EVAL_SHAPES) == len(ds)
+    images = batches[0][0]
+    assert images.shape == (len(ds), 48, 48, 3)
+    for i in range(len(ds)):
+        stored = cv2.imdecode(np.asarray(ds.stored(i)), cv2.IMREAD_COLOR)[:, :, ::-1]
+        assert stored.shape[:2] == _EVAL_SHAPES[int(ds.sources[i][2:-4])]  # larger than the crop, as built
+        want = _opencv_eval(stored, 64, 48).astype(np.int16)
+        mad = float(np.abs(images[i].numpy().astype(np.int16) - want).mean())
+        assert mad <= 2.0, f"{ds.sources[i]} {stored.shape[:2]}: mean abs diff {mad:.2f} from OpenCV's resize and centre crop"
+
+
+@needs_dali
+def test_cpu_eval_preset_resizes_then_center_crops_like_opencv(phase_pack):
+    _check_eval_geometry(phase_pack)
+
+
+@needs_dali
+@pytest.mark.parametrize("wrong", ["nearest filter", "crop 1 px right", "resize 65", "no resize", "top-left crop"])
+def test_eval_geometry_check_fails_for_a_wrong_implementation(phase_pack, wrong, monkeypatch):
+    """Negative controls, patched into the pipeline the loader builds (DALI ops, or the preset's resize)."""
+    from nvidia.dali import fn, types
+    import nvidia.dali.math as dmath
+
+    resize, cmn = fn.resize, fn.crop_mirror_normalize
+    if wrong == "nearest filter":
+        monkeypatch.setattr(fn, "resize", lambda images, **kw: resize(images, interp_type=types.INTERP_NN, **kw))
+    elif wrong == "crop 1 px right":
+        def shifted(images, **kw):
+            margin = fn.cast(images.shape()[1], dtype=types.FLOAT) - 48.0
+            return cmn(images, crop_pos_x=(dmath.floor(margin * 0.5 + 0.5) + 1.0) / margin, **kw)
+        monkeypatch.setattr(fn, "crop_mirror_normalize", shifted)
+    elif wrong == "top-left crop":
+        monkeypatch.setattr(fn, "crop_mirror_normalize", lambda images, **kw: cmn(images, crop_pos_x=0.0, crop_pos_y=0.0, **kw))
+    else:
+        monkeypatch.setattr(DaliAugment, "shorter", property(lambda self: None if wrong == "no resize" else 65))
+    with pytest.raises(AssertionError, match="mean abs diff"):
+        _check_eval_geometry(phase_pack)
+
+
 @needs_dali
 @pytest.mark.parametrize("last_batch", ["drop", "pad", "partial"])
 def test_two_shards_see_every_sample_once_per_epoch(index_pack, last_batch):
