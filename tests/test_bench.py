@@ -70,7 +70,7 @@ def test_bench_of_a_decoded_pack(index_tree, tmp_path):
 
 def test_a_slowed_decoder_is_reported_decode_bound(index_tree, tmp_path, monkeypatch):
     def slow(buf, channels):
-        time.sleep(0.004)  # ~250 images/s per core, far below anything else on the path
+        time.sleep(0.01)  # ~100 images/s per core, far below anything else on the path
         return decoders.decode_cv2(buf, channels)
 
     monkeypatch.setitem(decoders.DECODERS, "slow", slow)
@@ -78,7 +78,12 @@ def test_a_slowed_decoder_is_reported_decode_bound(index_tree, tmp_path, monkeyp
     rep = run_bench(tmp_path / "p", workers=[0, 1, 2], batches=[8], paths=["slow"], seconds=0.6, warmup=0.2)
     v = rep.verdicts["slow"]
     assert v["bound"] == "decode-bound", v
-    assert 0.6 <= v["fraction_of_limit"] <= 1.0
+    # Not a timing guess: a verdict never reports above 100% of its bound (a limit the Loader beat within noise is
+    # taken as the rate), and "decode-bound" means at least 60% of it (below, it is worker-starved or overhead).
+    # What keeps this from depending on the machine's load is the 10 ms sleep: it dominates every other cost on
+    # the path, so 2 workers reach ~95% of 2 x the one-core decode rate (measured 0.95 at load average 2;
+    # 0.84-0.92 with the 4 ms sleep this test had before).
+    assert 0.6 <= v["fraction_of_limit"] <= 1.0, v
 
 
 def test_profile_switch_writes_a_readable_profile(index_tree, tmp_path):
