@@ -285,29 +285,62 @@ def test_info_shows_columns_vocabularies_missing_policy_and_dropped_rows(mixed, 
     assert "missing:   mean" in out and "excluded" in out and "joined" in out
 
 
-def test_train_statistics_and_imputation_ignore_the_val_split(tmp_path):
+def _statistics_over_all_rows(monkeypatch):
+    """Wrong implementation (negative control): statistics and the imputed mean over every row, val included."""
+    from dataprep.tables import columns
+
+    stats, fill = columns._statistics, columns._fill
+    monkeypatch.setattr(columns, "_statistics", lambda arrays, f, train_rows: stats(arrays, f, np.ones_like(train_rows)))
+    monkeypatch.setattr(columns, "_fill", lambda v, name, s, train_rows: fill(v, name, s, np.ones_like(train_rows)))
+
+
+@pytest.mark.parametrize("impl", ["train_rows", "all_rows"])
+def test_train_statistics_and_imputation_ignore_the_val_split(tmp_path, monkeypatch, impl):
+    """With --val-fraction, the manifest's mean, std, min and max and the mean filled in for missing values (in
+    both splits) come from the train rows only: two val rows holding 1e6 and -5e5 move none of them. Each of
+    these checks fails on its own when the statistics are taken over every row (the negative control)."""
+    if impl == "all_rows":
+        _statistics_over_all_rows(monkeypatch)
     n = 40
     v = np.array([np.nan if k % 6 == 0 else float(k * k) for k in range(n)])
     df = pd.DataFrame({"x": np.arange(n) + 0.5, "v": v, "y": np.arange(n) % 2})
+    settings = dict(target="y", val_fraction=0.4, seed=2)
+
+    def split_rows(pack):  # x = row + 0.5: which rows each split holds
+        return {name: (_every(TabularDataset(pack, name))[0][:, 0].numpy() - 0.5).astype(int) for name in ("train", "val")}
+
+    # the split depends on the seed and the row count only: a first build shows which rows are val
+    df.to_csv(tmp_path / "probe.csv", index=False)
+    build_table([str(tmp_path / "probe.csv")], tmp_path / "probe", TableSettings(missing="mean", **settings), {})
+    val_known = [r for r in split_rows(tmp_path / "probe")["val"] if not np.isnan(v[r])]
+    v[val_known[0]], v[val_known[1]] = 1e6, -5e5
+    df["v"] = v
     df.to_csv(tmp_path / "t.csv", index=False)
     for missing in ("mean", "mask"):
         pack = tmp_path / missing
-        build_table([str(tmp_path / "t.csv")], pack, TableSettings(target="y", missing=missing, val_fraction=0.4, seed=2), {})
-        tr, va = TabularDataset(pack), TabularDataset(pack, "val")
-        rows = {name: (_every(d)[0][:, 0].numpy() - 0.5).astype(int) for name, d in (("train", tr), ("val", va))}
+        build_table([str(tmp_path / "t.csv")], pack, TableSettings(missing=missing, **settings), {})
+        rows = split_rows(pack)
         assert len(rows["val"]) == 16 and sorted(np.concatenate(list(rows.values())).tolist()) == list(range(n))
+        assert {k: r.tolist() for k, r in rows.items()} == {k: r.tolist() for k, r in split_rows(tmp_path / "probe").items()}
         train_v = v[rows["train"]]
+        train_mean = float(np.nanmean(train_v))
+        assert abs(train_mean - np.nanmean(v)) > 1e4  # the val rows would move the mean a long way if they counted
         # what the train rows hold: mean policy, the train mean in place of each missing value; mask policy, known values only
-        held = np.where(np.isnan(train_v), np.nanmean(train_v), train_v) if missing == "mean" else train_v[~np.isnan(train_v)]
-        st = read_manifest(pack)["stats"]["features"]["v"]
-        assert st["mean"] == pytest.approx(held.mean()) and st["std"] == pytest.approx(held.std())
-        assert st["max"] == np.nanmax(train_v) and st["min"] == np.nanmin(train_v)
-        assert abs(np.nanmean(v) - np.nanmean(train_v)) > 1  # the val rows would move the mean if they counted
-        assert read_manifest(pack)["stats"]["features"]["x"]["mean"] == pytest.approx(rows["train"].mean() + 0.5)
+        held = np.where(np.isnan(train_v), np.float32(train_mean), train_v) if missing == "mean" else train_v[~np.isnan(train_v)]
+        st = read_manifest(pack)["stats"]["features"]
+        checks = {"mean": st["v"]["mean"] == pytest.approx(held.mean()), "std": st["v"]["std"] == pytest.approx(held.std()),
+                  "max": st["v"]["max"] == np.nanmax(train_v), "min": st["v"]["min"] == np.nanmin(train_v),
+                  "x mean": st["x"]["mean"] == pytest.approx(rows["train"].mean() + 0.5)}
         if missing == "mean":
-            for d, r in ((tr, rows["train"]), (va, rows["val"])):
-                filled = _every(d)[0][:, 1].numpy()[np.isnan(v[r])]
-                assert len(filled) and np.allclose(filled, np.float32(np.nanmean(train_v)))
+            for name, r in rows.items():
+                filled = _every(TabularDataset(pack, name))[0][:, 1].numpy()[np.isnan(v[r])]
+                assert len(filled) > 0
+                checks[f"{name} fill"] = bool(np.all(filled == np.float32(train_mean)))
+        assert len(checks) == (7 if missing == "mean" else 5)
+        if impl == "train_rows":
+            assert all(checks.values()), (missing, checks)
+        else:  # negative control: every check catches statistics taken over all rows
+            assert not any(checks.values()), (missing, checks)
 
 
 @pytest.mark.parametrize("float_dtype", ["float16", "float64"])
