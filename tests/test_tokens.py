@@ -468,3 +468,39 @@ def test_a_vocabulary_over_65536_makes_a_uint32_pack_end_to_end(tmp_path):
     flat = TokenDataset(tmp_path / "p", context=4, mode="sequential").data.tokens
     assert flat.dtype == np.uint32 and flat.tolist() == [i for d in docs for i in tok.encode(d).ids + [70_001]]
     assert token_dtype(1 << 16) == np.dtype("<u2") and token_dtype((1 << 16) + 1) == np.dtype("<u4")
+
+
+def _gapped_tokenizer(path) -> str:
+    """A word-level vocabulary of 5 tokens (so uint16 is chosen) whose word "big" has id 70,000."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    tok = Tokenizer(WordLevel({"a": 0, "b": 1, "[UNK]": 2, "<|endoftext|>": 3, "big": 70_000}, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    tok.save(str(path))
+    assert tok.get_vocab_size(with_added_tokens=True) == 5 and token_dtype(5) == np.dtype("<u2")
+    return str(path)
+
+
+@pytest.mark.parametrize("chunk_bytes", [8 << 20, 5], ids=["whole_documents", "long_document_pieces"])
+def test_ids_that_do_not_fit_uint16_are_an_error_never_wrapped(tmp_path, chunk_bytes):
+    """A tokenizer whose vocabulary size says uint16 but which gives id 70,000, and an --eot-id of 70,001 with
+    that 5-token vocabulary: tokenize refuses, naming the id and the dtype, and writes no manifest (70,000
+    as uint16 would be 4,464). Both ways documents are encoded: whole, and (longer than chunk_bytes) in
+    pieces, where the end-of-text id is appended in the stored dtype (it was a numpy OverflowError there,
+    and with numpy 1.x a silently wrapped id). The same documents without that word build exactly."""
+    tok = _gapped_tokenizer(tmp_path / "tok.json")
+    (tmp_path / "big.txt").write_text("a b\na big b a\n")
+    (tmp_path / "small.txt").write_text("a b a b\nb a b a\n")
+    for k, (src, eot_id, bad) in enumerate((("big.txt", None, 70_000), ("small.txt", 70_001, 70_001))):
+        out = tmp_path / f"p{k}"
+        with pytest.raises(DataprepError, match=f"{bad} does not fit in uint16"):
+            tokenize([str(tmp_path / src)], out, TokenizeSettings(split="line", eot_id=eot_id, chunk_bytes=chunk_bytes), tokenizer=tok)
+        assert not (out / "manifest.json").exists()
+    tokenize([str(tmp_path / "small.txt")], tmp_path / "ok", TokenizeSettings(split="line", chunk_bytes=chunk_bytes), tokenizer=tok)
+    docs = DocumentDataset(tmp_path / "ok")
+    assert read_manifest(tmp_path / "ok")["fields"]["tokens"]["dtype"] == "<u2"
+    assert [docs[i].tolist() for i in range(len(docs))] == [[0, 1, 0, 1], [1, 0, 1, 0]]
+    flat = TokenDataset(tmp_path / "ok", context=2, mode="sequential").data.tokens
+    assert flat.tolist() == [0, 1, 0, 1, 3, 1, 0, 1, 0, 3]  # each document, then <|endoftext|> (id 3)

@@ -295,6 +295,8 @@ def tokenize(inputs: list[str], out: str | os.PathLike, settings: TokenizeSettin
         if eot_id is None:
             raise DataprepError(f"{tok_path}: has none of {names} as a token; choose the end-of-text id with --eot-id")
     dtype = token_dtype(vocab)
+    if not 0 <= eot_id <= np.iinfo(dtype).max:  # checked here: a long document's last piece appends it in `dtype`
+        raise DataprepError(f"end-of-text id {eot_id} does not fit in {dtype} (vocabulary {vocab})")  # never truncate
     tok_json = tok.to_str()
     tasks = [FileTask(group, k, str(out), tok_json, int(eot_id), dtype.str, settings)
              for k, group in enumerate(_groups(inputs, settings.task_bytes))]
