@@ -298,6 +298,7 @@ def test_joint_transforms_keep_image_and_mask_aligned(scenes, tmp_path):
     _build(pair_by_stem(*scenes), tmp_path / "p", 128, "shorter", "raw")
     t = joint.Compose([joint.RandomCrop(100, mask_fill=255), joint.RandomHorizontalFlip(), joint.RandomVerticalFlip()])
     ds = SegmentationDataset(tmp_path / "p", transform=t, as_numpy=True)
+    assert len(ds) == 12  # the loop below checks every train pair
     torch.manual_seed(0)
     crops = set()
     for i in range(len(ds)):
@@ -393,6 +394,7 @@ def test_multi_resolution_segmentation_packs(scenes, tmp_path):
     man = json.loads((tmp_path / "p" / "manifest.json").read_text())
     assert man["resolutions"] == [48, 96] and {"mask@48", "mask@96", "image@48", "image@96"} <= set(man["fields"])
     ds = SegmentationDataset(tmp_path / "p", as_numpy=True, keep_resolutions=2)
+    assert len(ds) == 12  # the loop below checks every train pair at each size
     for size in (96, 48):
         ds.use(size)
         for i in range(len(ds)):
