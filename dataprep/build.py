@@ -12,6 +12,8 @@ import json
 import shutil
 import time
 from collections import Counter
+from functools import partial
+from itertools import islice
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -149,6 +151,32 @@ def _remove_unplanned(out: Path, planned: dict[str, int]) -> None:
             shutil.rmtree(split_dir, ignore_errors=True)
 
 
+@dataclass(frozen=True)
+class UnitTasks:
+    """The shard tasks of one unit of a sequential reader (a gzip tar, a row group): one engine task that
+    reads the unit once, the shards in order."""
+
+    tasks: tuple
+
+
+def run_unit(shard_fn: Callable[..., dict[str, Any]], task) -> Any:
+    """Run a shard task, or a unit's shard tasks over one pass of its reader: each shard function gets
+    `samples`, its part of the stream (what a reused shard leaves unread is skipped)."""
+    if not isinstance(task, UnitTasks):
+        return shard_fn(task)
+    first = task.tasks[0]
+    refs = [r for t in task.tasks for r in t.paths]
+    locs = [x for t in task.tasks for x in t.locators]
+    stream = iter(first.reader.open(first.root, refs, locs))
+    out = []
+    for t in task.tasks:
+        part = islice(stream, len(t.paths))
+        out.append(shard_fn(t, samples=part))
+        for _ in part:
+            pass
+    return out
+
+
 def build_shards(
     out: Path,
     settings: BuildSettings,
@@ -159,9 +187,11 @@ def build_shards(
     engine: Engine | None = None,
 ) -> tuple[list[SplitSummary], dict[str, dict], float]:
     """The driver every sharded build shares: prepare `out`, cut each split (anything with `name`, `paths`
-    and `skipped_before()`) into shards of `settings.shard_size_for(n)` samples, run `shard_fn` on the
-    task `make_task(split, k, start, stop)` of each on the engine (default: a local pool of
-    `settings.workers` processes), clean up, and summarise. The caller writes the manifest (last) from
+    and `skipped_before()`; `unit_bounds()` and `reader` where it has them) into shards of
+    `settings.shard_size_for(n)` samples that never span two units, run `shard_fn` on the task
+    `make_task(split, k, start, stop)` of each on the engine (default: a local pool of `settings.workers`
+    processes; a sequential reader's unit is one engine task, `shard_fn(task, samples=...)` for each of
+    its shards), clean up, and summarise. The caller writes the manifest (last) from
     the split entries returned."""
     for split in splits:
         check_name(split.name, "split", "the source's splits")
@@ -169,24 +199,39 @@ def build_shards(
     for split in splits:
         inside(out, out / split.name, "split directory")
     t0 = time.perf_counter()
-    tasks: list[Any] = []
+    tasks: list[Any] = []  # a shard's task, or a UnitTasks (a sequential reader's unit: its shards in one pass)
     plan: list[tuple[str, int]] = []
+    names: list[str] = []
     for split in splits:
         per = settings.shard_size_for(len(split.paths))
-        for k, start in enumerate(range(0, len(split.paths), per)):
-            tasks.append(make_task(split, k, start, start + per))
-            plan.append((split.name, k))
+        bounds = split.unit_bounds() if hasattr(split, "unit_bounds") else [(0, len(split.paths))]
+        k = 0
+        for a, b in bounds:  # shards never span two units (tars, row groups)
+            unit = []
+            for start in range(a, b, per):
+                unit.append(make_task(split, k, start, min(start + per, b)))
+                plan.append((split.name, k))
+                k += 1
+            if getattr(getattr(split, "reader", None), "sequential", False) and len(unit) > 1:
+                tasks.append(UnitTasks(tuple(unit)))
+                names.append(f"{split.name}/{shard_name(k - len(unit))}..{shard_name(k - 1)}")
+            else:
+                tasks += unit
+                names += [f"{split.name}/{shard_name(k - len(unit) + j)}" for j in range(len(unit))]
 
-    def done(i: int, rec: dict) -> None:
+    def done(i: int, rec) -> None:
         if progress:
-            progress(rec["count"] + len(rec["skipped"]))
+            for r in rec if isinstance(rec, list) else [rec]:
+                progress(r["count"] + len(r["skipped"]))
 
     try:
         engine = engine or LocalEngine(settings.workers)
-        records = engine.map(shard_fn, tasks, done, names=[f"{s}/{shard_name(k)}" for s, k in plan])
+        fn = partial(run_unit, shard_fn) if any(isinstance(t, UnitTasks) for t in tasks) else shard_fn
+        results = engine.map(fn, tasks, done, names=names)
     finally:
         for split in splits:
             remove_temporaries(out / split.name)
+    records = [r for res in results for r in (res if isinstance(res, list) else [res])]
     _remove_unplanned(out, {sp.name: sum(1 for name, _ in plan if name == sp.name) for sp in splits})
 
     summaries, split_entries = [], {}

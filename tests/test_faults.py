@@ -38,11 +38,11 @@ def build_args(src, out, *extra):
     return ["build", "folder", src, "--out", out, "--size", 64, "--shard-size", 2, "-j", 2, "--no-progress", *extra]
 
 
-# Runs the CLI with read_source patched: reading the plugged source first waits on the plug's FIFO (forked
+# Runs the CLI with read_source (sources/listing.py) patched: reading the plugged source first waits on the plug's FIFO (forked
 # build workers inherit the patch).
 STALLED_CLI = """
 import os, sys
-import dataprep.images.process as process
+import dataprep.sources.listing as process  # the one reader of source files
 victim, fifo, real = os.environ.get("DATAPREP_TEST_VICTIM"), os.environ.get("DATAPREP_TEST_PLUG"), process.read_source
 def read_source(path):
     if victim and os.path.samefile(path, victim):

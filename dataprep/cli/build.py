@@ -190,6 +190,26 @@ def folder(src, split, allow_empty_classes, allow_split_named_classes, **kw):
 
 
 @build.command()
+@click.argument("tars", nargs=-1, required=True)
+@click.option("--split", default="train", show_default=True, help="Name of the split to write.")
+@click.option("--label-field", default=None,
+              help="Label from this field of each sample's .json (dotted for nested: meta.label) when it has no .cls; "
+                   "integers, or class names (classes are then the sorted names).")
+@click.option("--caption-field", default=None, help="Caption from this field of the .json [default: the .txt member].")
+@image_build_options
+def webdataset(tars, split, label_field, caption_field, **kw):
+    """Pack WebDataset tar shards (what img2dataset writes): TARS are files, globs or brace patterns such as
+    'shards/train-{000000..000127}.tar' (quote them), plain or gzip.
+
+    Members are grouped by key as WebDataset does (key.jpg + key.cls / key.json / key.txt); each sample
+    records where it came from (shard.tar:key). The tars are streamed, never unpacked; shards never span
+    two tars, and a gzip tar is read in one pass."""
+    from ..sources.webdataset import scan_webdataset
+
+    run_image_build(scan_webdataset(tars, split, label_field, caption_field), **kw)
+
+
+@build.command()
 @click.option("--images", "images", required=True, type=click.Path(file_okay=False), help="Image directory.")
 @click.option("--masks", "masks", required=True, type=click.Path(file_okay=False), help="Mask directory (PNG/TIFF label ids).")
 @click.option("--pairs", type=click.Path(dir_okay=False), default=None,

@@ -14,7 +14,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -24,10 +24,13 @@ from ..errors import ImageDecodeError
 from ..pack.fields import LabelField, StringsField
 from ..pack.manifest import write_manifest
 from ..settings import BuildSettings
-from ..sources import Source
+from ..sources import FILES, FileReader, Source
 from . import resize
 from .field import ImageField
 from .settings import ImageSettings
+
+# Captions (image-text data): one UTF-8 string per sample, stored as the sources are (a blob plus offsets).
+CAPTION = StringsField("caption", "captions", "caption_offsets", "")
 
 
 @dataclass(frozen=True)
@@ -43,32 +46,48 @@ class ShardTask:
     image: ImageSettings
     strict: bool
     resume: bool = False
+    captions: tuple[str, ...] | None = None
+    reader: Any = FILES  # how the samples' bytes are read (sources/listing.py); files under root by default
+    locators: tuple[Any, ...] = ()  # the reader's per-sample locators (members, rows); none for files
 
     def fingerprint(self) -> str:
         """A digest of everything the shard's bytes depend on (its inputs, their order, the settings)."""
-        return task_fingerprint([self.index, self.image.to_dict(), self.label_dtype, self.strict],
-                                zip(self.paths, self.labels.tolist()))
+        head = [self.index, self.image.to_dict(), self.label_dtype, self.strict]
+        if self.captions is not None or self.locators:  # packs of files and no captions keep their digests
+            head.append(type(self.reader).__name__)
+            rows = zip(self.paths, self.labels.tolist(), self.captions or [""] * len(self.paths),
+                       self.locators or [""] * len(self.paths))
+        else:
+            rows = zip(self.paths, self.labels.tolist())
+        return task_fingerprint(head, rows)
 
 
-def build_image_shard(task: ShardTask) -> dict[str, Any]:
+def build_image_shard(task: ShardTask, samples: Iterator[bytes | ImageDecodeError] | None = None) -> dict[str, Any]:
     """Process one shard's images and write the shard; return its record (`reused` when a resumed
-    build found it finished and intact)."""
+    build found it finished and intact). `samples`: the shard's part of a unit's stream (build.run_unit),
+    else the task opens its reader itself."""
     fp = task.fingerprint()
     rec = reused_shard(task, fp)
     if rec is not None:
         return rec
+    if samples is None:
+        samples = task.reader.open(task.root, task.paths, task.locators or [None] * len(task.paths))
     fields = image_fields(task.image)
     levels: list[list] = [[] for _ in fields]
     shapes: list[list] = [[] for _ in fields]
-    labels, sources, skipped = [], [], []
+    labels, sources, captions, skipped = [], [], [], []
     kept = source_bytes = 0
     counts: Counter = Counter()
-    for rel, label in zip(task.paths, task.labels):
+    files = isinstance(task.reader, FileReader)
+    for k, (rel, label, data) in enumerate(zip(task.paths, task.labels, samples)):
+        where = os.path.join(task.root, rel) if files else rel  # what an error names: a path, or shard.tar:key
         try:
-            done = _process(os.path.join(task.root, rel), task.image)
+            if isinstance(data, ImageDecodeError):
+                raise data
+            done = _process(where, task.image, data)
         except ImageDecodeError as e:
             if task.strict:
-                raise ImageDecodeError(os.path.join(task.root, rel), e.reason, e.detail) from None
+                raise ImageDecodeError(where, e.reason, e.detail) from None
             skipped.append({"source": rel, "reason": e.reason, "detail": e.detail})
             continue  # skipped at one size is skipped at all: the sizes come from one decode
         for k, (p, size) in enumerate(zip(done, task.image.all_sizes)):
@@ -78,12 +97,16 @@ def build_image_shard(task: ShardTask) -> dict[str, Any]:
             counts[f"upscaled@{size}"] += p.geometry.upscaled
         labels.append(label)
         sources.append(rel)
+        if task.captions is not None:
+            captions.append(task.captions[k])
         kept += done[0].kept
         source_bytes += done[0].source_bytes
     arrays = {}
     for k, f in enumerate(fields.values()):
         arrays.update(f.shard_arrays(levels[k], shapes[k]))
     arrays.update({**LabelField(dtype=task.label_dtype).shard_arrays(labels), **StringsField().shard_arrays(sources)})
+    if task.captions is not None:
+        arrays.update(CAPTION.shard_arrays(captions))
     return finish_shard(task, fp, arrays, len(labels), skipped, kept, source_bytes, counts)
 
 
@@ -105,10 +128,10 @@ def undersized_notes(summ: SplitSummary, image: ImageSettings) -> list[str]:
     return out
 
 
-def _process(path: str, settings: ImageSettings):
+def _process(path: str, settings: ImageSettings, data: bytes | None = None):
     from .process import process_levels
 
-    return process_levels(path, settings)
+    return process_levels(path, settings, data)
 
 
 def image_fields(image: ImageSettings) -> dict[str, ImageField]:
@@ -135,7 +158,9 @@ def build_images(
 
     def make_task(split, k: int, start: int, stop: int) -> ShardTask:
         return ShardTask(str(source.root), str(out / split.name), k, tuple(split.paths[start:stop]),
-                         split.labels[start:stop], label.dtype, image, settings.strict, settings.resume)
+                         split.labels[start:stop], label.dtype, image, settings.strict, settings.resume,
+                         None if split.captions is None else tuple(split.captions[start:stop]), split.reader,
+                         () if split.locators is None else tuple(split.locators[start:stop]))
 
     splits = [s.limited(settings.limit) for s in source.splits]
     summaries, split_entries, seconds = build_shards(out, settings, splits, make_task, build_image_shard, progress, engine)
@@ -148,7 +173,8 @@ def build_images(
         out,
         {
             **pack_header("images", settings, {"layout": source.layout, "root": str(source.root.resolve()),
-                                               **({"val_labels": str(source.val_labels.resolve())} if source.val_labels else {})},
+                                               **({"val_labels": str(source.val_labels.resolve())} if source.val_labels else {}),
+                                               **source.details},
                           seconds,
                           {"image": image.to_dict()}),
             "classes": source.classes,
@@ -158,6 +184,7 @@ def build_images(
                 **{k: f.to_manifest() for k, f in image_fields(image).items()},
                 "label": label.to_manifest(),
                 "source": StringsField().to_manifest(),
+                **({"caption": CAPTION.to_manifest()} if any(sp.captions is not None for sp in splits) else {}),
             },
             "splits": split_entries,
         },

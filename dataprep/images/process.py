@@ -4,8 +4,6 @@ decode (reduced-scale, upright, converted) -> resize (mode) -> encode (JPEG or r
 """
 from __future__ import annotations
 
-import os
-import stat
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +13,7 @@ from .settings import ImageSettings
 from . import resize
 from .decode import decode_source
 from .codec import encode_jpeg
+from ..sources.listing import read_source
 
 
 @dataclass
@@ -26,38 +25,18 @@ class Processed:
     geometry: resize.Geometry | None = None  # how the upright source became this (a mask follows it)
 
 
-def read_source(path: str) -> bytes:
-    """A source file's bytes: only a regular file (a FIFO named .png would block, a symlink to /dev/zero
-    never end), and no more than the size it had when opened."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once instead of waiting for a writer
-    except IsADirectoryError:
-        raise ImageDecodeError(path, "unreadable", "is a directory") from None
-    except OSError as e:
-        raise ImageDecodeError(path, "unreadable", e.strerror or str(e)) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
-            raise ImageDecodeError(path, "not a regular file", f"it is {kind}")
-        os.set_blocking(fd, True)
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read(st.st_size)
-    except OSError as e:
-        raise ImageDecodeError(path, "unreadable", e.strerror or str(e)) from None
-    finally:
-        os.close(fd)
-
-
 def process_image(path: str, settings: ImageSettings) -> Processed:
     """Read, decode, resize and encode one image; raises ImageDecodeError for a file that cannot be used."""
     return process_levels(path, settings)[0]
 
 
-def process_levels(path: str, settings: ImageSettings) -> list[Processed]:
+def process_levels(path: str, settings: ImageSettings, data: bytes | None = None) -> list[Processed]:
     """One image at every size of `settings.all_sizes` (largest first), decoded once: each smaller size is
-    made from the next larger one's scaled pixels with an area filter, then cropped or padded itself."""
-    data = read_source(path)
+    made from the next larger one's scaled pixels with an area filter, then cropped or padded itself.
+    `data`: the source's bytes when they come from elsewhere than the file `path` (a tar member, a row);
+    `path` then only names the sample in errors."""
+    if data is None:
+        data = read_source(path)
     dec = decode_source(data, path, settings)
     h, w = dec.source_shape
     out, scaled = [], dec.pixels

@@ -19,7 +19,7 @@ from ..build import BuildSummary, build_shards, finish_shard, pack_header, reuse
 from ..engine import LocalEngine
 from ..errors import ImageDecodeError, SourceError
 from ..images.build import image_fields
-from ..images.process import read_source
+from ..sources.listing import read_source
 from ..images.settings import ImageSettings
 from ..pack.fields import StringsField
 from ..pack.manifest import write_manifest

@@ -1,4 +1,5 @@
-"""Sources stage: takes a directory tree, gives the list of samples per split in a fixed order, with labels.
+"""Folder listings: take a directory tree (class folders, the ImageNet layout, a flat tree), give the
+samples per split in a fixed order, with labels.
 
 Labels are the index of the sorted class-folder names, as torchvision's `ImageFolder` gives them,
 so checkpoints trained on an ImageFolder keep their label order. Files are listed in sorted order
@@ -10,12 +11,12 @@ import csv
 import os
 import re
 import shlex
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from .errors import SourceError
+from ..errors import SourceError
+from .listing import Source, SplitSource
 
 # The extensions ImageFolder accepts; the content is sniffed later whatever the name says.
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".ppm", ".pgm", ".pbm", ".bmp", ".tif", ".tiff", ".webp", ".gif"})
@@ -23,83 +24,6 @@ IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".ppm", ".pgm", ".pbm", "
 SPLIT_NAMES = frozenset({"train", "training", "val", "valid", "validation", "test", "testing", "dev", "eval"})
 SYNSET_MAPPING = "LOC_synset_mapping.txt"
 KAGGLE_VAL_LABELS = "LOC_val_solution.csv"
-
-
-def spread(n: int, limit: int | None) -> np.ndarray | None:
-    """Indices of `limit` of n items spread evenly from first to last (None: take them all). Every
-    split kind's `limited` uses it, so --limit samples the same way for every build."""
-    if limit is None or limit >= n:
-        return None
-    return np.unique(np.linspace(0, n - 1, limit).round().astype(np.int64))
-
-
-def spread_by_class(labels, limit: int | None) -> np.ndarray | None:
-    """Indices of `limit` labelled items in their order: every class gets at least one when `limit` allows
-    (else `limit` classes spread over the class list get one each), the rest is shared in proportion to
-    the classes' sizes (largest remainders), each class's items spread evenly from first to last. (An even
-    spread over the whole list missed a small class between large ones.) None: take them all."""
-    labels = np.asarray(labels)
-    n = len(labels)
-    if limit is None or limit >= n:
-        return None
-    classes, counts = np.unique(labels, return_counts=True)
-    quota = np.zeros(len(classes), np.int64)
-    if limit < len(classes):
-        if limit:
-            quota[spread(len(classes), limit)] = 1
-    else:
-        room = counts - 1
-        share = (limit - len(classes)) * room / max(int(room.sum()), 1)
-        quota = 1 + np.floor(share).astype(np.int64)
-        left = limit - int(quota.sum())
-        for c in np.argsort(-(share - np.floor(share)), kind="stable"):  # largest remainders, within each class's size
-            if left <= 0:
-                break
-            if quota[c] < counts[c]:
-                quota[c] += 1
-                left -= 1
-    picked = [np.zeros(0, np.int64)]
-    for c, q in zip(classes, quota):
-        members = np.flatnonzero(labels == c)
-        if q:
-            sub = spread(len(members), int(q))
-            picked.append(members if sub is None else members[sub])
-    return np.sort(np.concatenate(picked))
-
-
-@dataclass
-class SplitSource:
-    """One split: paths relative to the source root, and their labels, in pack order."""
-
-    name: str
-    paths: list[str]
-    labels: np.ndarray  # int64, index into Source.classes
-    unlabeled: list[str] = field(default_factory=list)  # listed files with no label (reported as skipped)
-
-    def limited(self, limit: int | None) -> "SplitSource":
-        """A deterministic sample of `limit` files in which every class shows up (`spread_by_class`)."""
-        idx = spread_by_class(self.labels, limit)
-        if idx is None:
-            return self
-        return SplitSource(self.name, [self.paths[i] for i in idx], np.asarray(self.labels)[idx], [])
-
-    def skipped_before(self) -> list[dict]:
-        """Files listed but not built, as skipped-sample records."""
-        return [{"source": p, "reason": "no label", "detail": "not in the labels file"} for p in self.unlabeled]
-
-
-@dataclass
-class Source:
-    layout: str
-    root: Path
-    classes: list[str]
-    class_names: list[str] | None
-    splits: list[SplitSource]
-    val_labels: Path | None = None  # the labels file a flat val folder was labelled from (recorded in the manifest)
-
-    def planned(self, limit: int | None = None) -> int:
-        """Samples a build will try, over all splits."""
-        return sum(len(s.limited(limit).paths) for s in self.splits)
 
 
 def walk_images(folder: Path, extensions: frozenset[str] = IMAGE_EXTENSIONS) -> list[Path]:

@@ -1,0 +1,216 @@
+"""Listings: what every source gives the build, whatever holds the samples (files in folders, members of
+tar archives, rows of Parquet or Arrow tables, a list of paths): per split, each sample's reference (what
+the pack records as its `source`), its label and caption, and how its bytes are read (a `Reader`).
+
+A reader is picklable and stateless: a build task opens it on its own samples, in the pack's order, and
+gets each sample's bytes (or the reason it has none) one at a time, so memory never holds more than one
+sample's source however large the archive or row group. Samples of one *unit* (a tar, a row group) are
+never split over two shards' containers in a way that reads a unit twice: the driver (build.py) cuts shards
+inside units and, for readers that must stream (`sequential`: a gzip tar, a row group), gives all the
+shards of one unit to one task, which reads the unit once.
+"""
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterator, Protocol, Sequence
+
+import numpy as np
+
+from ..errors import ImageDecodeError, SourceError
+
+
+def spread(n: int, limit: int | None) -> np.ndarray | None:
+    """Indices of `limit` of n items spread evenly from first to last (None: take them all). Every
+    split kind's `limited` uses it, so --limit samples the same way for every build."""
+    if limit is None or limit >= n:
+        return None
+    return np.unique(np.linspace(0, n - 1, limit).round().astype(np.int64))
+
+
+def spread_by_class(labels, limit: int | None) -> np.ndarray | None:
+    """Indices of `limit` labelled items in their order: every class gets at least one when `limit` allows
+    (else `limit` classes spread over the class list get one each), the rest is shared in proportion to
+    the classes' sizes (largest remainders), each class's items spread evenly from first to last. (An even
+    spread over the whole list missed a small class between large ones.) None: take them all."""
+    labels = np.asarray(labels)
+    n = len(labels)
+    if limit is None or limit >= n:
+        return None
+    classes, counts = np.unique(labels, return_counts=True)
+    quota = np.zeros(len(classes), np.int64)
+    if limit < len(classes):
+        if limit:
+            quota[spread(len(classes), limit)] = 1
+    else:
+        room = counts - 1
+        share = (limit - len(classes)) * room / max(int(room.sum()), 1)
+        quota = 1 + np.floor(share).astype(np.int64)
+        left = limit - int(quota.sum())
+        for c in np.argsort(-(share - np.floor(share)), kind="stable"):  # largest remainders, within each class's size
+            if left <= 0:
+                break
+            if quota[c] < counts[c]:
+                quota[c] += 1
+                left -= 1
+    picked = [np.zeros(0, np.int64)]
+    for c, q in zip(classes, quota):
+        members = np.flatnonzero(labels == c)
+        if q:
+            sub = spread(len(members), int(q))
+            picked.append(members if sub is None else members[sub])
+    return np.sort(np.concatenate(picked))
+
+
+class Reader(Protocol):
+    """How a split's samples' bytes are read: `open(root, locators)` yields, for each locator in order,
+    the sample's bytes or an ImageDecodeError naming the sample and why it has none. `sequential`: the
+    samples of one unit must be read in one pass (the driver gives a unit's shards to one task)."""
+
+    sequential: bool
+
+    def open(self, root: str, refs: Sequence[str], locators: Sequence[Any]) -> Iterator[bytes | ImageDecodeError]: ...
+
+
+@dataclass(frozen=True)
+class FileReader:
+    """Files relative to the root (the locators are unused: a sample's reference is its path)."""
+
+    sequential: bool = False
+
+    def open(self, root: str, refs: Sequence[str], locators: Sequence[Any]) -> Iterator[bytes | ImageDecodeError]:
+        for ref in refs:
+            path = os.path.join(root, ref)
+            try:
+                yield read_source(path)
+            except ImageDecodeError as e:
+                yield e
+
+
+FILES = FileReader()
+
+
+def read_source(path: str) -> bytes:
+    """A source file's bytes: only a regular file (a FIFO named .png would block, a symlink to /dev/zero
+    never end), and no more than the size it had when opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once instead of waiting for a writer
+    except IsADirectoryError:
+        raise ImageDecodeError(path, "unreadable", "is a directory") from None
+    except OSError as e:
+        raise ImageDecodeError(path, "unreadable", e.strerror or str(e)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
+            raise ImageDecodeError(path, "not a regular file", f"it is {kind}")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(st.st_size)
+    except OSError as e:
+        raise ImageDecodeError(path, "unreadable", e.strerror or str(e)) from None
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class SplitSource:
+    """One split in pack order: each sample's reference (`paths`: a path relative to the source root, or
+    `shard.tar:key`, `file.parquet:row`), label, optional caption, and where its bytes are (`reader` and
+    its per-sample `locators`; files by default). `units`: the unit (tar, row group) of each sample, in
+    runs; None for files."""
+
+    name: str
+    paths: list[str]
+    labels: np.ndarray  # int64, index into Source.classes
+    unlabeled: list[str] = field(default_factory=list)  # listed files with no label (reported as skipped)
+    captions: list[str] | None = None
+    reader: Any = FILES
+    locators: list[Any] | None = None
+    units: np.ndarray | None = None
+    skipped: list[dict] = field(default_factory=list)  # samples the listing already could not use, with reasons
+
+    def limited(self, limit: int | None) -> "SplitSource":
+        """A deterministic sample of `limit` samples in which every class shows up (`spread_by_class`)."""
+        idx = spread_by_class(self.labels, limit)
+        if idx is None:
+            return self
+        return self.take(idx)
+
+    def take(self, idx: np.ndarray) -> "SplitSource":
+        """Samples `idx` (in order) of this split."""
+        pick = lambda seq: None if seq is None else [seq[i] for i in idx]  # noqa: E731
+        return replace(self, paths=pick(self.paths), labels=np.asarray(self.labels)[idx], unlabeled=[],
+                       captions=pick(self.captions), locators=pick(self.locators),
+                       units=None if self.units is None else np.asarray(self.units)[idx], skipped=[])
+
+    def skipped_before(self) -> list[dict]:
+        """Samples listed but not built, as skipped-sample records."""
+        return [{"source": p, "reason": "no label", "detail": "not in the labels file"} for p in self.unlabeled] + self.skipped
+
+    def unit_bounds(self) -> list[tuple[int, int]]:
+        """(start, stop) of each run of samples of one unit; the whole split when it has no units."""
+        if self.units is None or not len(self.paths):
+            return [(0, len(self.paths))]
+        u = np.asarray(self.units)
+        cuts = np.flatnonzero(u[1:] != u[:-1]) + 1
+        edges = [0, *cuts.tolist(), len(u)]
+        return list(zip(edges[:-1], edges[1:]))
+
+
+@dataclass
+class Source:
+    layout: str
+    root: Path
+    classes: list[str]
+    class_names: list[str] | None
+    splits: list[SplitSource]
+    val_labels: Path | None = None  # the labels file a flat val folder was labelled from (recorded in the manifest)
+    details: dict[str, Any] = field(default_factory=dict)  # what the manifest's "source" records beside layout and root
+
+    def planned(self, limit: int | None = None) -> int:
+        """Samples a build will try, over all splits."""
+        return sum(len(s.limited(limit).paths) for s in self.splits)
+
+
+def labelled_split(layout: str, root: Path, split: str, refs: list[str], raw_labels: list, captions: list,
+                  skipped: list[dict], details: dict, **reader) -> Source:
+    """A one-split Source from listed samples whose labels (ints, class names or None) and captions (str or
+    None) were read from the data: labelled if any sample is, captioned if any sample is; a sample missing
+    what the others have is skipped with its reason. Every table-like listing (tars, Parquet, lists) ends here."""
+    keep = np.ones(len(refs), bool)
+    has_label = [x is not None for x in raw_labels]
+    has_caption = [x is not None for x in captions]
+    labelled, captioned = any(has_label), any(has_caption)
+    for i, ref in enumerate(refs):
+        if labelled and not has_label[i]:
+            keep[i] = False
+            skipped.append({"source": ref, "reason": "no label", "detail": "the other samples have one"})
+        elif captioned and not has_caption[i]:
+            keep[i] = False
+            skipped.append({"source": ref, "reason": "no caption", "detail": "the other samples have one"})
+    idx = np.flatnonzero(keep)
+    names = [raw_labels[i] for i in idx] if labelled else []
+    if any(isinstance(x, str) for x in names):
+        if not all(isinstance(x, str) for x in names):
+            raise SourceError(f"{root}: labels mix integers and class names; give one or the other")
+        classes = sorted(set(names))
+        index = {c: k for k, c in enumerate(classes)}
+        labels = np.asarray([index[x] for x in names], np.int64)
+    elif names:
+        labels = np.asarray(names, np.int64)
+        if labels.min() < 0:
+            bad = refs[int(idx[int(np.argmin(labels))])]
+            raise SourceError(f"{bad}: label {int(labels.min())} is negative")
+        classes = [str(c) for c in range(int(labels.max()) + 1)]
+    else:
+        labels, classes = np.zeros(len(idx), np.int64), []
+    s = SplitSource(split, [refs[i] for i in idx], labels, captions=[captions[i] for i in idx] if captioned else None,
+                    skipped=skipped, **{k: ([v[i] for i in idx] if isinstance(v, list) else
+                                            (np.asarray(v)[idx] if isinstance(v, np.ndarray) else v))
+                                        for k, v in reader.items()})
+    if not len(idx):
+        raise SourceError(f"{root}: no usable sample ({skipped[0]['reason']}: {skipped[0]['detail']})")
+    return Source(layout, root, classes, None, [s], details=details)

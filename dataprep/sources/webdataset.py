@@ -1,0 +1,269 @@
+"""WebDataset listing: takes tar shards (brace patterns such as `train-{000000..000127}.tar`, globs; plain
+or gzip), gives one split whose samples are the keys that hold an image, labelled from `.cls` or a JSON
+field, captioned from `.txt` or a JSON field, each recorded as `shard.tar:key`.
+
+Samples are grouped as WebDataset groups them: consecutive members whose names share everything up to
+the first dot of the file name (`dir/000123.jpg`, `dir/000123.cls` -> key `dir/000123`). What cannot be
+used is skipped with its reason, never silently: a key with no image, one with two images, a label or
+caption that is missing where the others have one, a damaged member, a tar cut short (its complete
+members are kept). Reading a plain tar seeks to each member (any shard of it, in parallel); a gzip tar is
+read in one pass per tar. Nothing is unpacked to disk.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import tarfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from ..errors import ImageDecodeError, SourceError
+from .listing import Source, labelled_split
+
+# WebDataset's extensions for image members (what its decoders take); the content is sniffed later anyway.
+IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "ppm", "pgm", "pbm", "bmp", "tif", "tiff", "gif")
+META_LIMIT = 1 << 20  # a .cls, .txt or .json member larger than this is not metadata
+
+
+def expand(patterns: Sequence[str]) -> list[Path]:
+    """Brace patterns (`{000..127}` ranges keep their zero padding, `{a,b}` lists) and globs, in the order
+    given, each matching at least one file."""
+    out: list[Path] = []
+    for pattern in patterns:
+        found: list[str] = []
+        for p in _braces(str(pattern)):
+            hits = sorted(glob.glob(p)) if glob.has_magic(p) else ([p] if os.path.exists(p) else [])
+            if not hits and not glob.has_magic(p) and "{" not in str(pattern):
+                raise SourceError(f"{p}: no such tar file")
+            found += hits
+        if not found:
+            raise SourceError(f"{pattern}: matches no file")
+        out += [Path(f) for f in found]
+    seen, unique = set(), []
+    for p in out:
+        if p.resolve() not in seen:
+            seen.add(p.resolve())
+            unique.append(p)
+    for p in unique:
+        if not p.is_file():
+            raise SourceError(f"{p}: not a file")
+    return unique
+
+
+def _braces(s: str) -> list[str]:
+    m = re.search(r"\{([^{}]*)\}", s)
+    if not m:
+        return [s]
+    head, body, tail = s[: m.start()], m.group(1), s[m.end():]
+    r = re.fullmatch(r"(-?\d+)\.\.(-?\d+)", body)
+    if r:
+        lo, hi = r.group(1), r.group(2)
+        width = len(lo) if lo.startswith("0") and len(lo) > 1 else 0
+        step = 1 if int(hi) >= int(lo) else -1
+        items = [str(i).zfill(width) for i in range(int(lo), int(hi) + step, step)]
+    else:
+        items = body.split(",")
+    return [x for item in items for x in _braces(head + item + tail)]
+
+
+def split_key(name: str) -> tuple[str, str]:
+    """WebDataset's (key, extension) of a member name: the extension is everything after the first dot of
+    the file name, lowercased."""
+    d, base = os.path.split(name)
+    stem, dot, ext = base.partition(".")
+    return (os.path.join(d, stem) if d else stem), ext.lower()
+
+
+def _is_gzip(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == b"\x1f\x8b"
+
+
+@dataclass(frozen=True)
+class TarReader:
+    """Reads tar members: a locator is (tar relative to the root, member name, data offset, size, gzip).
+    Plain tars are read by seeking to each member; gzip tars in one pass (`sequential`)."""
+
+    sequential: bool = False
+
+    def open(self, root: str, refs: Sequence[str], locators: Sequence[Any]) -> Iterator[bytes | ImageDecodeError]:
+        i = 0
+        while i < len(locators):
+            tar = locators[i][0]
+            j = i
+            while j < len(locators) and locators[j][0] == tar:
+                j += 1
+            path = os.path.join(root, tar)
+            if locators[i][4]:
+                yield from _stream(path, refs[i:j], locators[i:j])
+            else:
+                yield from _seek(path, refs[i:j], locators[i:j])
+            i = j
+
+
+def _seek(path: str, refs, locators) -> Iterator[bytes | ImageDecodeError]:
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        for ref in refs:
+            yield ImageDecodeError(ref, "unreadable", f"{path}: {e.strerror or e}")
+        return
+    with f:
+        for ref, (_, member, offset, size, _) in zip(refs, locators):
+            f.seek(offset)
+            data = f.read(size)
+            yield data if len(data) == size else ImageDecodeError(ref, "truncated archive",
+                                                                  f"{member}: {len(data)} of {size} bytes in the tar")
+
+
+def _stream(path: str, refs, locators) -> Iterator[bytes | ImageDecodeError]:
+    """One pass over a (gzip) tar, yielding the wanted members in order."""
+    wanted = iter(zip(refs, locators))
+    ref, loc = next(wanted, (None, None))
+    try:
+        with tarfile.open(path, "r|*") as tf:
+            for m in tf:
+                if loc is None:
+                    return
+                if m.name != loc[1]:
+                    continue
+                f = tf.extractfile(m)
+                data = f.read() if f is not None else b""
+                yield data if len(data) == loc[3] else ImageDecodeError(ref, "truncated archive", f"{m.name}: {len(data)} of {loc[3]} bytes")
+                ref, loc = next(wanted, (None, None))
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
+        reason = f"{type(e).__name__}: {e}"
+    else:
+        reason = "member not found on the second read"
+    while loc is not None:  # what the pass did not reach
+        yield ImageDecodeError(ref, "truncated archive", reason)
+        ref, loc = next(wanted, (None, None))
+
+
+def _value(doc: Any, field: str) -> Any:
+    """A JSON document's value at a dotted path (`meta.label`), or None."""
+    for part in field.split("."):
+        if not isinstance(doc, dict) or part not in doc:
+            return None
+        doc = doc[part]
+    return doc
+
+
+def _members(path: Path) -> tuple[list[tuple[str, list[tuple[str, str, int, int, bytes | None]]]], str | None]:
+    """Consecutive groups (key, [(ext, member name, data offset, size, metadata bytes)]) of a tar, and why
+    the listing stopped early (a truncated or damaged tar), or None. Metadata members are read; images are not."""
+    groups: list[tuple[str, list]] = []
+    stopped = None
+    total = path.stat().st_size
+    gz = _is_gzip(path)
+    try:
+        with tarfile.open(path, "r:*") as tf:
+            for m in tf:
+                if not m.isfile():
+                    continue
+                key, ext = split_key(m.name)
+                if not ext or key.split("/")[-1].startswith("__") or os.path.basename(m.name).startswith("."):
+                    continue
+                if not gz and m.offset_data + m.size > total:
+                    stopped = f"{m.name} is cut short ({total - m.offset_data} of {m.size} bytes)"
+                    break
+                meta = None
+                if ext in ("cls", "txt", "json") or ext.endswith((".cls", ".txt", ".json")):
+                    if m.size > META_LIMIT:
+                        meta = b""
+                    else:
+                        f = tf.extractfile(m)
+                        meta = f.read() if f is not None else b""
+                        if len(meta) != m.size:
+                            stopped = f"{m.name} is cut short"
+                            break
+                if not groups or groups[-1][0] != key:
+                    groups.append((key, []))
+                groups[-1][1].append((ext, m.name, m.offset_data, m.size, meta))
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
+        stopped = f"{type(e).__name__}: {e}"
+    return groups, stopped
+
+
+def scan_webdataset(patterns: Sequence[str], split: str = "train", label_field: str | None = None,
+                    caption_field: str | None = None, root: str | os.PathLike | None = None) -> Source:
+    """List tar shards into one split. Labels: a `.cls` member (an integer), else `label_field` of the
+    `.json` member (an integer, or a class name: classes are then the sorted names). Captions: `.txt`, or
+    `caption_field` of the `.json`. A split where no sample has a label is unlabelled (as flat folders are)."""
+    tars = expand(patterns)
+    base = Path(root) if root is not None else Path(os.path.commonpath([str(p.resolve().parent) for p in tars]))
+    refs, locators, units, raw_labels, captions, skipped = [], [], [], [], [], []
+    for u, tar in enumerate(tars):
+        rel = os.path.relpath(tar.resolve(), base.resolve())
+        gz = _is_gzip(tar)
+        groups, stopped = _members(tar)
+        for key, members in groups:
+            ref = f"{rel}:{key}"
+            images = [m for m in members if m[0] in IMAGE_EXTS]
+            if not images:
+                skipped.append({"source": ref, "reason": "no image", "detail": "members: " + ", ".join(m[0] for m in members)})
+                continue
+            if len(images) > 1:
+                skipped.append({"source": ref, "reason": "two images",
+                                "detail": "one sample holds " + ", ".join(m[1] for m in images) + "; which is meant is unclear"})
+                continue
+            meta = {m[0]: m[4] for m in members if m[4] is not None}
+            try:
+                label, caption = _label_caption(meta, label_field, caption_field)
+            except ValueError as e:
+                skipped.append({"source": ref, "reason": "bad metadata", "detail": str(e)})
+                continue
+            _, name, offset, size, _ = images[0]
+            refs.append(ref)
+            locators.append((rel, name, int(offset), int(size), gz))
+            units.append(u)
+            raw_labels.append(label)
+            captions.append(caption)
+        if stopped:
+            skipped.append({"source": rel, "reason": "truncated archive",
+                            "detail": f"{stopped}; the {len(groups)} sample(s) before it are kept"})
+    if not refs:
+        raise SourceError(f"{', '.join(map(str, patterns))}: no sample with an image in {len(tars)} tar file(s)"
+                          + (f" ({skipped[0]['reason']}: {skipped[0]['detail']})" if skipped else ""))
+    return labelled_split("webdataset", base, split, refs, raw_labels, captions, skipped,
+                         {"tars": [os.path.relpath(t.resolve(), base.resolve()) for t in tars],
+                          **({"label_field": label_field} if label_field else {}),
+                          **({"caption_field": caption_field} if caption_field else {})},
+                         reader=TarReader(sequential=any(loc[4] for loc in locators)), locators=locators,
+                         units=np.asarray(units, np.int64))
+
+
+def _label_caption(meta: dict[str, bytes], label_field: str | None, caption_field: str | None):
+    label = caption = None
+    doc = None
+    if "json" in meta and (label_field or caption_field):
+        try:
+            doc = json.loads(meta["json"].decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f".json does not parse ({e})") from None
+    if "cls" in meta:
+        text = meta["cls"].decode("utf-8", "replace").strip()
+        try:
+            label = int(text)
+        except ValueError:
+            raise ValueError(f".cls holds {text[:40]!r}, not an integer") from None
+    elif label_field and doc is not None:
+        label = _value(doc, label_field)
+        if label is not None and not isinstance(label, (int, str)) or isinstance(label, bool):
+            raise ValueError(f"{label_field} is {label!r}, not an integer or a class name")
+    if caption_field and doc is not None:
+        caption = _value(doc, caption_field)
+        if caption is not None and not isinstance(caption, str):
+            raise ValueError(f"{caption_field} is {type(caption).__name__}, not text")
+    elif "txt" in meta:
+        try:
+            caption = meta["txt"].decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f".txt is not UTF-8 ({e})") from None
+    return label, caption
