@@ -1,5 +1,5 @@
 """WebDataset listing: takes tar shards (brace patterns such as `train-{000000..000127}.tar`, globs; plain
-or gzip), gives one split whose samples are the keys that hold an image, labelled from `.cls` or a JSON
+or compressed), gives one split whose samples are the keys that hold an image, labelled from `.cls` or a JSON
 field, captioned from `.txt` or a JSON field, each recorded as `shard.tar:key`.
 
 Samples are grouped as WebDataset groups them: consecutive members whose names share everything up to
@@ -80,15 +80,29 @@ def split_key(name: str) -> tuple[str, str]:
     return (os.path.join(d, stem) if d else stem), ext.lower()
 
 
-def _is_gzip(path: Path) -> bool:
+def _compressed(path: Path) -> bool:
+    """A gzip, bzip2 or xz tar (read in one pass), not a plain one (read by seeking)?"""
     with open(path, "rb") as f:
-        return f.read(2) == b"\x1f\x8b"
+        head = f.read(6)
+    return head.startswith((b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00"))
+
+
+def _each(tf: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
+    """A tar's members one at a time, forgetting each (tarfile keeps every TarInfo it has read: a tar of
+    millions of members would hold them all)."""
+    while True:
+        m = tf.next()
+        if m is None:
+            return
+        tf.members = []
+        yield m
 
 
 @dataclass(frozen=True)
 class TarReader:
-    """Reads tar members: a locator is (tar relative to the root, member name, data offset, size, gzip).
-    Plain tars are read by seeking to each member; gzip tars in one pass (`sequential`)."""
+    """Reads tar members: a locator is (tar relative to the root, member name, data offset, size,
+    compressed). Plain tars are read by seeking to each member; compressed ones (gzip, bzip2, xz) in one
+    pass (`sequential`)."""
 
     sequential: bool = False
 
@@ -128,7 +142,7 @@ def _stream(path: str, refs, locators) -> Iterator[bytes | ImageDecodeError]:
     ref, loc = next(wanted, (None, None))
     try:
         with tarfile.open(path, "r|*") as tf:
-            for m in tf:
+            for m in _each(tf):
                 if loc is None:
                     return
                 if m.name != loc[1]:
@@ -161,10 +175,10 @@ def _members(path: Path) -> tuple[list[tuple[str, list[tuple[str, str, int, int,
     groups: list[tuple[str, list]] = []
     stopped = None
     total = path.stat().st_size
-    gz = _is_gzip(path)
+    gz = _compressed(path)
     try:
         with tarfile.open(path, "r:*") as tf:
-            for m in tf:
+            for m in _each(tf):
                 if not m.isfile():
                     continue
                 key, ext = split_key(m.name)
@@ -201,8 +215,9 @@ def scan_webdataset(patterns: Sequence[str], split: str = "train", label_field: 
     refs, locators, units, raw_labels, captions, skipped = [], [], [], [], [], []
     for u, tar in enumerate(tars):
         rel = os.path.relpath(tar.resolve(), base.resolve())
-        gz = _is_gzip(tar)
+        gz = _compressed(tar)
         groups, stopped = _members(tar)
+        cut = groups.pop() if stopped and groups else None  # the members after the cut may have been its own
         for key, members in groups:
             ref = f"{rel}:{key}"
             images = [m for m in members if m[0] in IMAGE_EXTS]
@@ -226,8 +241,9 @@ def scan_webdataset(patterns: Sequence[str], split: str = "train", label_field: 
             raw_labels.append(label)
             captions.append(caption)
         if stopped:
-            skipped.append({"source": rel, "reason": "truncated archive",
-                            "detail": f"{stopped}; the {len(groups)} sample(s) before it are kept"})
+            skipped.append({"source": f"{rel}:{cut[0]}" if cut else rel, "reason": "truncated archive",
+                            "detail": f"{stopped}; the {len(groups)} sample(s) before it are kept"
+                                      + (", this one (perhaps incomplete) is not" if cut else "")})
     if not refs:
         raise SourceError(f"{', '.join(map(str, patterns))}: no sample with an image in {len(tars)} tar file(s)"
                           + (f" ({skipped[0]['reason']}: {skipped[0]['detail']})" if skipped else ""))
