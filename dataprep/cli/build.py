@@ -210,6 +210,44 @@ def webdataset(tars, split, label_field, caption_field, **kw):
 
 
 @build.command()
+@click.argument("files", nargs=-1, required=True)
+@click.option("--image-column", default="image", show_default=True,
+              help="Column of image bytes: binary, or Hugging Face's Image struct {bytes, path}.")
+@click.option("--label-column", default=None,
+              help="Column of labels: integers, class names, or a ClassLabel (its names become the classes) [default: unlabelled].")
+@click.option("--caption-column", default=None, help="Column of captions (text) [default: none].")
+@click.option("--split", default="train", show_default=True,
+              help="Name of the split to write; of a DatasetDict saved to disk, also the split read.")
+@image_build_options
+def parquet(files, image_column, label_column, caption_column, split, **kw):
+    """Pack tables with an image column: FILES are Parquet files, Arrow IPC files (file or stream format),
+    globs of them (quote them), or directories written by datasets' save_to_disk.
+
+    Each sample records where it came from (file.parquet:ROW). Only the label and caption columns are read
+    to list the rows; each row group (Arrow: record batch) is read once, a few rows at a time. A column of
+    URLs is refused: dataprep does not download (img2dataset does)."""
+    from ..sources.tables import scan_parquet
+
+    run_image_build(scan_parquet(files, split, image_column, label_column, caption_column), **kw)
+
+
+@build.command("list")
+@click.argument("csv_file", metavar="CSV", type=click.Path(dir_okay=False))
+@click.option("--root", type=click.Path(file_okay=False), default=None,
+              help="Folder the listed paths are relative to [default: the CSV's folder].")
+@click.option("--split", default="train", show_default=True, help="Name of the split to write.")
+@image_build_options
+def path_list(csv_file, root, split, **kw):
+    """Pack the files a CSV lists: path,label[,caption] rows (a header row is optional), paths relative
+    to --root, labels integers or class names (empty: unlabelled).
+
+    Rows whose path leaves the root or names no file are skipped with their reasons."""
+    from ..sources.pathlist import scan_list
+
+    run_image_build(scan_list(csv_file, root, split), **kw)
+
+
+@build.command()
 @click.option("--images", "images", required=True, type=click.Path(file_okay=False), help="Image directory.")
 @click.option("--masks", "masks", required=True, type=click.Path(file_okay=False), help="Mask directory (PNG/TIFF label ids).")
 @click.option("--pairs", type=click.Path(dir_okay=False), default=None,
