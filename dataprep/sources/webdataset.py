@@ -39,8 +39,8 @@ def expand(patterns: Sequence[str]) -> list[Path]:
         found: list[str] = []
         for p in _braces(str(pattern)):
             hits = sorted(glob.glob(p)) if glob.has_magic(p) else ([p] if os.path.exists(p) else [])
-            if not hits and not glob.has_magic(p) and "{" not in str(pattern):
-                raise SourceError(f"{p}: no such tar file")
+            if not hits and not glob.has_magic(p):  # a shard missing from a range is an error, as in WebDataset
+                raise SourceError(f"{p}: no such tar file" + (f" (one of {pattern})" if p != str(pattern) else ""))
             found += hits
         if not found:
             raise SourceError(f"{pattern}: matches no file")
@@ -184,6 +184,8 @@ def _members(path: Path) -> tuple[list[tuple[str, list[tuple[str, str, int, int,
                 key, ext = split_key(m.name)
                 if not ext or key.split("/")[-1].startswith("__") or os.path.basename(m.name).startswith("."):
                     continue
+                if not groups or groups[-1][0] != key:  # first: the sample a cut member belongs to is the one cut
+                    groups.append((key, []))
                 if not gz and m.offset_data + m.size > total:
                     stopped = f"{m.name} is cut short ({total - m.offset_data} of {m.size} bytes)"
                     break
@@ -197,12 +199,27 @@ def _members(path: Path) -> tuple[list[tuple[str, list[tuple[str, str, int, int,
                         if len(meta) != m.size:
                             stopped = f"{m.name} is cut short"
                             break
-                if not groups or groups[-1][0] != key:
-                    groups.append((key, []))
                 groups[-1][1].append((ext, m.name, m.offset_data, m.size, meta))
+            else:
+                if not gz:
+                    stopped = _no_end(path, tf.offset)
     except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
         stopped = f"{type(e).__name__}: {e}"
     return groups, stopped
+
+
+def _no_end(path: Path, offset: int) -> str | None:
+    """Why a plain tar whose members ran out at `offset` has no end-of-archive block there (cut inside or
+    just before a member header, or a garbled header: tarfile ends the listing there without a word), or None."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        block = f.read(tarfile.BLOCKSIZE)
+    if len(block) == tarfile.BLOCKSIZE and not block.strip(b"\0"):
+        return None
+    if len(block) < tarfile.BLOCKSIZE:
+        return f"the tar ends at byte {offset + len(block)}, " + (
+            "inside a member header" if block else "where a member header or its end-of-archive block should follow")
+    return f"the member header at byte {offset} is damaged"
 
 
 def scan_webdataset(patterns: Sequence[str], split: str = "train", label_field: str | None = None,
