@@ -1,6 +1,7 @@
 """Image build: takes a listed source (class folders, ImageNet) and the image settings, gives a pack of kind
-"images": one task per shard on the engine, each image decoded once and stored at every size, labels and
-source paths beside it; the kind-free driver in build.py does the rest.
+"images": one task per shard on the engine, each image decoded once and stored at every size, labels (none
+when the source has no classes: an unlabelled pack, `classes` empty), source paths and captions (when the
+source has them) beside it; the kind-free driver in build.py does the rest.
 
 Sources smaller than a size are counted per split and size in the manifest (`"undersized": {"256":
 {"kept": n, "upscaled": m}}`): `kept` at their own size (center-crop pads them with black, pad frames
@@ -26,11 +27,8 @@ from ..pack.manifest import write_manifest
 from ..settings import BuildSettings
 from ..sources import FILES, FileReader, Source
 from . import resize
-from .field import ImageField
+from .field import CAPTION, ImageField
 from .settings import ImageSettings
-
-# Captions (image-text data): one UTF-8 string per sample, stored as the sources are (a blob plus offsets).
-CAPTION = StringsField("caption", "captions", "caption_offsets", "")
 
 
 @dataclass(frozen=True)
@@ -42,7 +40,7 @@ class ShardTask:
     index: int
     paths: tuple[str, ...]
     labels: np.ndarray
-    label_dtype: str
+    label_dtype: str | None  # None: unlabelled (the source has no classes), no labels stored
     image: ImageSettings
     strict: bool
     resume: bool = False
@@ -79,11 +77,13 @@ def build_image_shard(task: ShardTask, samples: Iterator[bytes | ImageDecodeErro
     kept = source_bytes = 0
     counts: Counter = Counter()
     files = isinstance(task.reader, FileReader)
-    for k, (rel, label, data) in enumerate(zip(task.paths, task.labels, samples)):
+    for i, (rel, label, data) in enumerate(zip(task.paths, task.labels, samples)):
         where = os.path.join(task.root, rel) if files else rel  # what an error names: a path, or shard.tar:key
         try:
             if isinstance(data, ImageDecodeError):
                 raise data
+            if task.captions is not None and not _is_text(task.captions[i]):
+                raise ImageDecodeError(where, "bad caption", "not valid Unicode text (a lone surrogate)")
             done = _process(where, task.image, data)
         except ImageDecodeError as e:
             if task.strict:
@@ -98,13 +98,15 @@ def build_image_shard(task: ShardTask, samples: Iterator[bytes | ImageDecodeErro
         labels.append(label)
         sources.append(rel)
         if task.captions is not None:
-            captions.append(task.captions[k])
+            captions.append(task.captions[i])  # i: the sample (k counts sizes above)
         kept += done[0].kept
         source_bytes += done[0].source_bytes
     arrays = {}
     for k, f in enumerate(fields.values()):
         arrays.update(f.shard_arrays(levels[k], shapes[k]))
-    arrays.update({**LabelField(dtype=task.label_dtype).shard_arrays(labels), **StringsField().shard_arrays(sources)})
+    if task.label_dtype is not None:
+        arrays.update(LabelField(dtype=task.label_dtype).shard_arrays(labels))
+    arrays.update(StringsField().shard_arrays(sources))
     if task.captions is not None:
         arrays.update(CAPTION.shard_arrays(captions))
     return finish_shard(task, fp, arrays, len(labels), skipped, kept, source_bytes, counts)
@@ -126,6 +128,15 @@ def undersized_notes(summ: SplitSummary, image: ImageSettings) -> list[str]:
         if up:
             out.append(f"{at}{up} of {summ.written} images were smaller than {size} px and enlarged to it (--upscale)")
     return out
+
+
+def _is_text(caption: str) -> bool:
+    """Whether a caption is valid Unicode (a JSON string may hold a lone surrogate, which UTF-8 cannot store)."""
+    try:
+        caption.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _process(path: str, settings: ImageSettings, data: bytes | None = None):
@@ -158,7 +169,7 @@ def build_images(
 
     def make_task(split, k: int, start: int, stop: int) -> ShardTask:
         return ShardTask(str(source.root), str(out / split.name), k, tuple(split.paths[start:stop]),
-                         split.labels[start:stop], label.dtype, image, settings.strict, settings.resume,
+                         split.labels[start:stop], label.dtype if source.classes else None, image, settings.strict, settings.resume,
                          None if split.captions is None else tuple(split.captions[start:stop]), split.reader,
                          () if split.locators is None else tuple(split.locators[start:stop]))
 
@@ -182,7 +193,7 @@ def build_images(
             **({"resolutions": sorted(image.all_sizes)} if image.multires else {}),
             "fields": {
                 **{k: f.to_manifest() for k, f in image_fields(image).items()},
-                "label": label.to_manifest(),
+                **({"label": label.to_manifest()} if source.classes else {}),  # unlabelled: no classes, no labels
                 "source": StringsField().to_manifest(),
                 **({"caption": CAPTION.to_manifest()} if any(sp.captions is not None for sp in splits) else {}),
             },

@@ -1,8 +1,9 @@
-"""InMemoryImageDataset: takes an image pack, gives (image, label) samples and whole batches from RAM.
+"""InMemoryImageDataset: takes an image pack, gives (image, label) samples (with the caption, for packs that
+have captions) and whole batches from RAM.
 
 The split is read once into a few contiguous numpy buffers (pixels, or one JPEG blob plus int64
-offsets; labels; source paths as one UTF-8 blob), never a Python list of per-image objects, so
-forked DataLoader workers share it without copy-on-read growth.
+offsets; labels; source paths and captions as one UTF-8 blob each), never a Python list of per-image
+objects, so forked DataLoader workers share it without copy-on-read growth.
 """
 from __future__ import annotations
 
@@ -53,6 +54,13 @@ class InMemoryImageDataset(Dataset):
     `(images N x C x H x W uint8 in channels-last memory, labels int64)`; `__getitems__` gives a
     list of samples for the DataLoader's default collate. `dataset.sources[i]` is sample i's
     source path relative to the build's source root.
+
+    Captions and unlabelled packs. A pack built from a source with captions (WebDataset `.txt`, a caption
+    column) serves `(image, label, caption)`, caption a str; batches `(images, labels, captions)`, captions
+    a list of str. A pack is unlabelled when its manifest's `classes` is empty (its source had no labels; it
+    stores none): its samples leave the label out, `(image, caption)`, or the image alone when it has no
+    captions either; `labelled` says which. `dataset.captions[i]` is sample i's caption (a `Strings`
+    sequence over one blob, as `sources`; None without captions).
     """
 
     kinds: tuple[str, ...] = ("images",)  # the pack kinds this class serves
@@ -142,7 +150,9 @@ class InMemoryImageDataset(Dataset):
         self._shapes = c.arrays["shapes"]
         self._labels = c.arrays.get("labels")
         self.sources = c.fields["source"].strings(c.arrays)
+        self.captions = c.fields["caption"].strings(c.arrays) if "caption" in c.fields else None
         self.classes: list[str] = list(c.manifest.get("classes") or [])
+        self.labelled = bool(self.classes) and self._labels is not None  # unlabelled: `classes` empty, no labels stored
         self.class_names: list[str] | None = c.manifest.get("class_names")
         self.manifest = c.manifest
         self.resolutions: list[int] = sorted(c.manifest.get("resolutions") or [c.manifest["settings"]["image"]["size"]])
@@ -165,8 +175,8 @@ class InMemoryImageDataset(Dataset):
         return len(self._shapes)
 
     @property
-    def labels(self) -> np.ndarray:
-        """All labels, read-only, in the pack's (smallest) dtype."""
+    def labels(self) -> np.ndarray | None:
+        """All labels, read-only, in the pack's (smallest) dtype (None for an unlabelled pack)."""
         return self._labels
 
     @property
@@ -247,17 +257,22 @@ class InMemoryImageDataset(Dataset):
             else:
                 return self.batch(index)
         i = self._check(index)
-        return self._finish(self.image(i)), int(self._labels[i])
+        return self._sample(self._finish(self.image(i)), i)
 
-    def __getitems__(self, indices: Sequence[int]) -> list[tuple[Any, int]]:
+    def _sample(self, image, i: int):
+        """Sample i as served: the image, then its label (labelled packs), then its caption (packs with captions)."""
+        out = (image,) + ((int(self._labels[i]),) if self.labelled else ()) + ((self.captions[i],) if self.captions is not None else ())
+        return out if len(out) > 1 else image
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         if len(indices) and isinstance(indices[0], tuple):
             self.use(int(indices[0][0]))
             indices = [i for _, i in indices]
         idx = [self._check(i) for i in indices]
         if self._pixels is not None and self.transform is None and not self.as_numpy:
             imgs = self._gather(np.asarray(idx, np.int64))
-            return [(imgs[k], int(self._labels[i])) for k, i in enumerate(idx)]
-        return [(self._finish(self.image(i)), int(self._labels[i])) for i in idx]
+            return [self._sample(imgs[k], i) for k, i in enumerate(idx)]
+        return [self._sample(self._finish(self.image(i)), i) for i in idx]
 
     def _gather(self, idx: np.ndarray) -> torch.Tensor:
         out = np.empty((len(idx), *self._pixels.shape[1:]), self._pixels.dtype)
@@ -280,7 +295,8 @@ class InMemoryImageDataset(Dataset):
         return (resolution, resolution, self.field.channels) if mode is not None and mode.square else None
 
     def batch_layout(self, request: Request | None = None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-        """What one sample occupies in a batch buffer: {"images": ((H, W, C), dtype), "labels": ((), int64)}.
+        """What one sample occupies in a batch buffer: {"images": ((H, W, C), dtype), "labels": ((), int64)}
+        (no labels for an unlabelled pack).
         A crop plan gives its output size; (H, W) cuts each image's central window, padded where smaller;
         without a crop, every sample must have one shape at the requested resolution."""
         request = request or Request()
@@ -310,7 +326,10 @@ class InMemoryImageDataset(Dataset):
                 raise DataprepError(f"{self.pack}/{self.split}: images of resolution {res} have several sizes; pass a crop")
         if request.flip and len(shape) != 3:
             raise DataprepError("flip applies to (H, W, C) images")
-        return {"images": (shape, self.field.np_dtype.newbyteorder("=")), "labels": ((), np.dtype(np.int64))}
+        out = {"images": (shape, self.field.np_dtype.newbyteorder("="))}
+        if self.labelled:
+            out["labels"] = ((), np.dtype(np.int64))
+        return out
 
     def _warn_padding(self, crop_shape, res) -> None:
         """A center crop larger than stored images pads them with zeros: said once per dataset and size."""
@@ -411,7 +430,8 @@ class InMemoryImageDataset(Dataset):
             self.use(request.resolution)
         images, n = out["images"], len(idx)
         idx = np.asarray(idx, np.int64)
-        out["labels"][:n] = self._labels[idx]
+        if "labels" in out:
+            out["labels"][:n] = self._labels[idx]
         crop = request.crop
         if crop is not None and not isinstance(crop, (tuple, list)):
             boxes = crop.boxes(self._shapes[idx, 0], self._shapes[idx, 1], (request.seed, request.epoch), idx)
@@ -426,14 +446,20 @@ class InMemoryImageDataset(Dataset):
             for k in np.flatnonzero(crops.flips((request.seed, request.epoch), idx)):
                 crops.flip_into(images[k])
 
-    def batch(self, indices) -> tuple[Any, torch.Tensor]:
+    def batch(self, indices) -> Any:
         """A whole batch: images (N, C, H, W) uint8 in channels-last memory, or (N, H, W, C) numpy with
-        `as_numpy`; labels int64. Samples must share one shape (a fixed-shape pack, or a transform that crops)."""
+        `as_numpy`; labels int64 (labelled packs); captions, a list of str (packs with captions). Samples must
+        share one shape (a fixed-shape pack, or a transform that crops)."""
         idx = np.asarray([self._check(i) for i in np.asarray(indices).reshape(-1)], np.int64)
-        labels = torch.from_numpy(self._labels[idx].astype(np.int64))
+        rest = ((torch.from_numpy(self._labels[idx].astype(np.int64)),) if self.labelled else ()) + \
+            (([self.captions[i] for i in idx.tolist()],) if self.captions is not None else ())
+        images = self._batch_images(idx)
+        return (images, *rest) if rest else images
+
+    def _batch_images(self, idx: np.ndarray):
         if self._pixels is not None and self.transform is None:
             imgs = self._gather(idx)
-            return (imgs.permute(0, 2, 3, 1).numpy() if self.as_numpy else imgs), labels
+            return imgs.permute(0, 2, 3, 1).numpy() if self.as_numpy else imgs
         samples = [self._finish(self.image(i)) for i in idx]
         shapes = {tuple(s.shape) for s in samples}
         if len(shapes) > 1:
@@ -441,6 +467,4 @@ class InMemoryImageDataset(Dataset):
                 f"{self.pack}/{self.split}: a batch holds images of {len(shapes)} shapes; build with "
                 "--resize center-crop or pad, or pass a transform that crops to one size"
             )
-        if self.as_numpy:
-            return np.stack(samples), labels
-        return torch.stack(samples), labels
+        return np.stack(samples) if self.as_numpy else torch.stack(samples)

@@ -6,6 +6,7 @@ Segmentation masks and volumes are pixels too: their kinds store them through `I
 own role (each role's arrays have their own names, so they sit beside images in one split)."""
 from __future__ import annotations
 
+import codecs
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,6 +184,47 @@ class ImageField:
         return buf
 
 
+@dataclass(frozen=True)
+class CaptionField(StringsField):
+    """A caption per sample (image-text data): UTF-8 text as one blob plus byte offsets, stored as the source
+    paths are and served as `Strings`. Unlike a path, a caption is text: it is written strictly (a string that
+    is not valid Unicode is refused, never escaped), and `check` holds the blob to valid UTF-8 with every
+    caption starting on a character boundary."""
+
+    key: str = "caption"
+    blob: str = "captions"
+    offsets: str = "caption_offsets"
+    relative_to: str = ""
+
+    def shard_arrays(self, items: Sequence[str]) -> dict[str, np.ndarray]:
+        return blob_arrays([np.frombuffer(s.encode("utf-8"), np.uint8) for s in items], self.blob, self.offsets)
+
+    def check(self, arrays: dict[str, Any], deep: bool = False) -> list[str]:
+        blob, offsets = arrays[self.blob], np.asarray(arrays[self.offsets])
+        starts = offsets[:-1][offsets[:-1] < len(blob)]
+        inside = np.flatnonzero((np.asarray(blob[starts]) & 0xC0) == 0x80)  # a UTF-8 continuation byte
+        if len(inside):
+            k = int(np.searchsorted(offsets, starts[inside[0]], "right")) - 1
+            return [f"{self.blob}.npy: caption {k} starts inside a UTF-8 character"]
+        # decoded in pieces of about 16 MiB cut at caption starts (character boundaries, checked above): no
+        # copy of a large blob is made, and an error's position is exact
+        cuts = offsets[np.searchsorted(offsets, np.arange(1 << 24, len(blob), 1 << 24))]
+        bounds = np.unique(np.concatenate([[0], cuts, [len(blob)]]))
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            try:
+                codecs.utf_8_decode(memoryview(np.ascontiguousarray(blob[a:b])), "strict", True)
+            except UnicodeDecodeError as e:
+                k = int(np.searchsorted(offsets, a + e.start, "right")) - 1
+                return [f"{self.blob}.npy: caption {k} is not UTF-8 text ({e.reason})"]
+        return []
+
+    def describe(self) -> str:
+        return "UTF-8 text, a caption per sample"
+
+
+CAPTION = CaptionField()
+
+
 def resolution_key(m: dict[str, Any], resolution: int | None, where: Path | str, base: str = "image") -> str:
     """The manifest field of the asked resolution: `base` ("image"), or "image@R" in a multi-resolution pack
     (the largest when `resolution` is None)."""
@@ -199,16 +241,18 @@ def resolution_key(m: dict[str, Any], resolution: int | None, where: Path | str,
 
 
 def common_fields(m: dict[str, Any], where: Path | str) -> dict[str, Field]:
-    """The label and source-path fields beside the pixels, where the manifest has them."""
+    """The label, source-path and caption fields beside the pixels, where the manifest has them."""
     out: dict[str, Field] = {}
     if "label" in m["fields"]:
         out["label"] = LabelField.from_manifest(m["fields"]["label"], where)
     out["source"] = StringsField.from_manifest("source", m["fields"]["source"], where)
+    if "caption" in m["fields"]:
+        out["caption"] = CaptionField.from_manifest("caption", m["fields"]["caption"], where)
     return out
 
 
 def fields_of(m: dict[str, Any], where: Path | str = "manifest") -> dict[str, Field]:
-    """Every field of an image pack: one image field per resolution, labels, source paths."""
+    """Every field of an image pack: one image field per resolution, labels, source paths, captions."""
     images = {k: ImageField.from_manifest(spec, where) for k, spec in m["fields"].items() if k.split("@")[0] == "image"}
     if not images:
         raise PackError(f"{where}: no image field")
@@ -216,7 +260,7 @@ def fields_of(m: dict[str, Any], where: Path | str = "manifest") -> dict[str, Fi
 
 
 def served_fields(m: dict[str, Any], resolution: int | None = None, where: Path | str = "manifest") -> dict[str, Field]:
-    """The fields a dataset holds to serve one resolution: the image field first, labels, source paths."""
+    """The fields a dataset holds to serve one resolution: the image field first, labels, source paths, captions."""
     key = resolution_key(m, resolution, where)
     return {key: ImageField.from_manifest(m["fields"][key], where), **common_fields(m, where)}
 
@@ -230,6 +274,11 @@ def summary(m: dict[str, Any]) -> list[str]:
         stored = f"JPEG, quality {i['quality']}" + (f" ({kept:,} source JPEGs that needed no change kept as they were)" if kept else "")
     else:
         stored = f"decoded {np.dtype(f['dtype']).name} pixels, " + ("one shape" if f["layout"] == "fixed" else "each its own size")
-    return [f"images:    stored as {stored}; size {', '.join(map(str, m.get('resolutions') or [i['size']]))} "
-            f"({i['resize']}{', upscale' if i['upscale'] else ''}), {'grayscale' if i['grayscale'] else 'color'}"]
+    out = [f"images:    stored as {stored}; size {', '.join(map(str, m.get('resolutions') or [i['size']]))} "
+           f"({i['resize']}{', upscale' if i['upscale'] else ''}), {'grayscale' if i['grayscale'] else 'color'}"]
+    if not m.get("classes"):
+        out.append("labels:    none (an unlabelled pack)")
+    if "caption" in m["fields"]:
+        out.append("captions:  a UTF-8 caption per sample")
+    return out
 

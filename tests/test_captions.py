@@ -1,0 +1,191 @@
+"""Captions beside images (issue 23): packs built from WebDataset tars written here with `tarfile`
+(key.jpg + key.cls + key.txt), whose images encode their own index in their pixels, so a caption served
+beside the wrong image is seen. Captions hold non-ASCII text and an empty one."""
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from dataprep.cli import main
+from dataprep.images.build import build_images
+from dataprep.images.settings import ImageSettings
+from dataprep.kinds import kind_of
+from dataprep.serve.cache import open_split
+from dataprep.settings import BuildSettings
+from dataprep.sources.webdataset import scan_webdataset
+from dataprep.synthetic import decode_index, index_image
+from dataprep.verify import verify_pack
+
+from .test_verify_content import _rewrite as rewrite
+
+# Sample k's caption; k = 3 is empty, the others name k so no two are alike.
+CAPTIONS = [f"a photo of number {k}" for k in range(12)]
+CAPTIONS[1] = "café crème, 1 €"
+CAPTIONS[2] = "日本語のキャプション 2"
+CAPTIONS[3] = ""
+CAPTIONS[5] = "emoji 🐱 and ünïcödé, sample 5"
+CAPTIONS[8] = "a long caption " + "with many words " * 12 + "8"
+
+
+def write_tar(path: Path, keys: list[int], labelled: bool = True) -> Path:
+    """A WebDataset tar: per sample k, k.jpg (index image k), k.cls (k % 3) and k.txt (CAPTIONS[k])."""
+    with tarfile.open(path, "w") as tf:
+        for k in keys:
+            h, w = (40, 56) if k % 2 else (48, 36)
+            members = {"jpg": cv2.imencode(".jpg", index_image(k, h, w)[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, 95])[1].tobytes(),
+                       "txt": CAPTIONS[k].encode("utf-8")}
+            if labelled:
+                members["cls"] = str(k % 3).encode()
+            for ext, data in members.items():
+                info = tarfile.TarInfo(f"{k:06d}.{ext}")
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
+    return path
+
+
+def build(tmp: Path, name: str = "pack", labelled: bool = True, keys=range(12), **image) -> Path:
+    tar = write_tar(tmp / f"{name}.tar", list(keys), labelled)
+    out = tmp / name
+    build_images(scan_webdataset([str(tar)]), out, BuildSettings(workers=1, shard_size=5), ImageSettings(size=32, **image))
+    return out
+
+
+@pytest.fixture(scope="module")
+def packs(tmp_path_factory) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("captions")
+    return {"labelled": build(tmp), "unlabelled": build(tmp, "unlabelled", labelled=False)}
+
+
+@pytest.fixture
+def pack(packs, tmp_path) -> Path:
+    shutil.copytree(packs["labelled"], tmp_path / "p")
+    return tmp_path / "p"
+
+
+def stored(pack: Path, split: str = "train") -> tuple[list[str], list[int]]:
+    """Every stored caption and the index its image encodes, read through the kind's fields (no dataset)."""
+    c = open_split(pack, split, lambda m: kind_of(m).served_fields(m), "ram")
+    captions = list(c.fields["caption"].strings(c.arrays))
+    field, a = next(iter(c.fields.values())), c.arrays
+    index = [decode_index(cv2.imdecode(np.asarray(field.sample(a, i)), cv2.IMREAD_COLOR)[:, :, ::-1]) for i in range(len(captions))]
+    return captions, index
+
+
+def test_every_caption_is_stored_with_its_own_image(packs):
+    """Caught: the shard loop took sample k's caption with the size loop's counter (every sample of a shard got
+    the first one's caption)."""
+    for pack in packs.values():
+        captions, index = stored(pack)
+        assert sorted(index) == list(range(12))
+        assert captions == [CAPTIONS[j] for j in index]
+        assert "" in captions and CAPTIONS[2] in captions
+
+
+def test_the_caption_field_is_one_of_the_packs_fields(packs):
+    m = json.loads((packs["labelled"] / "manifest.json").read_text())
+    kind = kind_of(m)
+    assert "caption" in kind.fields_of(m) and "caption" in kind.served_fields(m)
+    assert kind.fields_of(m)["caption"].stored() == {"captions": "captions", "caption_offsets": "caption_offsets"}
+    out = CliRunner().invoke(main, ["info", str(packs["labelled"])])
+    assert out.exit_code == 0, out.output
+    assert "caption" in out.output and "UTF-8 text, a caption per sample (captions, caption_offsets)" in out.output
+
+
+def _rewrite(pack: Path, k: int, name: str, arr: np.ndarray) -> None:
+    """Replace train shard k's NAME.npy with `arr`, its records (manifest and shard.json) made to match, so
+    only a content check can tell."""
+    rewrite(pack, "train", k, name, arr)
+
+
+def _shard_with(pack: Path, text: str) -> tuple[int, Path]:
+    """The train shard holding caption `text` (non-ASCII), and its directory."""
+    m = json.loads((pack / "manifest.json").read_text())
+    for k, s in enumerate(m["splits"]["train"]["shards"]):
+        d = pack / "train" / s["name"]
+        if text.encode() in np.load(d / "captions.npy").tobytes():
+            return k, d
+    raise AssertionError(text)
+
+
+def test_verify_passes_and_finds_a_damaged_caption_blob(pack):
+    assert verify_pack(pack).ok, verify_pack(pack).problems
+    k, d = _shard_with(pack, CAPTIONS[2])
+    blob, offsets = np.load(d / "captions.npy"), np.load(d / "caption_offsets.npy")
+    _rewrite(pack, k, "captions", blob)  # the same bytes rewritten: still clean (control for the rewrite)
+    assert verify_pack(pack).ok
+    at = blob.tobytes().index(CAPTIONS[2].encode())
+    bad = blob.copy()
+    bad[at + 1] = 0x41  # the second byte of a 3-byte character: no longer UTF-8
+    _rewrite(pack, k, "captions", bad)
+    problems = verify_pack(pack).problems
+    assert not any("checksum" in what for _, what in problems), problems
+    j = int(np.searchsorted(offsets, at, "right")) - 1
+    assert [what for _, what in problems] == [f"captions.npy: caption {j} is not UTF-8 text (invalid continuation byte)"]
+    with pytest.raises(Exception, match="not UTF-8"):
+        open_split(pack, "train", lambda m: kind_of(m).served_fields(m), "ram")
+
+
+def test_verify_finds_caption_offsets_that_cut_a_character_or_run_backwards(pack):
+    k, d = _shard_with(pack, CAPTIONS[2])
+    blob, offsets = np.load(d / "captions.npy"), np.load(d / "caption_offsets.npy")
+    j = int(np.flatnonzero(offsets[:-1] == blob.tobytes().index(CAPTIONS[2].encode()))[-1])
+    cut = offsets.copy()
+    cut[j] += 1  # caption j now starts inside its first character (and the one before ends inside it)
+    _rewrite(pack, k, "caption_offsets", cut)
+    assert [what for _, what in verify_pack(pack).problems] == [f"captions.npy: caption {j} starts inside a UTF-8 character"]
+    back = offsets.copy()
+    back[1], back[2] = offsets[2] + 1, offsets[1]
+    _rewrite(pack, k, "caption_offsets", back)
+    assert any("not monotonic" in what for _, what in verify_pack(pack).problems)
+
+
+def _index(img) -> int:
+    img = np.asarray(img)
+    return decode_index(img if img.shape[-1] == 3 else np.moveaxis(img, 0, -1))
+
+
+def test_the_dataset_serves_image_label_caption_and_image_caption(packs):
+    import dataprep
+
+    ds = dataprep.InMemoryImageDataset(packs["labelled"], as_numpy=True)
+    assert ds.labelled and len(ds) == 12 and len(ds.captions) == 12
+    for i in range(len(ds)):
+        img, label, caption = ds[i]
+        j = _index(img)
+        assert (label, caption) == (j % 3, CAPTIONS[j]) and ds.captions[i] == caption
+    un = dataprep.InMemoryImageDataset(packs["unlabelled"])
+    assert not un.labelled and un.classes == [] and un.labels is None and "label" not in un.manifest["fields"]
+    for i in range(len(un)):
+        img, caption = un[i]
+        assert caption == CAPTIONS[_index(img)]
+    # __getitems__ (the DataLoader's batched fetch) and batch indexing give the same samples
+    idx = [7, 3, 0, 11]
+    for d in (ds, un):
+        got = d.__getitems__(idx)
+        assert [s[-1] for s in got] == [d.captions[i] for i in idx] == [CAPTIONS[_index(s[0])] for s in got]
+
+
+def test_batches_carry_captions_beside_labels(tmp_path):
+    """Batch indexing of a fixed-shape (raw, center-crop) pack: one gather, captions in sample order."""
+    import dataprep
+
+    for labelled in (True, False):
+        pack = build(tmp_path, f"raw{labelled}", labelled=labelled, mode="raw", resize="center-crop")
+        ds = dataprep.InMemoryImageDataset(pack)
+        idx = [7, 3, 0, 11, 3]
+        batch = ds[idx]
+        images, captions = batch[0], batch[-1]
+        assert images.shape == (5, 3, 32, 32) and len(batch) == (3 if labelled else 2)
+        found = [_index(img) for img in images.numpy()]
+        assert captions == [CAPTIONS[j] for j in found] == [ds.captions[i] for i in idx]
+        if labelled:
+            assert batch[1].tolist() == [j % 3 for j in found]
+        assert [s[-1] for s in ds.__getitems__(idx)] == captions
