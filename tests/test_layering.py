@@ -87,7 +87,7 @@ def test_kind_free_layers_import_no_kind(layer):
 
 
 def test_the_shard_driver_and_settings_know_no_kind():
-    for m in ("dataprep.build", "dataprep.settings", "dataprep.sources", "dataprep.errors", "dataprep.kinds"):
+    for m in ("dataprep.build", "dataprep.settings", "dataprep.sources", "dataprep.errors", "dataprep.kinds", "dataprep.text"):
         bad = sorted(n for n in GRAPH[m] if top(n) in KINDS)
         assert not bad, (m, bad)
 
@@ -99,7 +99,7 @@ def test_between_kinds_imports_run_only_toward_images():
 
 
 def test_kinds_reach_only_kind_free_layers_and_errors():
-    allowed = set(KIND_FREE) | {"errors", "build", "settings", "sources", ""}
+    allowed = set(KIND_FREE) | {"errors", "build", "settings", "sources", "text", ""}  # text: tokenizers for tokens and captions
     bad = sorted((m, n) for m, deps in GRAPH.items() if top(m) in KINDS for n in deps
                  if top(n) not in KINDS and top(n) not in allowed)
     assert not bad, bad
@@ -123,7 +123,7 @@ def test_torch_is_imported_only_by_serving_modules():
 BUILD_MODULES = sorted(m for m in MODULES if m.rsplit(".", 1)[-1] in ("build", "tokenize", "read", "columns", "pairs", "masks",
                                                                         "process", "decode", "resize", "codec", "field")
                        or top(m) in ("pack", "engine") or m in ("dataprep.build", "dataprep.verify", "dataprep.kinds",
-                                                                 "dataprep.sources", "dataprep.cli.build"))
+                                                                 "dataprep.sources", "dataprep.text", "dataprep.cli.build"))
 
 
 def test_building_never_imports_torch():

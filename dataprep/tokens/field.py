@@ -10,6 +10,7 @@ import numpy as np
 
 from ..errors import PackError
 from ..pack.fields import OFFSETS, Field, LoadContext, blob_shapes, load_blob
+from ..text import TOKENIZER_FILE, read_tokenizer as _read_tokenizer, tokenizer_from_json  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)
@@ -87,9 +88,6 @@ def served_fields(m: dict[str, Any], resolution: int | None = None, where: Path 
     return fields_of(m, where)
 
 
-TOKENIZER_FILE = "tokenizer.json"  # the pack's copy of the tokenizer it was made with, beside the manifest
-
-
 def tokenizer_file(m: dict[str, Any]) -> str | None:
     """The name of the pack's copy of its tokenizer; packs made before the copy hold one only when the
     tokenizer was trained for them (None otherwise)."""
@@ -97,49 +95,10 @@ def tokenizer_file(m: dict[str, Any]) -> str | None:
     return tok.get("file") or (TOKENIZER_FILE if tok.get("trained_here") else None)
 
 
-def tokenizer_from_json(text: str, where: Path | str, error: type[Exception] = PackError):
-    """A `tokenizers.Tokenizer` from its JSON text, with padding and truncation switched off (as packs are
-    encoded); `error` (naming `where`) when the text is not a tokenizer."""
-    from tokenizers import Tokenizer
-
-    try:
-        tok = Tokenizer.from_str(text)
-    except Exception as e:  # tokenizers raises its own exception type for any bad file
-        raise error(f"{where}: not a tokenizers JSON file ({e})") from None
-    tok.no_padding()
-    tok.no_truncation()
-    return tok
-
-
 def read_tokenizer(pack: Path, m: dict[str, Any]):
     """The tokenizer a token pack was made with, from the pack's own copy (any backend), checked against the
     manifest's sha256; a PackError when the pack predates the copy or the copy is missing or changed."""
-    import hashlib
-
-    from ..pack.backends import open_reader
-
-    tok = m.get("tokenizer") or {}
-    name = tokenizer_file(m)
-    if name is None:
-        raise PackError(f"{pack}: the pack predates the tokenizer copy: it records only the tokenizer's path "
-                        f"{tok.get('path')!r} (sha256 {str(tok.get('sha256'))[:12]}...); load that file with "
-                        "tokenizers.Tokenizer.from_file, or tokenize again to carry a copy in the pack")
-    reader = open_reader(pack)
-    try:
-        data = reader.attachments().get(name)
-    finally:
-        reader.close()
-    where = Path(pack) / name
-    if data is None:
-        raise PackError(f"{where}: missing; the pack's copy of its tokenizer is gone")
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != tok.get("sha256"):
-        raise PackError(f"{where}: checksum mismatch (sha256 {digest[:12]}..., manifest {str(tok.get('sha256'))[:12]}...)")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise PackError(f"{where}: not UTF-8 JSON") from None
-    return tokenizer_from_json(text, where)
+    return _read_tokenizer(pack, m, tokenizer_file(m))
 
 
 def summary(m: dict[str, Any]) -> list[str]:

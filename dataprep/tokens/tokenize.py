@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import itertools
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -26,6 +25,7 @@ from ..build import prepare_output
 from ..errors import DataprepError, SourceError
 from ..pack.manifest import attachment_record, write_manifest
 from ..pack.shard import remove_temporaries, write_shard
+from ..text import check_ids as _check_ids, encode, token_dtype, tokenizer_file as _tokenizer_file  # noqa: F401 (token_dtype re-exported)
 from .field import TOKENIZER_FILE, TokensField, tokenizer_from_json
 from .read import PIECE_CHARS, ReadStats, documents, pieces
 
@@ -57,21 +57,6 @@ def load_tokenizer(path: str):
     return _tokenizer_file(path)[1]
 
 
-def _tokenizer_file(path: str | os.PathLike):
-    """A tokenizer JSON file's bytes (what the pack copies) and the tokenizer they give, from one read."""
-    if not os.path.isfile(path):
-        raise SourceError(f"{path}: tokenizer file does not exist")
-    try:
-        data = Path(path).read_bytes()
-    except OSError as e:
-        raise SourceError(f"{path}: cannot read ({e.strerror or e})") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SourceError(f"{path}: not a tokenizers JSON file (not UTF-8)") from None
-    return data, tokenizer_from_json(text, path, SourceError)
-
-
 def train_bpe(docs: Iterable[str], vocab_size: int, out: Path | None = None):
     """Train a byte-level BPE (exact round trips: decode(encode(text)) == text), saved to `out` if given."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -85,10 +70,6 @@ def train_bpe(docs: Iterable[str], vocab_size: int, out: Path | None = None):
     if out is not None:
         tok.save(str(out))
     return tok
-
-
-def token_dtype(vocab_size: int) -> np.dtype:
-    return np.dtype("<u2") if vocab_size <= 1 << 16 else np.dtype("<u4")
 
 
 LONG_BATCH_CHARS = 1 << 20  # text encoded at once while a long document is in progress
@@ -127,24 +108,6 @@ class _LongDocument:
         tokens = np.concatenate([*self.parts, np.array([eot_id], dtype)])
         val, self.parts = self.val, []
         return tokens, val
-
-
-def _check_ids(tokens: np.ndarray, limit: int, dtype: np.dtype, where: str) -> None:
-    if len(tokens) and (tokens.max() > limit or tokens.min() < 0):
-        raise DataprepError(f"{where}: token id {int(tokens.max())} does not fit in {dtype} (vocabulary {limit + 1})")  # never truncate
-
-
-def _join(encs, eot_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """Every encoding's ids, each followed by eot_id, as one int64 array; and each document's length."""
-    lens = np.fromiter((len(e.ids) for e in encs), np.int64, len(encs))
-    flat = np.fromiter(itertools.chain.from_iterable(e.ids for e in encs), np.int64, int(lens.sum()))
-    lengths = lens + 1
-    out = np.empty(int(lengths.sum()), np.int64)
-    is_eot = np.zeros(len(out), bool)
-    is_eot[np.cumsum(lengths) - 1] = True
-    out[is_eot] = eot_id
-    out[~is_eot] = flat
-    return out, lengths
 
 
 def _chunks(docs: Iterator, limit: int) -> Iterator[list]:
@@ -224,9 +187,7 @@ def tokenize_file(task: FileTask) -> dict[str, Any]:
     for k, chunk in enumerate(_chunks(stream, s.chunk_bytes)):
         val = np.random.default_rng([s.seed, task.task_no, k]).random(len(chunk)) < s.val_fraction
         if pending.empty and all(last for _, last in chunk):  # whole documents only: one vectorised join
-            encs = tok.encode_batch_fast([text for text, _ in chunk], add_special_tokens=False)
-            tokens, lengths = _join(encs, task.eot_id)
-            del encs  # an Encoding holds offsets and masks per token: let them go before the next chunk
+            tokens, lengths = encode(tok, [text for text, _ in chunk], task.eot_id)  # its Encodings already let go
             _check_ids(tokens, limit, dtype, task.paths[0])
             if val.any():
                 in_val = np.repeat(val, lengths)
