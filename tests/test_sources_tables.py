@@ -143,7 +143,7 @@ def test_hf_struct_column_with_class_label_nulls_and_paths(tmp_path):
     check_images(ds, kept)
     assert skipped(out) == {("hf.parquet:2", "no label"), ("hf.parquet:8", "no label"), ("hf.parquet:7", "no caption"),
                             ("hf.parquet:5", "no image bytes"), ("hf.parquet:6", "no image")}
-    assert read_manifest(out)["source"]["class_label"] == names
+    assert read_manifest(out)["source"]["classes_from"] == "ClassLabel"
 
 
 TRAIN0, TRAIN1 = "train/data-00000-of-00002.arrow", "train/data-00001-of-00002.arrow"

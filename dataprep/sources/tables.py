@@ -409,7 +409,7 @@ def scan_parquet(files: Sequence[str], split: str = "train", image_column: str =
         {"files": [rel for _, rel, _ in tables], "formats": sorted({fmt for _, _, fmt in tables}),
          "image_column": image_column, **({"label_column": label_column} if label_column else {}),
          **({"caption_column": caption_column} if caption_column else {}),
-         **({"class_label": names} if names else {})},
+         **({"classes_from": "ClassLabel"} if names else {})},
         reader=TableReader(), locators=locators, units=np.asarray(units, np.int64))
     if names and source.classes:  # labelled: the labels index the ClassLabel's names
         source.classes = names
