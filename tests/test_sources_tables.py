@@ -17,14 +17,15 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
 from dataprep.cli import main
 from dataprep.pack.backends import read_manifest
 from dataprep.synthetic import index_colour, index_image
+
+pa = pytest.importorskip("pyarrow", reason="needs pyarrow (the parquet and test extras)")
+pq = pytest.importorskip("pyarrow.parquet")
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 # PNG sources through --mode raw keep a flat colour exactly (0 off); 3 is far below the 8 levels that

@@ -46,8 +46,8 @@ def _pa():
         import pyarrow as pa
         import pyarrow.ipc  # noqa: F401
         import pyarrow.parquet  # noqa: F401
-    except ImportError:  # pragma: no cover - pyarrow is a dependency
-        raise SourceError("reading Parquet or Arrow needs pyarrow (pip install pyarrow)") from None
+    except ImportError as e:  # the `parquet` extra
+        raise SourceError(f"reading Parquet or Arrow needs pyarrow: pip install 'dataprep[parquet]' ({e})") from None
     return pa
 
 
