@@ -97,13 +97,6 @@ def encode(tok, texts: list[str], end_id: int | None = None, special_tokens: boo
     return join_ids(encs, end_id)
 
 
-def offsets_of(lengths: np.ndarray) -> np.ndarray:
-    """n + 1 int64 offsets of runs of `lengths` items."""
-    offsets = np.zeros(len(lengths) + 1, np.dtype("<i8"))
-    np.cumsum(lengths, out=offsets[1:])
-    return offsets
-
-
 def read_tokenizer(pack: Path, m: dict[str, Any], name: str | None):
     """The tokenizer a pack was made with, from the pack's own copy `name` (any backend), checked against the
     manifest's sha256 (`m["tokenizer"]`); a PackError when the copy is missing or changed (`name` None: the pack

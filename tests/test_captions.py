@@ -3,6 +3,7 @@
 beside the wrong image is seen. Captions hold non-ASCII text and an empty one."""
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import shutil
@@ -15,7 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 from dataprep.cli import main
+from dataprep.errors import DataprepError, SourceError
 from dataprep.images.build import build_images
+from dataprep.images.dataset import InMemoryImageDataset
 from dataprep.images.settings import ImageSettings
 from dataprep.kinds import kind_of
 from dataprep.serve.cache import open_split
@@ -24,6 +27,7 @@ from dataprep.sources.webdataset import scan_webdataset
 from dataprep.synthetic import decode_index, index_image
 from dataprep.verify import verify_pack
 
+from .conftest import corpus_dir
 from .test_verify_content import _rewrite as rewrite
 
 # Sample k's caption; k = 3 is empty, the others name k so no two are alike.
@@ -35,13 +39,13 @@ CAPTIONS[5] = "emoji 🐱 and ünïcödé, sample 5"
 CAPTIONS[8] = "a long caption " + "with many words " * 12 + "8"
 
 
-def write_tar(path: Path, keys: list[int], labelled: bool = True) -> Path:
-    """A WebDataset tar: per sample k, k.jpg (index image k), k.cls (k % 3) and k.txt (CAPTIONS[k])."""
+def write_tar(path: Path, keys: list[int], labelled: bool = True, captions: list[str] = CAPTIONS) -> Path:
+    """A WebDataset tar: per sample k, k.jpg (index image k), k.cls (k % 3) and k.txt (captions[k])."""
     with tarfile.open(path, "w") as tf:
         for k in keys:
             h, w = (40, 56) if k % 2 else (48, 36)
             members = {"jpg": cv2.imencode(".jpg", index_image(k, h, w)[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, 95])[1].tobytes(),
-                       "txt": CAPTIONS[k].encode("utf-8")}
+                       "txt": captions[k].encode("utf-8")}
             if labelled:
                 members["cls"] = str(k % 3).encode()
             for ext, data in members.items():
@@ -153,15 +157,13 @@ def _index(img) -> int:
 
 
 def test_the_dataset_serves_image_label_caption_and_image_caption(packs):
-    import dataprep
-
-    ds = dataprep.InMemoryImageDataset(packs["labelled"], as_numpy=True)
+    ds = InMemoryImageDataset(packs["labelled"], as_numpy=True)
     assert ds.labelled and len(ds) == 12 and len(ds.captions) == 12
     for i in range(len(ds)):
         img, label, caption = ds[i]
         j = _index(img)
         assert (label, caption) == (j % 3, CAPTIONS[j]) and ds.captions[i] == caption
-    un = dataprep.InMemoryImageDataset(packs["unlabelled"])
+    un = InMemoryImageDataset(packs["unlabelled"])
     assert not un.labelled and un.classes == [] and un.labels is None and "label" not in un.manifest["fields"]
     for i in range(len(un)):
         img, caption = un[i]
@@ -175,11 +177,9 @@ def test_the_dataset_serves_image_label_caption_and_image_caption(packs):
 
 def test_batches_carry_captions_beside_labels(tmp_path):
     """Batch indexing of a fixed-shape (raw, center-crop) pack: one gather, captions in sample order."""
-    import dataprep
-
     for labelled in (True, False):
         pack = build(tmp_path, f"raw{labelled}", labelled=labelled, mode="raw", resize="center-crop")
-        ds = dataprep.InMemoryImageDataset(pack)
+        ds = InMemoryImageDataset(pack)
         idx = [7, 3, 0, 11, 3]
         batch = ds[idx]
         images, captions = batch[0], batch[-1]
@@ -189,3 +189,140 @@ def test_batches_carry_captions_beside_labels(tmp_path):
         if labelled:
             assert batch[1].tolist() == [j % 3 for j in found]
         assert [s[-1] for s in ds.__getitems__(idx)] == captions
+
+
+def train_tokenizer(path: Path, pad: bool = True) -> Path:
+    """A tiny byte-level BPE trained on the captions (non-ASCII included), with a [PAD] token (id 1) when `pad`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>", "[PAD]"] if pad else ["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(CAPTIONS * 3, trainer)
+    tok.save(str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tokenized(tmp_path_factory) -> tuple[Path, Path]:
+    """(a pack of labelled tars with captions tokenized through the CLI, its tokenizer file)."""
+    tmp = tmp_path_factory.mktemp("tokenized")
+    tok = train_tokenizer(tmp / "tok.json")
+    tar = write_tar(tmp / "a.tar", list(range(12)))
+    out = tmp / "pack"
+    r = CliRunner().invoke(main, ["build", "webdataset", str(tar), "--out", str(out), "--size", "32", "--workers", "1",
+                                  "--shard-size", "5", "--tokenize", str(tok)])
+    assert r.exit_code == 0, r.output
+    return out, tok
+
+
+def test_tokenized_captions_are_the_tokenizers_own_ids(tokenized):
+    from tokenizers import Tokenizer
+
+    pack, tok_path = tokenized
+    ref = Tokenizer.from_file(str(tok_path))
+    m = json.loads((pack / "manifest.json").read_text())
+    data = tok_path.read_bytes()
+    assert m["tokenizer"]["sha256"] == hashlib.sha256(data).hexdigest() and (pack / "tokenizer.json").read_bytes() == data
+    assert m["tokenizer"]["vocab_size"] == ref.get_vocab_size(with_added_tokens=True) == 300
+    assert m["fields"]["caption_tokens"]["dtype"] == "<u2" and m["fields"]["caption_tokens"]["pad_id"] == 1 == ref.token_to_id("[PAD]")
+    c = open_split(pack, "train", lambda m: kind_of(m).served_fields(m), "ram")
+    ids, offsets = c.arrays["caption_tokens"], c.arrays["caption_token_offsets"]
+    captions = list(c.fields["caption"].strings(c.arrays))
+    assert ids.dtype == np.uint16 and len(offsets) == 13
+    runs = [ids[offsets[i] : offsets[i + 1]].tolist() for i in range(12)]
+    assert runs == [ref.encode(cap).ids for cap in captions]
+    assert [] in runs and any(max(r, default=0) > 255 for r in runs)  # the empty caption; merges, not just bytes
+    assert verify_pack(pack).ok, verify_pack(pack).problems
+    out = CliRunner().invoke(main, ["info", str(pack)])
+    assert "tokenized (uint16, vocabulary 300, pad id 1" in out.output and "caption_tokens" in out.output
+
+
+@pytest.mark.corpus
+def test_a_wordpiece_tokenizer_adds_its_special_tokens_and_pads_with_its_pad_id(tmp_path):
+    """The shared corpus's BERT WordPiece: its post-processor's [CLS] ... [SEP] are in the stored ids (what
+    Tokenizer.encode gives), its padding setting's pad id (0, [PAD]) is the pack's, the empty caption is [CLS] [SEP]."""
+    from tokenizers import Tokenizer
+
+    tok = corpus_dir("tokenizer") / "tokenizer.json"
+    ref = Tokenizer.from_file(str(tok))
+    ref.no_padding()
+    ref.no_truncation()
+    pack = tmp_path / "p"
+    build_images(scan_webdataset([str(write_tar(tmp_path / "a.tar", list(range(12))))]), pack,
+                 BuildSettings(workers=1, shard_size=5), ImageSettings(size=32), tokenizer=tok)
+    c = open_split(pack, "train", lambda m: kind_of(m).served_fields(m), "ram")
+    ids, offsets = c.arrays["caption_tokens"], c.arrays["caption_token_offsets"]
+    captions = list(c.fields["caption"].strings(c.arrays))
+    runs = [ids[offsets[i] : offsets[i + 1]].tolist() for i in range(12)]
+    assert runs == [ref.encode(cap).ids for cap in captions]
+    assert runs[captions.index("")] == [ref.token_to_id("[CLS]"), ref.token_to_id("[SEP]")]
+    assert c.fields["caption_tokens"].pad_id == 0 == ref.token_to_id("[PAD]")
+    assert json.loads((pack / "manifest.json").read_text())["tokenizer"]["pad_from"] == "the tokenizer"
+
+
+def test_a_vocabulary_over_65536_stores_uint32_ids_and_no_pad_means_0(tmp_path):
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    vocab = {f"w{i}": i for i in range(70_000)}
+    vocab["[UNK]"] = 70_000
+    tok = Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = Whitespace()
+    tok.save(str(tmp_path / "tok.json"))
+    words = [f"w{69_990 + k} w{k} w65536" if k != 3 else "" for k in range(12)]
+    pack = tmp_path / "p"
+    build_images(scan_webdataset([str(write_tar(tmp_path / "a.tar", list(range(12)), captions=words))]), pack,
+                 BuildSettings(workers=1, shard_size=5), ImageSettings(size=32), tokenizer=tmp_path / "tok.json")
+    c = open_split(pack, "train", lambda m: kind_of(m).served_fields(m), "ram")
+    ids, offsets = c.arrays["caption_tokens"], c.arrays["caption_token_offsets"]
+    captions = list(c.fields["caption"].strings(c.arrays))
+    assert ids.dtype == np.uint32 and c.fields["caption_tokens"].pad_id == 0 and sorted(captions) == sorted(words)
+    assert [ids[offsets[i] : offsets[i + 1]].tolist() for i in range(12)] == [tok.encode(cap).ids for cap in captions]
+    assert 69_999 in ids.tolist() and 65_536 in ids.tolist()  # above 65,535: kept, not wrapped
+    assert json.loads((pack / "manifest.json").read_text())["tokenizer"]["pad_from"] == "0: the tokenizer has no pad"
+
+
+def test_tokenize_is_refused_without_captions_or_with_a_file_that_is_no_tokenizer(tmp_path):
+    tar = write_tar(tmp_path / "a.tar", [0, 1])
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(SourceError, match="not a tokenizers JSON file"):
+        build_images(scan_webdataset([str(tar)]), tmp_path / "p", BuildSettings(workers=1), ImageSettings(size=32),
+                     tokenizer=tmp_path / "bad.json")
+    with pytest.raises(SourceError, match="does not exist"):
+        build_images(scan_webdataset([str(tar)]), tmp_path / "p", BuildSettings(workers=1), ImageSettings(size=32),
+                     tokenizer=tmp_path / "none.json")
+    source = scan_webdataset([str(tar)])
+    source.splits[0].captions = None
+    with pytest.raises(DataprepError, match="no captions to tokenize"):
+        build_images(source, tmp_path / "p", BuildSettings(workers=1), ImageSettings(size=32), tokenizer=train_tokenizer(tmp_path / "t.json"))
+    assert not (tmp_path / "p" / "manifest.json").exists()
+
+
+def test_resume_keeps_shards_of_the_same_tokenizer_and_rebuilds_for_another(tmp_path):
+    """The tokenizer is part of every shard's digest; a rebuild without --tokenize leaves no tokenizer copy."""
+    from tokenizers import Tokenizer
+
+    tar = write_tar(tmp_path / "a.tar", list(range(12)))
+    with_pad, without = train_tokenizer(tmp_path / "a.json"), train_tokenizer(tmp_path / "b.json", pad=False)
+    pack = tmp_path / "p"
+
+    def run(tok, resume=True):
+        return build_images(scan_webdataset([str(tar)]), pack, BuildSettings(workers=1, shard_size=5, resume=resume),
+                            ImageSettings(size=32), tokenizer=tok).splits[0].reused
+
+    assert run(with_pad, resume=False) == 0
+    assert run(with_pad) == 3  # the same tokenizer: every shard finished and intact
+    assert run(without) == 0  # another one: every shard rebuilt with its ids
+    c = open_split(pack, "train", lambda m: kind_of(m).served_fields(m), "ram")
+    ref = Tokenizer.from_file(str(without))
+    ids, offsets = c.arrays["caption_tokens"], c.arrays["caption_token_offsets"]
+    assert [ids[offsets[i] : offsets[i + 1]].tolist() for i in range(12)] == [ref.encode(t).ids for t in c.fields["caption"].strings(c.arrays)]
+    assert (pack / "tokenizer.json").read_bytes() == without.read_bytes() and verify_pack(pack).ok
+    assert run(None) == 0
+    m = json.loads((pack / "manifest.json").read_text())
+    assert "caption_tokens" not in m["fields"] and "tokenizer" not in m and not (pack / "tokenizer.json").exists()
+    assert verify_pack(pack).ok

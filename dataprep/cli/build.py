@@ -152,6 +152,23 @@ def build() -> None:
 
 
 allow_empty = click.option("--allow-empty-classes", is_flag=True, help="Accept class folders with no images.")
+tokenize_option = click.option(
+    "--tokenize", "tokenize", type=click.Path(dir_okay=False), default=None, metavar="TOKENIZER",
+    help="Also store every caption as token ids (uint16, uint32 when the vocabulary needs it) of this Hugging Face "
+         "tokenizers JSON file, which the pack keeps a copy of; served padded to a fixed length with "
+         "InMemoryImageDataset(..., caption_length=L).")
+
+
+def _tokenized(tokenize):
+    """The image build with captions tokenized by `tokenize` (a tokenizers JSON file); None (the plain image
+    build) without it."""
+    if tokenize is None:
+        return None
+    import functools
+
+    from ..images.build import build_images
+
+    return functools.partial(build_images, tokenizer=tokenize)
 
 
 @build.command()
@@ -196,8 +213,9 @@ def folder(src, split, allow_empty_classes, allow_split_named_classes, **kw):
               help="Label from this field of each sample's .json (dotted for nested: meta.label) when it has no .cls; "
                    "integers, or class names (classes are then the sorted names).")
 @click.option("--caption-field", default=None, help="Caption from this field of the .json [default: the .txt member].")
+@tokenize_option
 @image_build_options
-def webdataset(tars, split, label_field, caption_field, **kw):
+def webdataset(tars, split, label_field, caption_field, tokenize, **kw):
     """Pack WebDataset tar shards (what img2dataset writes): TARS are files, globs or brace patterns such as
     'shards/train-{000000..000127}.tar' (quote them), plain or gzip.
 
@@ -206,7 +224,7 @@ def webdataset(tars, split, label_field, caption_field, **kw):
     two tars, and a gzip tar is read in one pass."""
     from ..sources.webdataset import scan_webdataset
 
-    run_image_build(scan_webdataset(tars, split, label_field, caption_field), **kw)
+    run_image_build(scan_webdataset(tars, split, label_field, caption_field), _tokenized(tokenize), **kw)
 
 
 @build.command()
@@ -218,8 +236,9 @@ def webdataset(tars, split, label_field, caption_field, **kw):
 @click.option("--caption-column", default=None, help="Column of captions (text) [default: none].")
 @click.option("--split", default="train", show_default=True,
               help="Name of the split to write; of a DatasetDict saved to disk, also the split read.")
+@tokenize_option
 @image_build_options
-def parquet(files, image_column, label_column, caption_column, split, **kw):
+def parquet(files, image_column, label_column, caption_column, split, tokenize, **kw):
     """Pack tables with an image column: FILES are Parquet files, Arrow IPC files (file or stream format),
     globs of them (quote them), or directories written by datasets' save_to_disk.
 
@@ -228,7 +247,7 @@ def parquet(files, image_column, label_column, caption_column, split, **kw):
     URLs is refused: dataprep does not download (img2dataset does)."""
     from ..sources.tables import scan_parquet
 
-    run_image_build(scan_parquet(files, split, image_column, label_column, caption_column), **kw)
+    run_image_build(scan_parquet(files, split, image_column, label_column, caption_column), _tokenized(tokenize), **kw)
 
 
 @build.command("list")
@@ -236,15 +255,16 @@ def parquet(files, image_column, label_column, caption_column, split, **kw):
 @click.option("--root", type=click.Path(file_okay=False), default=None,
               help="Folder the listed paths are relative to [default: the CSV's folder].")
 @click.option("--split", default="train", show_default=True, help="Name of the split to write.")
+@tokenize_option
 @image_build_options
-def path_list(csv_file, root, split, **kw):
+def path_list(csv_file, root, split, tokenize, **kw):
     """Pack the files a CSV lists: path,label[,caption] rows (a header row is optional), paths relative
     to --root, labels integers or class names (empty: unlabelled).
 
     Rows whose path leaves the root or names no file are skipped with their reasons."""
     from ..sources.pathlist import scan_list
 
-    run_image_build(scan_list(csv_file, root, split), **kw)
+    run_image_build(scan_list(csv_file, root, split), _tokenized(tokenize), **kw)
 
 
 @build.command()

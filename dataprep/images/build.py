@@ -1,7 +1,9 @@
 """Image build: takes a listed source (class folders, ImageNet) and the image settings, gives a pack of kind
 "images": one task per shard on the engine, each image decoded once and stored at every size, labels (none
 when the source has no classes: an unlabelled pack, `classes` empty), source paths and captions (when the
-source has them) beside it; the kind-free driver in build.py does the rest.
+source has them) beside it; the kind-free driver in build.py does the rest. With a tokenizer (--tokenize),
+each shard also encodes its captions through dataprep/text.py (what token packs use) into token ids plus
+offsets (field caption_tokens), and the tokenizer file is copied beside the manifest.
 
 Sources smaller than a size are counted per split and size in the manifest (`"undersized": {"256":
 {"kept": n, "upscaled": m}}`): `kept` at their own size (center-crop pads them with black, pad frames
@@ -11,24 +13,75 @@ summary names the padded ones (center-crop, pad: black pixels in every stored sa
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ..build import BuildSummary, SplitSummary, build_shards, finish_shard, pack_header, reused_shard, task_fingerprint
+from ..build import (BuildSummary, SplitSummary, build_shards, finish_shard, pack_header, prepare_output, reused_shard,
+                     task_fingerprint)
 from ..engine import Engine
-from ..errors import ImageDecodeError
+from ..errors import DataprepError, ImageDecodeError
 from ..pack.fields import LabelField, StringsField
-from ..pack.manifest import write_manifest
+from ..pack.manifest import attachment_record, write_manifest
 from ..settings import BuildSettings
 from ..sources import FILES, FileReader, Source
 from . import resize
-from .field import CAPTION, ImageField
+from ..text import TOKENIZER_FILE, check_ids, encode, pad_id, token_dtype, tokenizer_file, tokenizer_from_json
+from .field import CAPTION, CaptionTokensField, ImageField
 from .settings import ImageSettings
+
+
+@dataclass(frozen=True)
+class CaptionTokenizer:
+    """How a shard encodes its captions (--tokenize), through the tokens kind's code (dataprep/text.py): the
+    tokenizer's JSON text (so workers on other machines need no copy of the file), its sha256, the id dtype,
+    and whether the post-processor's special tokens are added (as `Tokenizer.encode` does by default)."""
+
+    json: str = field(repr=False)
+    sha256: str
+    dtype: str
+    pad_id: int = 0
+    special_tokens: bool = True
+
+    @property
+    def tokens_field(self) -> CaptionTokensField:
+        return CaptionTokensField(self.dtype, pad_id=self.pad_id, special_tokens=self.special_tokens)
+
+    def encode(self, captions: list[str], where: str) -> tuple[np.ndarray, np.ndarray]:
+        """The captions' ids (int64) and each one's length; a DataprepError when an id does not fit the dtype."""
+        ids, lengths = encode(_tokenizer(self.json), captions, None, self.special_tokens)
+        dtype = np.dtype(self.dtype)
+        check_ids(ids, int(np.iinfo(dtype).max), dtype, where)
+        return ids, lengths
+
+
+@functools.lru_cache(maxsize=2)
+def _tokenizer(text: str):
+    """The tokenizer of a JSON text, parsed once per process (a worker makes many shards)."""
+    return tokenizer_from_json(text, "the build's tokenizer")
+
+
+def caption_tokenizer(path: str | os.PathLike) -> tuple[CaptionTokenizer, bytes, dict[str, Any]]:
+    """The tokenizer file at `path` as shards use it, its bytes (the pack's copy) and the manifest's record
+    of it. The pad id is the tokenizer's own (its padding setting, else a pad token it knows), else 0."""
+    data, tok = tokenizer_file(path)
+    text = data.decode("utf-8")
+    vocab = tok.get_vocab_size(with_added_tokens=True)
+    dtype = token_dtype(vocab)
+    own = pad_id(text, tok)
+    pad = 0 if own is None else own
+    check_ids(np.array([pad]), int(np.iinfo(dtype).max), dtype, f"{path}: its pad id")
+    digest = hashlib.sha256(data).hexdigest()
+    record = {"path": str(Path(path).resolve()), "file": TOKENIZER_FILE, "sha256": digest, "vocab_size": vocab,
+              "pad_id": int(pad), "pad_from": "the tokenizer" if own is not None else "0: the tokenizer has no pad",
+              "special": {t.content: int(i) for i, t in tok.get_added_tokens_decoder().items()}}
+    return CaptionTokenizer(text, digest, dtype.str, int(pad)), data, record
 
 
 @dataclass(frozen=True)
@@ -47,10 +100,13 @@ class ShardTask:
     captions: tuple[str, ...] | None = None
     reader: Any = FILES  # how the samples' bytes are read (sources/listing.py); files under root by default
     locators: tuple[Any, ...] = ()  # the reader's per-sample locators (members, rows); none for files
+    tokenizer: CaptionTokenizer | None = None  # --tokenize: captions also stored as token ids
 
     def fingerprint(self) -> str:
         """A digest of everything the shard's bytes depend on (its inputs, their order, the settings)."""
         head = [self.index, self.image.to_dict(), self.label_dtype, self.strict]
+        if self.tokenizer is not None:  # packs without tokenized captions keep their digests
+            head.append(["tokenizer", self.tokenizer.sha256, self.tokenizer.dtype, self.tokenizer.pad_id, self.tokenizer.special_tokens])
         if self.captions is not None or self.locators:  # packs of files and no captions keep their digests
             head.append(type(self.reader).__name__)
             rows = zip(self.paths, self.labels.tolist(), self.captions or [""] * len(self.paths),
@@ -109,6 +165,8 @@ def build_image_shard(task: ShardTask, samples: Iterator[bytes | ImageDecodeErro
     arrays.update(StringsField().shard_arrays(sources))
     if task.captions is not None:
         arrays.update(CAPTION.shard_arrays(captions))
+        if task.tokenizer is not None:
+            arrays.update(task.tokenizer.tokens_field.shard_arrays(*task.tokenizer.encode(captions, task.split_dir)))
     return finish_shard(task, fp, arrays, len(labels), skipped, kept, source_bytes, counts)
 
 
@@ -160,18 +218,27 @@ def build_images(
     image: ImageSettings,
     progress: Callable[[int], None] | None = None,
     engine: Engine | None = None,
+    tokenizer: str | os.PathLike | None = None,
 ) -> BuildSummary:
     """Build an image pack from `source` into `out` with the shard layout of `settings` and the image stages
     of `image`; return the summary. `progress(n)` is told of n more images; `engine` runs the shards
-    (default: a local pool of settings.workers processes)."""
+    (default: a local pool of settings.workers processes). `tokenizer`: a tokenizers JSON file; captions are
+    then also stored as its token ids (field caption_tokens), and the file is copied beside the manifest."""
     out = Path(out)
     label = LabelField.for_classes(len(source.classes))
+    tok = tok_bytes = tok_record = None
+    if tokenizer is not None:
+        if all(sp.captions is None for sp in source.splits):
+            raise DataprepError(f"--tokenize {tokenizer}: the source has no captions to tokenize")
+        tok, tok_bytes, tok_record = caption_tokenizer(tokenizer)  # read before --overwrite empties `out`, which may hold it
+    prepare_output(out, settings.overwrite, settings.resume)  # build_shards does too; the old manifest must go first
+    (out / TOKENIZER_FILE).unlink(missing_ok=True)  # a previous pack's copy: an unfinished build holds only shards
 
     def make_task(split, k: int, start: int, stop: int) -> ShardTask:
         return ShardTask(str(source.root), str(out / split.name), k, tuple(split.paths[start:stop]),
                          split.labels[start:stop], label.dtype if source.classes else None, image, settings.strict, settings.resume,
                          None if split.captions is None else tuple(split.captions[start:stop]), split.reader,
-                         () if split.locators is None else tuple(split.locators[start:stop]))
+                         () if split.locators is None else tuple(split.locators[start:stop]), tok)
 
     splits = [s.limited(settings.limit) for s in source.splits]
     summaries, split_entries, seconds = build_shards(out, settings, splits, make_task, build_image_shard, progress, engine)
@@ -180,6 +247,8 @@ def build_images(
             str(size): {"kept": summ.counts[f"undersized@{size}"], "upscaled": summ.counts[f"upscaled@{size}"]}
             for size in image.all_sizes}
         summ.notes = undersized_notes(summ, image)
+    if tok is not None:  # written last but for the manifest, as token packs do
+        (out / TOKENIZER_FILE).write_bytes(tok_bytes)
     write_manifest(
         out,
         {
@@ -196,8 +265,10 @@ def build_images(
                 **({"label": label.to_manifest()} if source.classes else {}),  # unlabelled: no classes, no labels
                 "source": StringsField().to_manifest(),
                 **({"caption": CAPTION.to_manifest()} if any(sp.captions is not None for sp in splits) else {}),
+                **({"caption_tokens": tok.tokens_field.to_manifest()} if tok is not None else {}),
             },
             "splits": split_entries,
+            **({"tokenizer": tok_record, "attachments": {TOKENIZER_FILE: attachment_record(tok_bytes)}} if tok is not None else {}),
         },
     )
     return BuildSummary(out, summaries, seconds)

@@ -15,8 +15,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import PackError
-from ..pack.fields import (BYTES, OFFSETS, SHAPES, Field, LabelField, LoadContext, StringsField, blob_arrays, blob_shapes,
-                           load_blob, load_rows, rows_shape)
+from ..pack.fields import (BYTES, OFFSETS, SHAPES, Field, IdsField, LabelField, LoadContext, StringsField, blob_arrays,
+                           blob_shapes, load_blob, load_rows, rows_shape)
 
 
 # What each role's arrays are called: the generic keys a field's `load` returns (its stored names add the
@@ -225,6 +225,42 @@ class CaptionField(StringsField):
 CAPTION = CaptionField()
 
 
+@dataclass(frozen=True)
+class CaptionTokensField(IdsField):
+    """Every caption's token ids (`--tokenize`): one array per shard, uint16 (uint32 when the vocabulary needs
+    it), plus int64 offsets into it in ids; an empty caption may be an empty run. `pad_id` is what the Loader
+    pads a caption to a fixed length with; `special_tokens`: the ids include what the tokenizer's
+    post-processor adds around a sequence, as `Tokenizer.encode(caption).ids` does."""
+
+    dtype: str
+    vocab_size: int = 0  # every stored id is below it (checked on load)
+    tokens: str = "caption_tokens"
+    offsets: str = "caption_token_offsets"
+    pad_id: int = 0
+    special_tokens: bool = True
+
+    def to_manifest(self) -> dict[str, Any]:
+        return {"dtype": self.dtype, "pad_id": self.pad_id, "special_tokens": self.special_tokens,
+                "arrays": [self.tokens, self.offsets],
+                "meaning": "every caption's token ids (the manifest's tokenizer); caption_token_offsets index them"}
+
+    @classmethod
+    def from_manifest(cls, m: dict[str, Any], where: Path | str) -> "CaptionTokensField":
+        try:
+            spec = m["fields"]["caption_tokens"]
+            tokens, offsets = (str(a) for a in spec["arrays"])
+            field = cls(np.dtype(spec["dtype"]).str, int(m["tokenizer"]["vocab_size"]), tokens, offsets, int(spec["pad_id"]),
+                        bool(spec["special_tokens"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise PackError(f"{where}: malformed caption_tokens field description ({e})") from None
+        if field.dtype not in ("<u2", "<u4") or not 0 <= field.pad_id <= np.iinfo(field.np_dtype).max:
+            raise PackError(f"{where}: caption token ids stored as {field.dtype} with pad id {field.pad_id}, not uint16 or uint32")
+        return field
+
+    def describe(self) -> str:
+        return f"caption token ids, {self.np_dtype.name}, vocabulary {self.vocab_size:,}, pad id {self.pad_id}"
+
+
 def resolution_key(m: dict[str, Any], resolution: int | None, where: Path | str, base: str = "image") -> str:
     """The manifest field of the asked resolution: `base` ("image"), or "image@R" in a multi-resolution pack
     (the largest when `resolution` is None)."""
@@ -241,13 +277,16 @@ def resolution_key(m: dict[str, Any], resolution: int | None, where: Path | str,
 
 
 def common_fields(m: dict[str, Any], where: Path | str) -> dict[str, Field]:
-    """The label, source-path and caption fields beside the pixels, where the manifest has them."""
+    """The label, source-path and caption fields (text, and token ids with --tokenize) beside the pixels, where
+    the manifest has them."""
     out: dict[str, Field] = {}
     if "label" in m["fields"]:
         out["label"] = LabelField.from_manifest(m["fields"]["label"], where)
     out["source"] = StringsField.from_manifest("source", m["fields"]["source"], where)
     if "caption" in m["fields"]:
         out["caption"] = CaptionField.from_manifest("caption", m["fields"]["caption"], where)
+    if "caption_tokens" in m["fields"]:
+        out["caption_tokens"] = CaptionTokensField.from_manifest(m, where)
     return out
 
 
@@ -279,6 +318,9 @@ def summary(m: dict[str, Any]) -> list[str]:
     if not m.get("classes"):
         out.append("labels:    none (an unlabelled pack)")
     if "caption" in m["fields"]:
-        out.append("captions:  a UTF-8 caption per sample")
+        tok = m.get("tokenizer") if "caption_tokens" in m["fields"] else None
+        out.append("captions:  a UTF-8 caption per sample" + (
+            f"; tokenized ({np.dtype(m['fields']['caption_tokens']['dtype']).name}, vocabulary {tok['vocab_size']:,}, "
+            f"pad id {m['fields']['caption_tokens']['pad_id']}, tokenizer sha256 {str(tok['sha256'])[:12]}...)" if tok else ""))
     return out
 

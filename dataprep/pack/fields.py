@@ -1,7 +1,7 @@
 """Fields: each owns both directions of one column of a pack, how a shard's arrays are written and how
 a split is read back into a few contiguous RAM buffers, and describes itself in the manifest (the
 `Field` protocol). This module names no pack kind: it holds the protocol, the fields every kind shares
-(`StringsField` for paths, `LabelField`, `RowsField` for fixed-shape columns) and the loading
+(`StringsField` for paths, `LabelField`, `RowsField` for fixed-shape columns, `IdsField` for runs of token ids) and the loading
 machinery the kinds' own fields (images/field.py, tokens/field.py, ...) are made of.
 
 Variable-length data (JPEG bytes, UTF-8 paths, token runs, differently sized pixels) is one blob plus
@@ -402,6 +402,45 @@ class StringsField:
 
     def describe(self) -> str:
         return f"UTF-8 strings, relative to {self.relative_to}"
+
+
+@dataclass(frozen=True)
+class IdsField:
+    """A run of integer ids per sample (token ids: a document, a caption): one array of `dtype` (uint16 or
+    uint32) per shard plus int64 offsets into it, in ids; every id below `vocab_size` (`check`)."""
+
+    dtype: str
+    vocab_size: int = 0
+    tokens: str = "tokens"
+    offsets: str = "offsets"
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return np.dtype(self.dtype)
+
+    def shard_arrays(self, ids: np.ndarray, lengths: Sequence[int]) -> dict[str, np.ndarray]:
+        offsets = np.zeros(len(lengths) + 1, OFFSETS)
+        np.cumsum(lengths, out=offsets[1:])
+        return {self.tokens: ids.astype(self.np_dtype, copy=False), self.offsets: offsets}
+
+    def stored(self) -> dict[str, str]:
+        return {self.tokens: self.tokens, self.offsets: self.offsets}
+
+    def layout(self, split_dir: Path, shards: list[dict]) -> list[tuple[str, tuple[int, ...], np.dtype]]:
+        toks, offs = blob_shapes(split_dir, shards, self.tokens, self.offsets)
+        return [(self.tokens, toks, self.np_dtype), (self.offsets, offs, OFFSETS)]
+
+    def load(self, split_dir: Path, shards: list[dict], ctx: LoadContext | None = None) -> dict[str, Any]:
+        """The split's ids as one array in RAM and the offsets into it (checked to run forward in each shard)."""
+        ids, offsets = load_blob(split_dir, shards, self.tokens, self.offsets, ctx, dtype=self.np_dtype)
+        return {self.tokens: ids, self.offsets: offsets}
+
+    def count(self, arrays: dict[str, Any]) -> int:
+        return len(arrays[self.offsets]) - 1
+
+    def check(self, arrays: dict[str, Any], deep: bool = False) -> list[str]:
+        top = int(np.asarray(arrays[self.tokens]).max(initial=0))
+        return [f"{self.tokens}.npy: a token id is beyond the vocabulary of {self.vocab_size}"] if top >= self.vocab_size else []
 
 
 @dataclass(frozen=True)

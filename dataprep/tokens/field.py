@@ -9,20 +9,16 @@ from typing import Any
 import numpy as np
 
 from ..errors import PackError
-from ..pack.fields import OFFSETS, Field, LoadContext, blob_shapes, load_blob
+from ..pack.fields import Field, IdsField, LoadContext, load_blob
 from ..text import TOKENIZER_FILE, read_tokenizer as _read_tokenizer, tokenizer_from_json  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)
-class TokensField:
+class TokensField(IdsField):
     dtype: str  # "<u2" or "<u4"
     vocab_size: int = 0  # every stored id is below it (checked on load)
     tokens: str = "tokens"
     offsets: str = "doc_offsets"
-
-    @property
-    def np_dtype(self) -> np.dtype:
-        return np.dtype(self.dtype)
 
     def to_manifest(self) -> dict[str, Any]:
         return {"dtype": self.dtype, "arrays": [self.tokens, self.offsets],
@@ -41,18 +37,6 @@ class TokensField:
             raise PackError(f"{where}: token ids stored as {dtype}, not uint16 or uint32")
         return cls(dtype, vocab, tokens, offsets)
 
-    def shard_arrays(self, tokens: np.ndarray, lengths: list[int]) -> dict[str, np.ndarray]:
-        offsets = np.zeros(len(lengths) + 1, OFFSETS)
-        np.cumsum(lengths, out=offsets[1:])
-        return {self.tokens: tokens.astype(self.np_dtype, copy=False), self.offsets: offsets}
-
-    def stored(self) -> dict[str, str]:
-        return {self.tokens: self.tokens, self.offsets: self.offsets}
-
-    def layout(self, split_dir: Path, shards: list[dict]) -> list[tuple[str, tuple[int, ...], np.dtype]]:
-        toks, offs = blob_shapes(split_dir, shards, self.tokens, self.offsets)
-        return [(self.tokens, toks, self.np_dtype), (self.offsets, offs, OFFSETS)]
-
     def load(self, split_dir: Path, shards: list[dict], ctx: LoadContext | None = None) -> dict[str, Any]:
         """The split's tokens as one array (mapped with cache="mmap" when the split is one shard, whose file
         is then that array) and the document offsets into it."""
@@ -63,16 +47,11 @@ class TokensField:
             tokens = tokens.parts[0]
         return {self.tokens: tokens, self.offsets: offsets}
 
-    def count(self, arrays: dict[str, Any]) -> int:
-        return len(arrays[self.offsets]) - 1
-
     def check(self, arrays: dict[str, Any], deep: bool = False) -> list[str]:
         out = []
         if np.any(np.diff(arrays[self.offsets]) <= 0):
             out.append(f"{self.offsets}.npy: a document holds no token (each ends with the end-of-text id)")
-        if int(np.asarray(arrays[self.tokens]).max(initial=0)) >= self.vocab_size:
-            out.append(f"{self.tokens}.npy: a token id is beyond the vocabulary of {self.vocab_size}")
-        return out
+        return out + super().check(arrays, deep)  # and every id within the vocabulary
 
     def describe(self) -> str:
         return f"token ids, {self.np_dtype.name}, vocabulary {self.vocab_size:,}"
