@@ -13,6 +13,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+import torch
 from click.testing import CliRunner
 
 from dataprep.cli import main
@@ -22,6 +23,7 @@ from dataprep.images.dataset import InMemoryImageDataset
 from dataprep.images.settings import ImageSettings
 from dataprep.kinds import kind_of
 from dataprep.serve.cache import open_split
+from dataprep.serve.request import Request
 from dataprep.settings import BuildSettings
 from dataprep.sources.webdataset import scan_webdataset
 from dataprep.synthetic import decode_index, index_image
@@ -326,3 +328,74 @@ def test_resume_keeps_shards_of_the_same_tokenizer_and_rebuilds_for_another(tmp_
     m = json.loads((pack / "manifest.json").read_text())
     assert "caption_tokens" not in m["fields"] and "tokenizer" not in m and not (pack / "tokenizer.json").exists()
     assert verify_pack(pack).ok
+
+
+def expected_rows(ids: list[int], length: int, pad: int, cut: int | None = None) -> tuple[list[int], int]:
+    """A caption's row in a batch of `length` as the test defines it: its first `cut` (default: `length`) ids,
+    then `pad` up to `length`; and its length capped at `cut`."""
+    cut = length if cut is None else cut
+    return ids[:cut] + [pad] * max(0, length - len(ids[:cut])), min(len(ids), cut)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_loader_serves_captions_padded_and_truncated_with_their_lengths(tokenized, workers):
+    from tokenizers import Tokenizer
+
+    from dataprep.serve.loader import Loader
+
+    pack, tok_path = tokenized
+    ref = Tokenizer.from_file(str(tok_path))
+    encoded = [ref.encode(c).ids for c in CAPTIONS]
+    L = 6
+    assert max(map(len, encoded)) > L + 1 and min(map(len, encoded)) == 0 and L in map(len, encoded)  # cut, padded, exact
+    ds = InMemoryImageDataset(pack, caption_length=L)
+    assert ds.caption_pad_id == 1
+    got = {}
+    for images, labels, captions, lengths, idx in Loader(ds, batch_size=5, shuffle=True, num_workers=workers, crop=(32, 32), indices=True):
+        assert captions.dtype == torch.uint16 and captions.shape == (len(idx), L) and lengths.dtype == torch.int32
+        for k in range(len(idx)):
+            j = _index(images[k].numpy())
+            assert int(labels[k]) == j % 3 and ds.caption_ids(int(idx[k])).tolist() == encoded[j]
+            got[j] = (captions[k].tolist(), int(lengths[k]))
+    assert sorted(got) == list(range(12))
+    assert got == {j: expected_rows(encoded[j], L, 1) for j in range(12)}
+    # negative controls: a truncation one id off, either way, is not what was served
+    assert got != {j: expected_rows(encoded[j], L, 1, cut=L - 1) for j in range(12)}
+    assert got != {j: expected_rows(encoded[j], L, 1, cut=L + 1) for j in range(12)}
+
+
+def test_unlabelled_tokenized_batches_are_images_captions_lengths(tmp_path):
+    from tokenizers import Tokenizer
+
+    from dataprep.serve.loader import Loader
+
+    tok = train_tokenizer(tmp_path / "tok.json", pad=False)
+    tar = write_tar(tmp_path / "u.tar", list(range(12)), labelled=False)
+    pack = tmp_path / "u"
+    build_images(scan_webdataset([str(tar)]), pack, BuildSettings(workers=1, shard_size=5), ImageSettings(size=32, resize="center-crop"),
+                 tokenizer=tok)
+    ref = Tokenizer.from_file(str(tok))
+    ds = InMemoryImageDataset(pack, caption_length=40)  # longer than every caption: all padded, with 0 (no pad token)
+    assert ds.caption_pad_id == 0 and set(ds.batch_layout()) == {"images", "captions", "caption_lengths"}
+    batches = list(Loader(ds, batch_size=12))
+    assert len(batches) == 1 and len(batches[0]) == 3
+    images, captions, lengths = batches[0]
+    for k in range(12):
+        ids = ref.encode(CAPTIONS[_index(images[k].numpy())]).ids
+        assert (captions[k].tolist(), int(lengths[k])) == expected_rows(ids, 40, 0)
+
+
+def test_caption_length_without_caption_tokens_is_a_clear_error(packs, index_tree, tmp_path):
+    with pytest.raises(DataprepError, match="holds its captions as text only; build it with --tokenize"):
+        InMemoryImageDataset(packs["labelled"], caption_length=8)
+    from dataprep.sources import scan_imagenet
+
+    build_images(scan_imagenet(index_tree), tmp_path / "plain", BuildSettings(workers=1), ImageSettings(size=32))
+    with pytest.raises(DataprepError, match="has no captions"):
+        InMemoryImageDataset(tmp_path / "plain", caption_length=8)
+    with pytest.raises(DataprepError, match="caption_length is a number"):
+        InMemoryImageDataset(packs["labelled"], caption_length=0)
+    plain = InMemoryImageDataset(tmp_path / "plain")  # a pack without captions serves as before
+    assert plain.captions is None and set(plain.batch_layout(Request(crop=(32, 32)))) == {"images", "labels"}
+    img, label = plain[0]
+    assert isinstance(label, int)

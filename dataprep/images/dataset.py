@@ -49,6 +49,11 @@ class InMemoryImageDataset(Dataset):
             size and serves the largest: a crop plan then cuts each crop from the smallest size that
             still gives at least the output size across the crop (fewer bytes to decode).
         keep_resolutions: how many resolutions stay loaded at once (the least recent is let go).
+        caption_length: for a pack whose captions were tokenized (`--tokenize`): the fast Loader's batches then
+            also hold `captions`, every caption's token ids (the stored uint16/uint32) truncated or padded to
+            this many with the pack's pad id (the tokenizer's own, else 0: `caption_pad_id`), and
+            `caption_lengths`, int32, each caption's true length capped at it. Samples (`dataset[i]`) keep
+            the caption text; `caption_ids(i)` gives sample i's ids.
 
     `dataset[i]` gives `(image, label)`; `dataset[[i, j, ...]]` gives one collated batch
     `(images N x C x H x W uint8 in channels-last memory, labels int64)`; `__getitems__` gives a
@@ -60,7 +65,8 @@ class InMemoryImageDataset(Dataset):
     a list of str. A pack is unlabelled when its manifest's `classes` is empty (its source had no labels; it
     stores none): its samples leave the label out, `(image, caption)`, or the image alone when it has no
     captions either; `labelled` says which. `dataset.captions[i]` is sample i's caption (a `Strings`
-    sequence over one blob, as `sources`; None without captions).
+    sequence over one blob, as `sources`; None without captions). The Loader serves captions only as
+    token ids (`caption_length`): text cannot travel through its shared batch buffers.
     """
 
     kinds: tuple[str, ...] = ("images",)  # the pack kinds this class serves
@@ -81,7 +87,11 @@ class InMemoryImageDataset(Dataset):
         progress: bool | None = None,
         resolution: int | None = None,
         keep_resolutions: int = 1,
+        caption_length: int | None = None,
     ):
+        if caption_length is not None and (isinstance(caption_length, bool) or not isinstance(caption_length, (int, np.integer))
+                                           or caption_length < 1):
+            raise DataprepError(f"caption_length is a number of token ids (at least 1), not {caption_length!r}")
         if decode == "dali":
             raise DataprepError("DALI decodes whole batches, not single samples: make the dataset with decode='none' "
                                 "and serve it with dataprep.DaliImageLoader(dataset, batch_size)")
@@ -97,6 +107,7 @@ class InMemoryImageDataset(Dataset):
         self.progress = progress
         self.resolution = resolution
         self.keep_resolutions = max(1, keep_resolutions)
+        self.caption_length = None if caption_length is None else int(caption_length)
         self.decode_paths: dict[str, int] = {}  # how crops were decoded in this process: "full", "1/2", "full from 256 px"
         self._load()
 
@@ -153,19 +164,29 @@ class InMemoryImageDataset(Dataset):
         self.captions = c.fields["caption"].strings(c.arrays) if "caption" in c.fields else None
         self.classes: list[str] = list(c.manifest.get("classes") or [])
         self.labelled = bool(self.classes) and self._labels is not None  # unlabelled: `classes` empty, no labels stored
+        tokens = c.fields.get("caption_tokens")
+        self.caption_pad_id: int | None = tokens.pad_id if tokens is not None else None
+        self._caption_ids = c.arrays[tokens.tokens] if tokens is not None else None
+        self._caption_offsets = c.arrays[tokens.offsets] if tokens is not None else None
+        if self.caption_length is not None and tokens is None:
+            raise DataprepError(f"{self.pack}: caption_length={self.caption_length} serves tokenized captions, but the pack "
+                                + ("has no captions" if self.captions is None else "holds its captions as text only")
+                                + "; build it with --tokenize TOKENIZER (from captions), or leave caption_length out")
         self.class_names: list[str] | None = c.manifest.get("class_names")
         self.manifest = c.manifest
         self.resolutions: list[int] = sorted(c.manifest.get("resolutions") or [c.manifest["settings"]["image"]["size"]])
 
     def __getstate__(self) -> dict[str, Any]:
         # Spawned workers get the recipe, not the cache: a few hundred bytes through the pipe.
-        keys = ("pack", "split", "decode", "transform", "as_numpy", "verify", "cache", "progress", "resolution", "keep_resolutions")
+        keys = ("pack", "split", "decode", "transform", "as_numpy", "verify", "cache", "progress", "resolution", "keep_resolutions",
+                "caption_length")
         state = {k: self.__dict__[k] for k in keys}
         if self._all:
             state["resolution"] = "all"
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("caption_length", None)
         self.__dict__.update(state)
         self.decode_paths = {}
         self._load()
@@ -259,6 +280,13 @@ class InMemoryImageDataset(Dataset):
         i = self._check(index)
         return self._sample(self._finish(self.image(i)), i)
 
+    def caption_ids(self, i: int) -> np.ndarray:
+        """Sample i's caption as token ids (a private copy, the stored dtype); for packs built with --tokenize."""
+        if self._caption_ids is None:
+            raise DataprepError(f"{self.pack}: its captions are not tokenized; build it with --tokenize TOKENIZER")
+        i = self._check(i)
+        return np.array(self._caption_ids[self._caption_offsets[i] : self._caption_offsets[i + 1]])
+
     def _sample(self, image, i: int):
         """Sample i as served: the image, then its label (labelled packs), then its caption (packs with captions)."""
         out = (image,) + ((int(self._labels[i]),) if self.labelled else ()) + ((self.captions[i],) if self.captions is not None else ())
@@ -329,6 +357,9 @@ class InMemoryImageDataset(Dataset):
         out = {"images": (shape, self.field.np_dtype.newbyteorder("="))}
         if self.labelled:
             out["labels"] = ((), np.dtype(np.int64))
+        if self.caption_length is not None:
+            out["captions"] = ((self.caption_length,), self._caption_ids.dtype.newbyteorder("="))
+            out["caption_lengths"] = ((), np.dtype(np.int32))
         return out
 
     def _warn_padding(self, crop_shape, res) -> None:
@@ -432,6 +463,8 @@ class InMemoryImageDataset(Dataset):
         idx = np.asarray(idx, np.int64)
         if "labels" in out:
             out["labels"][:n] = self._labels[idx]
+        if "captions" in out:
+            self._fill_captions(idx, out["captions"][:n], out["caption_lengths"][:n])
         crop = request.crop
         if crop is not None and not isinstance(crop, (tuple, list)):
             boxes = crop.boxes(self._shapes[idx, 0], self._shapes[idx, 1], (request.seed, request.epoch), idx)
@@ -445,6 +478,16 @@ class InMemoryImageDataset(Dataset):
         if request.flip:
             for k in np.flatnonzero(crops.flips((request.seed, request.epoch), idx)):
                 crops.flip_into(images[k])
+
+    def _fill_captions(self, idx: np.ndarray, ids: np.ndarray, lengths: np.ndarray) -> None:
+        """Captions `idx` as token ids into the (n, L) rows `ids`, the first L of each and the pad id after the
+        last, and each one's length capped at L into `lengths`: one gather for the whole batch."""
+        starts = self._caption_offsets[idx]
+        take = np.minimum(self._caption_offsets[idx + 1] - starts, ids.shape[1])
+        inside = np.arange(ids.shape[1]) < take[:, None]  # (n, L): which places hold a caption's id
+        ids[:] = self.caption_pad_id
+        ids[inside] = self._caption_ids[(starts[:, None] + np.arange(ids.shape[1]))[inside]]
+        lengths[:] = take
 
     def batch(self, indices) -> Any:
         """A whole batch: images (N, C, H, W) uint8 in channels-last memory, or (N, H, W, C) numpy with
