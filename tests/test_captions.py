@@ -399,3 +399,82 @@ def test_caption_length_without_caption_tokens_is_a_clear_error(packs, index_tre
     assert plain.captions is None and set(plain.batch_layout(Request(crop=(32, 32)))) == {"images", "labels"}
     img, label = plain[0]
     assert isinstance(label, int)
+
+
+def _served(ds: InMemoryImageDataset) -> list[tuple[int, str, list[int]]]:
+    """(image index, caption, caption ids) of every sample, in pack order."""
+    return [(_index(ds[i][0]), ds.captions[i], ds.caption_ids(i).tolist()) for i in range(len(ds))]
+
+
+@pytest.mark.parametrize("to", ["hdf5", "zarr"])
+def test_convert_keeps_captions_their_tokens_and_the_tokenizer(tokenized, tmp_path, to):
+    from dataprep.pack.convert import convert
+
+    if to == "zarr":
+        from .test_backends import _has_zarr_3
+
+        if not _has_zarr_3():
+            pytest.skip("needs zarr 3")
+    pack, tok_path = tokenized
+    out = tmp_path / ("p.h5" if to == "hdf5" else "p.zarr")
+    convert(pack, out, to)
+    assert verify_pack(out).ok, verify_pack(out).problems
+    want = _served(InMemoryImageDataset(pack, as_numpy=True))
+    assert [c for _, c, _ in want] and sorted(c for _, c, _ in want) == sorted(CAPTIONS)
+    for cache in ("ram", "mmap") if to == "hdf5" else ("ram",):  # Zarr offers no mmap
+        got = InMemoryImageDataset(out, as_numpy=True, cache=cache, caption_length=4)
+        assert _served(got) == want and got.caption_pad_id == 1
+    from dataprep.text import read_tokenizer
+
+    m = json.loads((pack / "manifest.json").read_text())
+    assert read_tokenizer(out, m, "tokenizer.json").to_str() == read_tokenizer(pack, m, "tokenizer.json").to_str()
+    # and back to npy: the same bytes as the original's copy of the tokenizer
+    back = tmp_path / "back"
+    convert(out, back, "npy")
+    assert (back / "tokenizer.json").read_bytes() == tok_path.read_bytes() and _served(InMemoryImageDataset(back, as_numpy=True)) == want
+
+
+def test_every_cache_mode_serves_the_same_captions(tokenized):
+    import gc
+
+    pack, _ = tokenized
+    want = _served(InMemoryImageDataset(pack, as_numpy=True))
+    for cache in ("mmap", "shm"):
+        ds = InMemoryImageDataset(pack, as_numpy=True, cache=cache, caption_length=3)
+        assert _served(ds) == want
+        del ds
+        gc.collect()
+
+
+def test_verify_finds_a_caption_token_beyond_the_vocabulary(tokenized, tmp_path):
+    pack = tmp_path / "p"
+    shutil.copytree(tokenized[0], pack)
+    d = pack / "train" / "00001"
+    ids = np.load(d / "caption_tokens.npy")
+    _rewrite(pack, 1, "caption_tokens", ids)
+    assert verify_pack(pack).ok  # control: the same ids rewritten
+    bad = ids.copy()
+    bad[len(bad) // 2] = 300  # the vocabulary is 300 ids: 0..299
+    _rewrite(pack, 1, "caption_tokens", bad)
+    assert [what for _, what in verify_pack(pack).problems] == ["caption_tokens.npy: a token id is beyond the vocabulary of 300"]
+    with pytest.raises(Exception, match="beyond the vocabulary"):
+        InMemoryImageDataset(pack)
+
+
+def test_a_json_caption_that_is_not_unicode_text_is_skipped_with_its_reason(tmp_path):
+    """A .json caption "\\ud800" parses to a lone surrogate, which UTF-8 cannot store: that sample is skipped
+    (it crashed the build), the others are kept with their captions."""
+    tar = tmp_path / "j.tar"
+    with tarfile.open(tar, "w") as tf:
+        for k in range(4):
+            for ext, data in {"jpg": cv2.imencode(".jpg", index_image(k, 32, 32))[1].tobytes(),
+                              "json": json.dumps({"caption": "\ud800 bad" if k == 2 else CAPTIONS[k]}).encode()}.items():
+                info = tarfile.TarInfo(f"{k:06d}.{ext}")
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
+    pack = tmp_path / "p"
+    build_images(scan_webdataset([str(tar)], caption_field="caption"), pack, BuildSettings(workers=1), ImageSettings(size=32))
+    m = json.loads((pack / "manifest.json").read_text())
+    assert [(s["source"], s["reason"]) for s in m["splits"]["train"]["skipped"]] == [("j.tar:000002", "bad caption")]
+    ds = InMemoryImageDataset(pack)
+    assert list(ds.captions) == [CAPTIONS[0], CAPTIONS[1], CAPTIONS[3]]

@@ -138,8 +138,6 @@ def build_image_shard(task: ShardTask, samples: Iterator[bytes | ImageDecodeErro
         try:
             if isinstance(data, ImageDecodeError):
                 raise data
-            if task.captions is not None and not _is_text(task.captions[i]):
-                raise ImageDecodeError(where, "bad caption", "not valid Unicode text (a lone surrogate)")
             done = _process(where, task.image, data)
         except ImageDecodeError as e:
             if task.strict:
@@ -186,15 +184,6 @@ def undersized_notes(summ: SplitSummary, image: ImageSettings) -> list[str]:
         if up:
             out.append(f"{at}{up} of {summ.written} images were smaller than {size} px and enlarged to it (--upscale)")
     return out
-
-
-def _is_text(caption: str) -> bool:
-    """Whether a caption is valid Unicode (a JSON string may hold a lone surrogate, which UTF-8 cannot store)."""
-    try:
-        caption.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _process(path: str, settings: ImageSettings, data: bytes | None = None):

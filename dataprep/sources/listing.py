@@ -175,6 +175,15 @@ class Source:
         return sum(len(s.limited(limit).paths) for s in self.splits)
 
 
+def _is_text(caption: str) -> bool:
+    """Whether a caption is Unicode text that UTF-8 can store (a JSON string may hold a lone surrogate)."""
+    try:
+        caption.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def labelled_split(layout: str, root: Path, split: str, refs: list[str], raw_labels: list, captions: list,
                   skipped: list[dict], details: dict, **reader) -> Source:
     """A one-split Source from listed samples whose labels (ints, class names or None) and captions (str or
@@ -191,6 +200,10 @@ def labelled_split(layout: str, root: Path, split: str, refs: list[str], raw_lab
         elif captioned and not has_caption[i]:
             keep[i] = False
             skipped.append({"source": ref, "reason": "no caption", "detail": "the other samples have one"})
+        elif has_caption[i] and not _is_text(captions[i]):
+            keep[i] = False
+            skipped.append({"source": ref, "reason": "bad caption", "detail": "not Unicode text (a lone surrogate, as a JSON "
+                                                                              "\\ud800 escape gives): UTF-8 cannot store it"})
     idx = np.flatnonzero(keep)
     names = [raw_labels[i] for i in idx] if labelled else []
     if any(isinstance(x, str) for x in names):
