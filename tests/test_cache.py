@@ -205,3 +205,18 @@ def test_racing_processes_fill_once_and_never_deadlock(packs, tmp_path):
     lines = [o.split() for o, _ in outs]
     assert len({seg for seg, _ in lines}) == 1
     assert sorted(created for _, created in lines) == ["False", "False", "False", "True"]
+
+
+def test_describing_segments_skips_one_removed_since_the_listing(packs, monkeypatch):
+    """Another run's last user may remove its segment between the listing and the look at it: the
+    description (dataprep cache list, clean, the tests' own_segments) leaves it out instead of failing
+    (a concurrent suite run hit FileNotFoundError here)."""
+    ds = InMemoryImageDataset(packs["raw"], cache="shm")
+    mine = ds.segment
+    real = shm_mod.list_segments
+    gone = shm_mod._segment_path() / "dataprep-0123456789abcdef01234567"  # listed, then removed by its owner
+    monkeypatch.setattr(shm_mod, "list_segments", lambda: real() + [gone])
+    described = [s["path"] for s in shm_mod.describe_segments()]
+    assert mine in described and str(gone) not in described
+    del ds
+    gc.collect()

@@ -422,7 +422,11 @@ def describe_segments() -> list[dict[str, Any]]:
     out = []
     for p in segs:
         h = _header(p)
-        out.append({"path": str(p), "bytes": p.stat().st_size, "pack": h.get("pack", "?"), "split": h.get("split", "?"),
+        try:
+            size = p.stat().st_size
+        except FileNotFoundError:  # its last user removed it since the listing (another run on this machine)
+            continue
+        out.append({"path": str(p), "bytes": size, "pack": h.get("pack", "?"), "split": h.get("split", "?"),
                     "complete": bool(h) and ".tmp-" not in p.name, "users": users[str(p)]})
     return out
 
