@@ -167,14 +167,45 @@ def run_unit(shard_fn: Callable[..., dict[str, Any]], task) -> Any:
     first = task.tasks[0]
     refs = [r for t in task.tasks for r in t.paths]
     locs = [x for t in task.tasks for x in t.locators]
-    stream = iter(first.reader.open(first.root, refs, locs))
-    out = []
+    stream = iter(first.reader.open(first.root, refs, locs))  # a generator: nothing is read before the first next()
+    out, owed = [], 0  # samples of earlier (reused) shards not read yet: skipped only when a later shard reads
     for t in task.tasks:
-        part = islice(stream, len(t.paths))
+        part = _Counted(stream, len(t.paths), owed)
         out.append(shard_fn(t, samples=part))
-        for _ in part:
-            pass
+        owed = part.left + (owed if not part.started else 0)
     return out
+
+
+class _Counted:
+    """The next n samples of a unit's stream, after skipping `skip` owed by shards that did not read theirs
+    (a resumed build whose shards are all reused reads nothing of the unit)."""
+
+    def __init__(self, stream, n: int, skip: int):
+        self.stream, self.left, self.skip, self.started = stream, n, skip, False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if not self.started:
+            self.started = True
+            for _ in islice(self.stream, self.skip):
+                pass
+        if self.left <= 0:
+            raise StopIteration
+        self.left -= 1
+        return next(self.stream)
+
+
+def unit_is_sequential(reader, locators, start: int) -> bool:
+    """Must the unit whose first sample is `start` be read in one pass? (`reader.unit_sequential(locator)`
+    where a reader decides per unit: a plain tar beside gzip ones is still read by seeking.)"""
+    if reader is None:
+        return False
+    per_unit = getattr(reader, "unit_sequential", None)
+    if per_unit is not None and locators is not None:
+        return bool(per_unit(locators[start]))
+    return bool(getattr(reader, "sequential", False))
 
 
 def build_shards(
@@ -212,7 +243,7 @@ def build_shards(
                 unit.append(make_task(split, k, start, min(start + per, b)))
                 plan.append((split.name, k))
                 k += 1
-            if getattr(getattr(split, "reader", None), "sequential", False) and len(unit) > 1:
+            if len(unit) > 1 and unit_is_sequential(getattr(split, "reader", None), getattr(split, "locators", None), a):
                 tasks.append(UnitTasks(tuple(unit)))
                 names.append(f"{split.name}/{shard_name(k - len(unit))}..{shard_name(k - 1)}")
             else:

@@ -260,3 +260,40 @@ def test_real_photos_smaller_than_256_are_counted_as_padded(tmp_path):
     assert small > 20  # the corpus has small photos (51 of 356 when this was written)
     assert read_manifest(tmp_path / "p")["splits"]["train"]["undersized"] == {"256": {"kept": small, "upscaled": 0}}
     assert f"  train: {small} of 356 images were smaller than 256 px on the shorter side and padded" in "\n".join(summary.lines())
+
+
+def test_a_units_shards_read_their_own_samples_and_reused_ones_read_nothing():
+    """run_unit gives each shard of a sequential unit its own part of one stream; shards a resumed build
+    reuses read nothing, and when every shard is reused the unit is not read at all."""
+    from dataclasses import dataclass
+
+    from dataprep.build import UnitTasks, run_unit
+
+    read = []
+
+    @dataclass(frozen=True)
+    class Reader:
+        sequential: bool = True
+
+        def open(self, root, refs, locators):
+            for r in refs:
+                read.append(r)
+                yield r.encode()
+
+    @dataclass(frozen=True)
+    class Task:
+        paths: tuple
+        reused: bool
+        root: str = "/"
+        reader: Reader = Reader()
+        locators: tuple = ()
+
+    def shard_fn(task, samples):
+        return "reused" if task.reused else [s.decode() for s in samples]
+
+    tasks = UnitTasks((Task(("a", "b"), True), Task(("c",), False), Task(("d", "e"), True), Task(("f",), False)))
+    assert run_unit(shard_fn, tasks) == ["reused", ["c"], "reused", ["f"]]
+    assert read == ["a", "b", "c", "d", "e", "f"]  # skipped through, each once, in order
+    read.clear()
+    assert run_unit(shard_fn, UnitTasks((Task(("a",), True), Task(("b", "c"), True)))) == ["reused", "reused"]
+    assert read == []  # a fully reused unit (a resumed gzip tar or row group) is not read

@@ -106,6 +106,11 @@ class TarReader:
 
     sequential: bool = False
 
+    @staticmethod
+    def unit_sequential(locator) -> bool:
+        """A compressed tar is read in one pass; a plain one by seeking (its shards in parallel)."""
+        return bool(locator[4])
+
     def open(self, root: str, refs: Sequence[str], locators: Sequence[Any]) -> Iterator[bytes | ImageDecodeError]:
         i = 0
         while i < len(locators):
