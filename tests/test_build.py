@@ -297,3 +297,41 @@ def test_a_units_shards_read_their_own_samples_and_reused_ones_read_nothing():
     read.clear()
     assert run_unit(shard_fn, UnitTasks((Task(("a",), True), Task(("b", "c"), True)))) == ["reused", "reused"]
     assert read == []  # a fully reused unit (a resumed gzip tar or row group) is not read
+
+
+def test_resume_rebuilds_shards_of_a_tar_rewritten_with_the_same_layout(tmp_path):
+    """A regenerated tar (or Parquet export) often keeps every member's name, offset and size: --resume
+    must not serve the old pixels from it (the shard digest holds each container's size and mtime)."""
+    import io
+    import tarfile
+
+    from PIL import Image
+
+    from dataprep.images.build import build_images
+    from dataprep.images.dataset import InMemoryImageDataset
+    from dataprep.images.settings import ImageSettings
+    from dataprep.sources.webdataset import scan_webdataset
+
+    def write(level: int) -> None:
+        with tarfile.open(tmp_path / "s.tar", "w") as tf:
+            for i in range(4):
+                buf = io.BytesIO()
+                Image.fromarray(np.full((16, 16, 3), level + 10 * i, np.uint8)).save(buf, "PNG")
+                for ext, data in (("png", buf.getvalue()), ("cls", b"0")):
+                    ti = tarfile.TarInfo(f"{i:03d}.{ext}")
+                    ti.size = len(data)
+                    tf.addfile(ti, io.BytesIO(data))
+
+    write(50)
+    image = ImageSettings(size=16, mode="raw")
+    build_images(scan_webdataset([str(tmp_path / "s.tar")]), tmp_path / "p", BuildSettings(shard_size=2), image)
+    size = (tmp_path / "s.tar").stat().st_size
+    st = (tmp_path / "s.tar").stat()
+    write(100)  # the same members, names, offsets and sizes; other pixels
+    assert (tmp_path / "s.tar").stat().st_size == size
+    os.utime(tmp_path / "s.tar", ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    summary = build_images(scan_webdataset([str(tmp_path / "s.tar")]), tmp_path / "p",
+                           BuildSettings(shard_size=2, resume=True), image)
+    assert sum(s.reused for s in summary.splits) == 0
+    ds = InMemoryImageDataset(tmp_path / "p", as_numpy=True)
+    assert [int(ds[i][0][0, 0, 0]) for i in range(4)] == [100, 110, 120, 130]

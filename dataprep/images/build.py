@@ -109,11 +109,26 @@ class ShardTask:
             head.append(["tokenizer", self.tokenizer.sha256, self.tokenizer.dtype, self.tokenizer.pad_id, self.tokenizer.special_tokens])
         if self.captions is not None or self.locators:  # packs of files and no captions keep their digests
             head.append(type(self.reader).__name__)
+            if self.locators:  # a tar or table rewritten with the same layout (a regenerated export) is new input
+                head.append(_container_stamps(self.root, self.locators))
             rows = zip(self.paths, self.labels.tolist(), self.captions or [""] * len(self.paths),
                        self.locators or [""] * len(self.paths))
         else:
             rows = zip(self.paths, self.labels.tolist())
         return task_fingerprint(head, rows)
+
+
+def _container_stamps(root: str, locators) -> list:
+    """(name, bytes, mtime in ns) of each container file a shard's samples come from: a locator's first
+    item names its container relative to the root (a tar, a Parquet or Arrow file)."""
+    out = []
+    for name in sorted({str(loc[0]) for loc in locators}):
+        try:
+            st = os.stat(os.path.join(root, name))
+            out.append([name, st.st_size, st.st_mtime_ns])
+        except OSError:
+            out.append([name, -1, -1])  # gone: the shard cannot be rebuilt either, and reading it says why
+    return out
 
 
 def build_image_shard(task: ShardTask, samples: Iterator[bytes | ImageDecodeError] | None = None) -> dict[str, Any]:
