@@ -391,3 +391,33 @@ def test_a_missing_list_or_one_with_no_file_is_refused(tmp_path):
     r = run("build", "list", tmp_path / "l.csv", "--out", tmp_path / "pack", *BUILD)
     assert r.exit_code == 1 and "no usable row (missing file" in r.output
     assert not os.path.exists(tmp_path / "pack")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Review (issue 23): strict listings, bad text, huge integer labels, messages
+
+
+@pytest.mark.parametrize("row, source, reason", [
+    ("img/404.png,1", "img/404.png", "missing file"), ("../out.png,1", "../out.png", "outside the root"),
+    ("img/1.png,1,a,b", "l.csv:2", "bad row"), ("img/1.png,", "img/1.png", "no label")])
+def test_strict_list_refuses_the_first_row_it_would_skip(tmp_path, row, source, reason):
+    from dataprep.errors import SourceError
+    from dataprep.sources.pathlist import scan_list
+
+    write_images(tmp_path, range(2))
+    (tmp_path / "out.png").write_bytes(png(9))
+    lst = tmp_path / "l.csv"
+    lst.write_text(f"img/0.png,1\n{row}\n")
+    assert len(scan_list(lst, tmp_path).splits[0].skipped) == 1  # without strict: skipped
+    with pytest.raises(SourceError, match=f"^{source}: {reason} "):
+        scan_list(lst, tmp_path, strict=True)
+
+
+def test_strict_parquet_refuses_the_first_row_it_would_skip(tmp_path):
+    from dataprep.errors import SourceError
+    from dataprep.sources.tables import scan_parquet
+
+    pq.write_table(pa.table({"image": [png(0), png(1)], "label": [1, None]}), tmp_path / "t.parquet")
+    assert [s["source"] for s in scan_parquet([str(tmp_path / "t.parquet")], label_column="label").splits[0].skipped] == ["t.parquet:1"]
+    with pytest.raises(SourceError, match="^t.parquet:1: no label "):
+        scan_parquet([str(tmp_path / "t.parquet")], label_column="label", strict=True)

@@ -184,6 +184,15 @@ def _is_text(caption: str) -> bool:
     return True
 
 
+def skip(skipped: list[dict], record: dict, strict: bool = False) -> None:
+    """Record a sample the listing cannot use (a skip record: source, reason, detail); with `strict` (the
+    build's --strict), refuse the source instead, naming the sample and why."""
+    if strict:
+        raise SourceError(f"{record['source']}: {record['reason']} ({record['detail']}); --strict: refusing the source "
+                          "instead of skipping the sample")
+    skipped.append(record)
+
+
 def labelled_split(layout: str, root: Path, split: str, refs: list[str], raw_labels: list, captions: list,
                   skipped: list[dict], details: dict, **reader) -> Source:
     """A one-split Source from listed samples whose labels (ints, class names or None) and captions (str or

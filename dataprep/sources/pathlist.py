@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 from ..errors import SourceError
-from .listing import Source, labelled_split
+from .listing import Source, labelled_split, skip
 
 HEADERS = (["path", "label"], ["path", "label", "caption"])
 
@@ -41,9 +41,11 @@ def _escapes(ref: str) -> bool:
     return ref in (".", "..") or ref.startswith(".." + os.sep) or os.path.isabs(ref)
 
 
-def scan_list(csv_path: str | os.PathLike, root: str | os.PathLike | None = None, split: str = "train") -> Source:
+def scan_list(csv_path: str | os.PathLike, root: str | os.PathLike | None = None, split: str = "train",
+              strict: bool = False) -> Source:
     """List the files a `path,label[,caption]` CSV names, relative to `root` (default: the CSV's folder),
-    into one split `split`."""
+    into one split `split`. `strict`: a row the listing would skip refuses the list instead (SourceError
+    naming the row and why)."""
     csv_path = Path(csv_path)
     root = Path(root) if root is not None else csv_path.resolve().parent
     if not root.is_dir():
@@ -64,25 +66,28 @@ def scan_list(csv_path: str | os.PathLike, root: str | os.PathLike | None = None
             continue
         where = f"{csv_path.name}:{line}"
         if len(row) > 3:
-            skipped.append({"source": where, "reason": "bad row",
-                            "detail": f"{len(row)} fields, not path,label[,caption] (quote a caption that holds commas)"})
+            skip(skipped, {"source": where, "reason": "bad row",
+                           "detail": f"{len(row)} fields, not path,label[,caption] (quote a caption that holds commas)"}, strict)
             continue
         path = row[0].strip()
         if not path:
-            skipped.append({"source": where, "reason": "bad row", "detail": "no path"})
+            skip(skipped, {"source": where, "reason": "bad row", "detail": "no path"}, strict)
             continue
         ref = _relative(path, root, real_root)
         full = os.path.realpath(os.path.join(root, ref)) if ref is not None else None
         if ref is None or not full.startswith(real_root.rstrip(os.sep) + os.sep):
             how = f"resolves to {full}, outside {real_root}" if ref is not None else f"leaves the root {root}"
-            skipped.append({"source": path, "reason": "outside the root", "detail": f"{where}: {how}"})
+            skip(skipped, {"source": path, "reason": "outside the root", "detail": f"{where}: {how}"}, strict)
             continue
         if not os.path.isfile(full):
-            skipped.append({"source": ref, "reason": "missing file", "detail": f"{where}: no such file under {root}"})
+            skip(skipped, {"source": ref, "reason": "missing file", "detail": f"{where}: no such file under {root}"}, strict)
             continue
         refs.append(ref)
         raw_labels.append(_label(row[1]) if len(row) > 1 else None)
         captions.append(row[2] if len(row) > 2 else None)
     if not refs:
         raise SourceError(f"{csv_path}: no usable row" + (f" ({skipped[0]['reason']}: {skipped[0]['detail']})" if skipped else ""))
-    return labelled_split("list", root, split, refs, raw_labels, captions, skipped, {"list": str(csv_path.resolve())})
+    source = labelled_split("list", root, split, refs, raw_labels, captions, skipped, {"list": str(csv_path.resolve())})
+    if strict and skipped:  # labelled_split's skips (no label, no caption, bad caption)
+        skip([], skipped[0], strict)
+    return source

@@ -32,7 +32,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from ..errors import ImageDecodeError, SourceError
-from .listing import Source, labelled_split, read_source
+from .listing import Source, labelled_split, read_source, skip
 from .webdataset import expand
 
 BATCH_ROWS = 16  # image rows pyarrow hands the reader at a time
@@ -353,11 +353,13 @@ def _cell(value, ref: str, table: str) -> bytes | ImageDecodeError:
 
 
 def scan_parquet(files: Sequence[str], split: str = "train", image_column: str = "image", label_column: str | None = None,
-                 caption_column: str | None = None) -> Source:
+                 caption_column: str | None = None, strict: bool = False) -> Source:
     """List the rows of Parquet files, Arrow IPC files and save_to_disk directories (files and globs as
     `expand` takes them, directories as `datasets` writes them) into one split `split`. Labels from
     `label_column` (integers, class names, or a ClassLabel's ints), captions from `caption_column`; rows
-    null in either are skipped with their reasons."""
+    null in either are skipped with their reasons; with `strict`, the first such row refuses the tables
+    instead (SourceError naming the row and why). (A null image is found when the build reads it, where
+    the build's own strict applies.)"""
     inputs, dirs = _inputs(files, split)
     if not inputs:
         raise SourceError(f"{', '.join(map(str, files)) or 'no files given'}: no table files")
@@ -411,6 +413,8 @@ def scan_parquet(files: Sequence[str], split: str = "train", image_column: str =
          **({"caption_column": caption_column} if caption_column else {}),
          **({"classes_from": "ClassLabel"} if names else {})},
         reader=TableReader(), locators=locators, units=np.asarray(units, np.int64))
+    if strict and skipped:  # labelled_split's skips (no label, no caption, bad caption)
+        skip([], skipped[0], strict)
     if names and source.classes:  # labelled: the labels index the ClassLabel's names
         source.classes = names
     return source
