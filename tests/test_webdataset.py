@@ -332,6 +332,32 @@ def test_a_gzip_tar_cut_short_keeps_the_members_that_decompress(tmp_path):
     assert ds.labels.tolist() == [i % 3 for i in range(n)] and captions == [f"caption {i}: ünïcode" for i in range(n)]
 
 
+@pytest.mark.parametrize("compress", ["gzip", "bz2", "lzma"])
+@pytest.mark.parametrize("damage", ["cut", "garbled"])
+def test_a_compressed_tar_cut_at_a_header_or_with_a_damaged_one_is_reported(tmp_path, compress, damage):
+    """The compressed stream is whole, the tar inside it is cut right at sample 4's first header or has that
+    header damaged: tarfile ends the listing there without a word, as for plain tars. Old code: samples 0-3
+    listed, nothing skipped (the end-of-archive check ran for plain tars only)."""
+    import bz2
+    import gzip
+    import lzma
+
+    from dataprep.sources.webdataset import scan_webdataset
+
+    full = write_tar(tmp_path / "full.tar", [members(i) for i in range(6)])
+    start = dict((n, s) for n, s, _ in tar_members(full))["000004.png"]
+    data = bytearray(full.read_bytes())
+    if damage == "cut":
+        data = data[:start]
+    else:
+        data[start + 100: start + 160] = b"\xff" * 60
+    (tmp_path / "bad.tar.x").write_bytes({"gzip": gzip, "bz2": bz2, "lzma": lzma}[compress].compress(bytes(data)))
+    split = scan_webdataset([tmp_path / "bad.tar.x"]).splits[0]
+    assert [(s["source"], s["reason"]) for s in split.skipped] == [("bad.tar.x:000003", "truncated archive")], split.skipped
+    assert ("ends at byte" if damage == "cut" else f"header at byte {start} is damaged") in split.skipped[0]["detail"]
+    assert split.paths == [f"bad.tar.x:{i:06d}" for i in range(3)]
+
+
 def three_tars(d: Path, gz: bool = False, per: int = 5) -> str:
     d.mkdir(exist_ok=True)
     suffix = ".tar.gz" if gz else ".tar"

@@ -205,20 +205,20 @@ def _members(path: Path) -> tuple[list[tuple[str, list[tuple[str, str, int, int,
                             stopped = f"{m.name} is cut short"
                             break
                 groups[-1][1].append((ext, m.name, m.offset_data, m.size, meta))
-            else:
-                if not gz:
-                    stopped = _no_end(path, tf.offset)
+            else:  # a plain or compressed tar whose members ran out: at its end-of-archive block, or cut or damaged?
+                stopped = _no_end(tf.fileobj, tf.offset)
     except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
         stopped = f"{type(e).__name__}: {e}"
     return groups, stopped
 
 
-def _no_end(path: Path, offset: int) -> str | None:
-    """Why a plain tar whose members ran out at `offset` has no end-of-archive block there (cut inside or
-    just before a member header, or a garbled header: tarfile ends the listing there without a word), or None."""
-    with open(path, "rb") as f:
-        f.seek(offset)
-        block = f.read(tarfile.BLOCKSIZE)
+def _no_end(f, offset: int) -> str | None:
+    """Why a tar whose members ran out at `offset` has no end-of-archive block there (cut inside or just
+    before a member header, or a garbled header: tarfile ends the listing there without a word), or None.
+    `f` is the tar's file object as tarfile reads it: the file, or its decompressed stream for a gzip, bzip2
+    or xz tar (offsets are then in the decompressed tar; the block just read back is still in its buffer)."""
+    f.seek(offset)
+    block = f.read(tarfile.BLOCKSIZE)
     if len(block) == tarfile.BLOCKSIZE and not block.strip(b"\0"):
         return None
     if len(block) < tarfile.BLOCKSIZE:
