@@ -421,3 +421,23 @@ def test_strict_parquet_refuses_the_first_row_it_would_skip(tmp_path):
     assert [s["source"] for s in scan_parquet([str(tmp_path / "t.parquet")], label_column="label").splits[0].skipped] == ["t.parquet:1"]
     with pytest.raises(SourceError, match="^t.parquet:1: no label "):
         scan_parquet([str(tmp_path / "t.parquet")], label_column="label", strict=True)
+
+
+def not_utf8(values: list[bytes]):
+    """A string column holding `values` as they are (pyarrow does not check them): what a careless writer stores."""
+    return pa.Array.from_buffers(pa.string(), len(values), pa.array(values, pa.binary()).buffers())
+
+
+def test_caption_or_label_cells_that_are_not_utf8_skip_only_their_rows(tmp_path):
+    from dataprep.errors import SourceError
+    from dataprep.sources.tables import scan_parquet
+
+    table = pa.table({"image": [png(i) for i in range(4)], "label": not_utf8([b"dog", b"cat", b"\xffemu", b"dog"]),
+                      "caption": not_utf8([b"a", b"b\xc3", b"c", b"d"])})
+    pq.write_table(table, tmp_path / "t.parquet")
+    split = scan_parquet([str(tmp_path / "t.parquet")], label_column="label", caption_column="caption").splits[0]
+    assert split.paths == ["t.parquet:0", "t.parquet:3"] and split.captions == ["a", "d"]
+    assert [(s["source"], s["reason"]) for s in split.skipped] == [("t.parquet:1", "bad caption"), ("t.parquet:2", "bad label")]
+    assert "column 'label': not UTF-8 text" in split.skipped[1]["detail"]
+    with pytest.raises(SourceError, match="^t.parquet:1: bad caption "):
+        scan_parquet([str(tmp_path / "t.parquet")], label_column="label", caption_column="caption", strict=True)

@@ -11,7 +11,9 @@ with its reason. A column of text (URLs) is refused: dataprep does not download.
 Class names come from a `ClassLabel` feature in the dataset's metadata (the schema's b"huggingface" entry
 that `datasets` writes into Parquet and Arrow files, or `dataset_info.json` beside a save_to_disk
 directory's files): the labels are then ints indexing those names, and -1 (the hub's "no label") is a row
-without one. Otherwise labels are integers or class names, as `labelled_split` takes them.
+without one. Otherwise labels are integers or class names, as `labelled_split` takes them. A label or
+caption cell of a string column whose bytes are not UTF-8 (pyarrow stores what a writer gives it) skips its
+row ("bad label", "bad caption"), as a caption that is not Unicode text is skipped.
 
 The listing reads only the label and caption columns, never the images. Units are row groups (Parquet)
 or record batches (Arrow), read in one pass each (`sequential`); the reader reads only the image column of
@@ -121,13 +123,39 @@ def _read_columns(path: str, fmt: str, columns: list[str], any_column: str) -> t
         pf = _parquet_file(path)
         rows = [pf.metadata.row_group(g).num_rows for g in range(pf.metadata.num_row_groups)]
         table = pf.read(columns=columns, use_threads=False) if columns else None
-        return rows, {c: table.column(c).to_pylist() for c in columns}
+        return rows, {c: _pylist(table.column(c)) for c in columns}
     rows, values = [], {c: [] for c in columns}
     for batch in _arrow_batches(path, fmt, columns or [any_column]):
         rows.append(batch.num_rows)
         for c in columns:
-            values[c] += batch.column(c).to_pylist()
+            values[c] += _pylist(batch.column(c))
     return rows, values
+
+
+@dataclass(frozen=True)
+class NotUtf8:
+    """A text cell whose bytes are not UTF-8 (pyarrow does not check what a writer stored in a string column)."""
+
+    detail: str
+
+
+def _pylist(column) -> list:
+    """A column's values as Python's; a text cell that is not UTF-8 is a NotUtf8 (its row is skipped) instead
+    of a UnicodeDecodeError for the whole column."""
+    try:
+        return column.to_pylist()
+    except UnicodeDecodeError:
+        pass
+    pa = _pa()
+    if pa.types.is_dictionary(column.type):
+        column = column.cast(column.type.value_type)
+    out = []
+    for v in column.cast(pa.large_binary()).to_pylist():  # the same bytes, not decoded
+        try:
+            out.append(None if v is None else v.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            out.append(NotUtf8(f"not UTF-8 text ({e.reason} at byte {e.start}: {v[e.start:e.start + 4]!r})"))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -397,12 +425,20 @@ def scan_parquet(files: Sequence[str], split: str = "train", image_column: str =
         for unit, n in enumerate(rows):
             for r in range(n):
                 ref = f"{rel}:{row}"
+                label = values[label_column][row] if label_column else None
+                caption = values[caption_column][row] if caption_column else None
+                row += 1
+                bad = [(what, c, v) for what, c, v in (("bad label", label_column, label), ("bad caption", caption_column, caption))
+                       if isinstance(v, NotUtf8)]
+                if bad:  # as labelled_split skips a caption that is not Unicode text
+                    what, c, v = bad[0]
+                    skip(skipped, {"source": ref, "reason": what, "detail": f"column {c!r}: {v.detail}"}, strict)
+                    continue
                 refs.append(ref)
                 locators.append((rel, fmt, unit, r, image_column))
                 units.append(u)
-                raw_labels.append(_label(values[label_column][row], ref, names) if label_column else None)
-                captions.append(values[caption_column][row] if caption_column else None)
-                row += 1
+                raw_labels.append(_label(label, ref, names) if label_column else None)
+                captions.append(caption)
             u += 1
     if not refs:
         raise SourceError(f"{', '.join(map(str, files))}: no rows in {len(tables)} table file(s)")
