@@ -358,6 +358,33 @@ def test_a_compressed_tar_cut_at_a_header_or_with_a_damaged_one_is_reported(tmp_
     assert split.paths == [f"bad.tar.x:{i:06d}" for i in range(3)]
 
 
+def raw_tar(path: Path, named, gz: bool = False) -> Path:
+    """A tar of [(member name, bytes)] exactly in that order (repeats and all)."""
+    with tarfile.open(path, "w:gz" if gz else "w") as tf:
+        for name, data in named:
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            tf.addfile(ti, io.BytesIO(data))
+    return path
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_key_that_occurs_twice_in_a_tar_is_skipped_with_no_copy_kept(tmp_path, gz):
+    """Key 000000 appears twice apart (as `tar -r` appends), 000002's .png twice in a row: `tar:key` would not
+    name one sample, and the gzip reader (matching by name) could return the other copy. Old code: both kept,
+    000000 with one copy's image and the other's label."""
+    from dataprep.sources.webdataset import scan_webdataset
+
+    named = [("000000.png", png(0)), ("000001.png", png(1)), ("000001.cls", b"1"), ("000000.png", png(5)),
+             ("000000.cls", b"0"), ("000002.png", png(2)), ("000002.png", png(6)), ("000002.cls", b"2"),
+             ("000003.png", png(3)), ("000003.cls", b"0")]
+    split = scan_webdataset([raw_tar(tmp_path / "d.tar", named, gz)]).splits[0]
+    assert split.paths == ["d.tar:000001", "d.tar:000003"]
+    got = {s["source"]: s for s in split.skipped}
+    assert [(s["source"], s["reason"]) for s in split.skipped] == [("d.tar:000000", "duplicate key"), ("d.tar:000002", "duplicate key")]
+    assert got["d.tar:000000"]["detail"].count("000000.png") == 2 and "000000.cls" in got["d.tar:000000"]["detail"]
+
+
 def three_tars(d: Path, gz: bool = False, per: int = 5) -> str:
     d.mkdir(exist_ok=True)
     suffix = ".tar.gz" if gz else ".tar"

@@ -239,9 +239,23 @@ def scan_webdataset(patterns: Sequence[str], split: str = "train", label_field: 
         rel = os.path.relpath(tar.resolve(), base.resolve())
         gz = _compressed(tar)
         groups, stopped = _members(tar)
+        duplicated: set[str] = set()
         cut = groups.pop() if stopped and groups else None  # the members after the cut may have been its own
+        names: dict[str, list[str]] = {}  # key -> its member names, over all its groups
+        runs: dict[str, int] = {}  # key -> how many groups it has
+        for key, members in groups + ([cut] if cut else []):
+            names.setdefault(key, []).extend(m[1] for m in members)
+            runs[key] = runs.get(key, 0) + 1
         for key, members in groups:
             ref = f"{rel}:{key}"
+            if runs[key] > 1 or len(names[key]) != len(set(names[key])):
+                # a key or member that occurs twice (`tar -r` appends, repeats apart): which copy is meant is unclear,
+                # and `shard.tar:key` would not name one sample
+                if key not in duplicated:
+                    duplicated.add(key)
+                    skipped.append({"source": ref, "reason": "duplicate key",
+                                    "detail": "the tar holds " + ", ".join(names[key]) + "; no copy is used"})
+                continue
             images = [m for m in members if m[0] in IMAGE_EXTS]
             if not images:
                 skipped.append({"source": ref, "reason": "no image", "detail": "members: " + ", ".join(m[0] for m in members)})
