@@ -352,7 +352,7 @@ def test_the_loader_serves_captions_padded_and_truncated_with_their_lengths(toke
     assert ds.caption_pad_id == 1
     got = {}
     for images, labels, captions, lengths, idx in Loader(ds, batch_size=5, shuffle=True, num_workers=workers, crop=(32, 32), indices=True):
-        assert captions.dtype == torch.uint16 and captions.shape == (len(idx), L) and lengths.dtype == torch.int32
+        assert captions.dtype == torch.int64 and captions.shape == (len(idx), L) and lengths.dtype == torch.int32
         for k in range(len(idx)):
             j = _index(images[k].numpy())
             assert int(labels[k]) == j % 3 and ds.caption_ids(int(idx[k])).tolist() == encoded[j]

@@ -277,3 +277,31 @@ def test_missing_extra_names_the_install_command(monkeypatch):
         mod._dali()
     with pytest.raises(DataprepError, match=r"pip install 'dataprep\[dali\]'"):
         DaliImageLoader("anywhere", 8)
+
+
+@needs_dali
+def test_an_unlabelled_pack_is_refused_with_a_reason(tmp_path):
+    """A pack whose source had no labels (tars without .cls) stores none: DALI's (images, labels) batches
+    cannot be made from it, and the refusal says so (it was a bare TypeError)."""
+    import io
+    import tarfile
+
+    from PIL import Image
+
+    from dataprep.images.build import build_images
+    from dataprep.images.settings import ImageSettings
+    from dataprep.settings import BuildSettings
+    from dataprep.sources.webdataset import scan_webdataset
+
+    with tarfile.open(tmp_path / "u.tar", "w") as tf:
+        for i in range(3):
+            buf = io.BytesIO()
+            Image.fromarray(np.full((20, 20, 3), 40 * i, np.uint8)).save(buf, "JPEG")
+            ti = tarfile.TarInfo(f"{i}.jpg")
+            ti.size = len(buf.getvalue())
+            tf.addfile(ti, io.BytesIO(buf.getvalue()))
+    build_images(scan_webdataset([str(tmp_path / "u.tar")]), tmp_path / "p", BuildSettings(), ImageSettings(size=16))
+    ds = InMemoryImageDataset(tmp_path / "p", decode="none")
+    assert not ds.labelled
+    with pytest.raises(DataprepError, match="no labels"):
+        DaliImageLoader(ds, 2, device_id=None)

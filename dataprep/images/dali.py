@@ -172,6 +172,9 @@ class DaliImageLoader:
             warnings.warn("DaliImageLoader: no CUDA device; running the DALI pipeline on the CPU", RuntimeWarning, stacklevel=2)
             device_id = None
         self.device_id = device_id
+        if not getattr(dataset, "labelled", True):
+            raise DataprepError(f"{dataset.pack}: DaliImageLoader serves (images, labels), and this pack has no labels "
+                                "(its source had none); serve it with dataprep.Loader")
         self._labels = np.ascontiguousarray(dataset.labels, np.int64)
         self._base = 0  # epoch number = _base + DALI's epoch index (set_epoch moves _base)
         self._passes = 0  # full epochs DALI has run

@@ -50,7 +50,7 @@ class InMemoryImageDataset(Dataset):
             still gives at least the output size across the crop (fewer bytes to decode).
         keep_resolutions: how many resolutions stay loaded at once (the least recent is let go).
         caption_length: for a pack whose captions were tokenized (`--tokenize`): the fast Loader's batches then
-            also hold `captions`, every caption's token ids (the stored uint16/uint32) truncated or padded to
+            also hold `captions`, every caption's token ids (int64, what an embedding takes) truncated or padded to
             this many with the pack's pad id (the tokenizer's own, else 0: `caption_pad_id`), and
             `caption_lengths`, int32, each caption's true length capped at it. Samples (`dataset[i]`) keep
             the caption text; `caption_ids(i)` gives sample i's ids.
@@ -358,7 +358,7 @@ class InMemoryImageDataset(Dataset):
         if self.labelled:
             out["labels"] = ((), np.dtype(np.int64))
         if self.caption_length is not None:
-            out["captions"] = ((self.caption_length,), self._caption_ids.dtype.newbyteorder("="))
+            out["captions"] = ((self.caption_length,), np.dtype(np.int64))  # nn.Embedding refuses uint16 / uint32
             out["caption_lengths"] = ((), np.dtype(np.int32))
         return out
 
