@@ -441,3 +441,28 @@ def test_caption_or_label_cells_that_are_not_utf8_skip_only_their_rows(tmp_path)
     assert "column 'label': not UTF-8 text" in split.skipped[1]["detail"]
     with pytest.raises(SourceError, match="^t.parquet:1: bad caption "):
         scan_parquet([str(tmp_path / "t.parquet")], label_column="label", caption_column="caption", strict=True)
+
+
+def test_integer_labels_that_are_ids_not_class_indices_are_refused(tmp_path):
+    from dataprep.errors import SourceError
+    from dataprep.sources.tables import scan_parquet
+
+    pq.write_table(pa.table({"image": [png(0), png(1), png(2)], "label": [17, 3_000_000, 0]}), tmp_path / "ids.parquet")
+    with pytest.raises(SourceError, match=r"^ids.parquet:1: label 3000000 would make 3000001 classes .* give class names"):
+        scan_parquet([str(tmp_path / "ids.parquet")], label_column="label")
+    pq.write_table(pa.table({"image": [png(0), png(1)], "label": [3, 21_840]}), tmp_path / "few.parquet")  # ImageNet-21k's top
+    assert len(scan_parquet([str(tmp_path / "few.parquet")], label_column="label").classes) == 21_841
+
+
+def test_mixed_labels_name_a_sample_of_each_and_no_usable_sample_counts_the_reasons(tmp_path):
+    from dataprep.errors import SourceError
+    from dataprep.sources.listing import labelled_split
+    from dataprep.sources.pathlist import scan_list
+
+    write_images(tmp_path, range(3))
+    (tmp_path / "l.csv").write_text("img/0.png,dog\nimg/1.png,3\nimg/2.png,cat\n")
+    with pytest.raises(SourceError, match=r"mix integers and class names \(img/1.png: 3, img/0.png: 'dog'\)"):
+        scan_list(tmp_path / "l.csv", tmp_path)
+    pre = [{"source": "l.csv:1", "reason": "missing file", "detail": "gone"}]
+    with pytest.raises(SourceError, match=r"no usable sample \(skipped: 2 bad caption, 1 missing file; the first: l.csv:1: "):
+        labelled_split("list", tmp_path, "train", ["a", "b"], [None, None], ["\ud800", "x\udfff"], pre, {})

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Protocol, Sequence
@@ -20,6 +21,12 @@ from typing import Any, Iterator, Protocol, Sequence
 import numpy as np
 
 from ..errors import ImageDecodeError, SourceError
+
+# Integer labels index the classes 0..max: a largest label at least this large and more than 100 times the
+# number of distinct labels is an id, not a class index (labels 0 and 3,000,000 would make 3,000,001
+# classes), and is refused. A real label set never trips it: ImageNet-21k's 21,841 classes are far below,
+# and a set of millions of classes (face identities) uses most of its indices.
+SPARSE_LABELS = 1_000_000
 
 
 def spread(n: int, limit: int | None) -> np.ndarray | None:
@@ -217,7 +224,10 @@ def labelled_split(layout: str, root: Path, split: str, refs: list[str], raw_lab
     names = [raw_labels[i] for i in idx] if labelled else []
     if any(isinstance(x, str) for x in names):
         if not all(isinstance(x, str) for x in names):
-            raise SourceError(f"{root}: labels mix integers and class names; give one or the other")
+            a = next(k for k, x in zip(idx, names) if not isinstance(x, str))
+            b = next(k for k, x in zip(idx, names) if isinstance(x, str))
+            raise SourceError(f"labels mix integers and class names ({refs[a]}: {raw_labels[a]!r}, {refs[b]}: "
+                              f"{raw_labels[b]!r}); give one or the other")
         classes = sorted(set(names))
         index = {c: k for k, c in enumerate(classes)}
         labels = np.asarray([index[x] for x in names], np.int64)
@@ -226,7 +236,13 @@ def labelled_split(layout: str, root: Path, split: str, refs: list[str], raw_lab
         if labels.min() < 0:
             bad = refs[int(idx[int(np.argmin(labels))])]
             raise SourceError(f"{bad}: label {int(labels.min())} is negative")
-        classes = [str(c) for c in range(int(labels.max()) + 1)]
+        top, distinct = int(labels.max()), len(np.unique(labels))
+        if top >= SPARSE_LABELS and top + 1 > 100 * distinct:  # ids, not class indices: refuse before listing them all
+            bad = refs[int(idx[int(np.argmax(labels))])]
+            raise SourceError(f"{bad}: label {top} would make {top + 1} classes (integer labels index the classes "
+                              f"0..{top}) for {distinct} distinct labels; give class names instead, or remap the labels "
+                              f"to 0..{distinct - 1}")
+        classes = [str(c) for c in range(top + 1)]
     else:
         labels, classes = np.zeros(len(idx), np.int64), []
     s = SplitSource(split, [refs[i] for i in idx], labels, captions=[captions[i] for i in idx] if captioned else None,
@@ -234,5 +250,10 @@ def labelled_split(layout: str, root: Path, split: str, refs: list[str], raw_lab
                                             (np.asarray(v)[idx] if isinstance(v, np.ndarray) else v))
                                         for k, v in reader.items()})
     if not len(idx):
-        raise SourceError(f"{root}: no usable sample ({skipped[0]['reason']}: {skipped[0]['detail']})")
+        if not skipped:
+            raise SourceError(f"{root}: no sample listed")
+        reasons = ", ".join(f"{n} {reason}" for reason, n in Counter(r["reason"] for r in skipped).most_common())
+        first = skipped[0]
+        raise SourceError(f"{root}: no usable sample (skipped: {reasons}; the first: {first['source']}: {first['reason']}: "
+                          f"{first['detail']})")
     return Source(layout, root, classes, None, [s], details=details)
