@@ -385,6 +385,33 @@ def test_a_key_that_occurs_twice_in_a_tar_is_skipped_with_no_copy_kept(tmp_path,
     assert got["d.tar:000000"]["detail"].count("000000.png") == 2 and "000000.cls" in got["d.tar:000000"]["detail"]
 
 
+@pytest.mark.parametrize("option", ["label_field", "caption_field"])
+def test_a_json_field_no_sample_has_is_an_error_naming_it_and_the_keys_there_are(tmp_path, option):
+    """A misspelled --label-field / --caption-field. Old code: an unlabelled (uncaptioned) pack, no word."""
+    from dataprep.errors import SourceError
+    from dataprep.sources.webdataset import scan_webdataset
+
+    tar = write_tar(tmp_path / "j.tar", [members(i, cls=False, txt=False, js={"label": i, "caption": f"c{i}"}) for i in range(3)])
+    with pytest.raises(SourceError, match=r"'lable'.*000000.* has keys: label, caption"):
+        scan_webdataset([tar], **{option: "lable"})
+    assert scan_webdataset([tar], **{option: option.split("_")[0]}).splits[0].paths  # the right name still works
+
+
+@pytest.mark.parametrize("ext", ["txt", "cls"])
+def test_a_caption_or_label_member_over_the_metadata_limit_is_skipped_not_emptied(tmp_path, ext):
+    """Old code: an oversized .txt was stored as an empty caption (a .cls as a "not an integer" label)."""
+    from dataprep.sources.webdataset import META_LIMIT, scan_webdataset
+
+    big = {0: {"png": png(0), ext: b"1" * (META_LIMIT + 5)}, 1: {"png": png(1), "txt": b"hello", "cls": b"1"}}
+    if ext == "txt":
+        big[0]["cls"] = b"0"
+    split = scan_webdataset([write_tar(tmp_path / "b.tar", [(f"{i:06d}", m) for i, m in big.items()])]).splits[0]
+    assert split.paths == ["b.tar:000001"] and split.captions in (["hello"], None)
+    (rec,) = split.skipped
+    assert (rec["source"], rec["reason"]) == ("b.tar:000000", "bad metadata")
+    assert f"000000.{ext} is {META_LIMIT + 5} bytes" in rec["detail"]
+
+
 def three_tars(d: Path, gz: bool = False, per: int = 5) -> str:
     d.mkdir(exist_ok=True)
     suffix = ".tar.gz" if gz else ".tar"

@@ -235,6 +235,7 @@ def scan_webdataset(patterns: Sequence[str], split: str = "train", label_field: 
     tars = expand(patterns)
     base = Path(root) if root is not None else Path(os.path.commonpath([str(p.resolve().parent) for p in tars]))
     refs, locators, units, raw_labels, captions, skipped = [], [], [], [], [], []
+    first_json = None  # (sample, bytes) of the first .json member: its keys name what a misspelled field missed
     for u, tar in enumerate(tars):
         rel = os.path.relpath(tar.resolve(), base.resolve())
         gz = _compressed(tar)
@@ -264,7 +265,15 @@ def scan_webdataset(patterns: Sequence[str], split: str = "train", label_field: 
                 skipped.append({"source": ref, "reason": "two images",
                                 "detail": "one sample holds " + ", ".join(m[1] for m in images) + "; which is meant is unclear"})
                 continue
+            used = ("cls", "txt", "json") if label_field or caption_field else ("cls", "txt")
+            big = [m for m in members if m[0] in used and m[3] > META_LIMIT]
+            if big:  # its bytes were not read: an empty caption or label would stand in for them
+                skipped.append({"source": ref, "reason": "bad metadata",
+                                "detail": f"{big[0][1]} is {big[0][3]} bytes, over the {META_LIMIT} a metadata member may have"})
+                continue
             meta = {m[0]: m[4] for m in members if m[4] is not None}
+            if first_json is None and "json" in meta:
+                first_json = (ref, meta["json"])
             try:
                 label, caption = _label_caption(meta, label_field, caption_field)
             except ValueError as e:
@@ -283,12 +292,29 @@ def scan_webdataset(patterns: Sequence[str], split: str = "train", label_field: 
     if not refs:
         raise SourceError(f"{', '.join(map(str, patterns))}: no sample with an image in {len(tars)} tar file(s)"
                           + (f" ({skipped[0]['reason']}: {skipped[0]['detail']})" if skipped else ""))
+    for option, field, values in (("--label-field", label_field, raw_labels), ("--caption-field", caption_field, captions)):
+        if field and all(v is None for v in values):  # a misspelled field would give an unlabelled or uncaptioned pack
+            raise SourceError(f"{', '.join(map(str, patterns))}: no sample's .json has {option} {field!r}"
+                              + ("" if option == "--caption-field" else " (nor a .cls label)") + "; " + _json_keys(first_json))
     return labelled_split("webdataset", base, split, refs, raw_labels, captions, skipped,
                          {"tars": [os.path.relpath(t.resolve(), base.resolve()) for t in tars],
                           **({"label_field": label_field} if label_field else {}),
                           **({"caption_field": caption_field} if caption_field else {})},
                          reader=TarReader(sequential=any(loc[4] for loc in locators)), locators=locators,
                          units=np.asarray(units, np.int64))
+
+
+def _json_keys(first: tuple[str, bytes] | None) -> str:
+    """What the first sample's .json holds, for an error about a field none has."""
+    if first is None:
+        return "no sample has a .json member"
+    try:
+        doc = json.loads(first[1].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return f"the first .json ({first[0]}) does not parse"
+    if not isinstance(doc, dict):
+        return f"the first .json ({first[0]}) is a {type(doc).__name__}, not an object"
+    return f"the first .json ({first[0]}) has keys: " + (", ".join(map(str, doc)) or "none")
 
 
 def _label_caption(meta: dict[str, bytes], label_field: str | None, caption_field: str | None):
