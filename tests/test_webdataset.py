@@ -412,6 +412,49 @@ def test_a_caption_or_label_member_over_the_metadata_limit_is_skipped_not_emptie
     assert f"000000.{ext} is {META_LIMIT + 5} bytes" in rec["detail"]
 
 
+def test_names_starting_with_underscores_are_samples_as_in_webdataset(tmp_path, wds):
+    """WebDataset skips only its own `__name__` fields (top level, or a `__name__/` directory); `__a.png` and
+    `d/__b.png` are samples it yields. Old code: both dropped without a record."""
+    from dataprep.sources.webdataset import scan_webdataset
+
+    named = [("__a.png", png(0)), ("d/__b.png", png(1)), ("__meta__/x.png", png(2)), ("__key__", b"k"), ("c.png", png(3))]
+    tar = raw_tar(tmp_path / "u.tar", named)
+    split = scan_webdataset([tar]).splits[0]
+    assert split.paths == ["u.tar:__a", "u.tar:d/__b", "u.tar:c"] and split.skipped == []
+    from webdataset import tariterators
+
+    with open(tar, "rb") as f:  # what WebDataset's own tar reading yields from the same tar
+        assert [x["__key__"] for x in tariterators.group_by_keys(tariterators.tar_file_expander([{"url": str(tar), "stream": f}]))] == ["__a", "d/__b", "c"]
+
+
+@pytest.mark.parametrize("head", [b"<html>404</html>\n", b"\x28\xb5\x2f\xfd" + bytes(600)])
+def test_a_file_that_is_no_tar_at_all_is_an_error_naming_it(tmp_path, head):
+    """An HTML page saved as a shard, a zstd tar. Old code: one "truncated archive" skip, and the build passed."""
+    write_tar(tmp_path / "s-000.tar", [members(0)])
+    (tmp_path / "s-001.tar").write_bytes(head)
+    r = run("build", "webdataset", tmp_path / "s-{000..001}.tar", "--out", tmp_path / "pack", *BUILD)
+    assert r.exit_code == 1 and "s-001.tar: not a tar file" in r.output, r.output
+    assert not (tmp_path / "pack" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_tar_gone_since_the_listing_fails_the_build_naming_it(tmp_path, gz):
+    """Deleted after the listing (or not visible from a Dask worker). Old code: every sample skipped as
+    unreadable (or cut), "0 of 3 images written" and a pack."""
+    from dataprep.errors import SourceError
+    from dataprep.images.build import build_images
+    from dataprep.images.settings import ImageSettings
+    from dataprep.settings import BuildSettings
+    from dataprep.sources.webdataset import scan_webdataset
+
+    tar = write_tar(tmp_path / "gone.tar", [members(i) for i in range(3)], gz=gz)
+    source = scan_webdataset([tar])
+    tar.unlink()
+    with pytest.raises(SourceError, match="gone.tar.*cannot be opened"):
+        build_images(source, tmp_path / "pack", BuildSettings(workers=1), ImageSettings(size=16))
+    assert not (tmp_path / "pack" / "manifest.json").exists()
+
+
 def three_tars(d: Path, gz: bool = False, per: int = 5) -> str:
     d.mkdir(exist_ok=True)
     suffix = ".tar.gz" if gz else ".tar"
@@ -512,7 +555,7 @@ def test_a_gzip_tar_of_several_shards_is_read_once(tmp_path, monkeypatch, gz):
     real = tarfile.open
 
     def counting(name=None, mode="r", *a, **kw):
-        opened.append((Path(name).name, mode))
+        opened.append((Path(name if name is not None else kw["fileobj"].name).name, mode))
         return real(name, mode, *a, **kw)
 
     monkeypatch.setattr(tarfile, "open", counting)

@@ -28,6 +28,9 @@ from .listing import Source, labelled_split
 
 # WebDataset's extensions for image members (what its decoders take); the content is sniffed later anyway.
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "ppm", "pgm", "pbm", "bmp", "tif", "tiff", "gif")
+# WebDataset's own fields, which it skips (tariterators.tar_file_iterator's skip_meta): `__name__` at the top,
+# or a `__name__/` directory; `__a.jpg` and `d/__b.jpg` are samples like any other.
+_WDS_META = re.compile(r"__[^/]*__($|/)")
 META_LIMIT = 1 << 20  # a .cls, .txt or .json member larger than this is not metadata
 
 
@@ -127,13 +130,7 @@ class TarReader:
 
 
 def _seek(path: str, refs, locators) -> Iterator[bytes | ImageDecodeError]:
-    try:
-        f = open(path, "rb")
-    except OSError as e:
-        for ref in refs:
-            yield ImageDecodeError(ref, "unreadable", f"{path}: {e.strerror or e}")
-        return
-    with f:
+    with _open_listed(path) as f:
         for ref, (_, member, offset, size, _) in zip(refs, locators):
             f.seek(offset)
             data = f.read(size)
@@ -141,12 +138,21 @@ def _seek(path: str, refs, locators) -> Iterator[bytes | ImageDecodeError]:
                                                                   f"{member}: {len(data)} of {size} bytes in the tar")
 
 
+def _open_listed(path: str):
+    """A listed tar, opened to read its samples: one that is gone or unreadable now (deleted since the listing,
+    not visible from a Dask worker) fails the build naming it, never a skip per sample."""
+    try:
+        return open(path, "rb")
+    except OSError as e:
+        raise SourceError(f"{path}: the tar listed cannot be opened to read its samples ({e.strerror or e})") from None
+
+
 def _stream(path: str, refs, locators) -> Iterator[bytes | ImageDecodeError]:
     """One pass over a (gzip) tar, yielding the wanted members in order."""
     wanted = iter(zip(refs, locators))
     ref, loc = next(wanted, (None, None))
     try:
-        with tarfile.open(path, "r|*") as tf:
+        with _open_listed(path) as raw, tarfile.open(fileobj=raw, mode="r|*") as tf:
             for m in _each(tf):
                 if loc is None:
                     return
@@ -182,13 +188,19 @@ def _members(path: Path) -> tuple[list[tuple[str, list[tuple[str, str, int, int,
     total = path.stat().st_size
     gz = _compressed(path)
     try:
-        with tarfile.open(path, "r:*") as tf:
+        tf = tarfile.open(path, "r:*")
+    except (tarfile.TarError, EOFError, zlib.error) as e:  # an HTML page, a zstd tar: nothing here was ever a tar
+        raise SourceError(f"{path}: not a tar file that can be read (plain, gzip, bzip2 or xz): {str(e).splitlines()[0]}") from None
+    except OSError as e:
+        raise SourceError(f"{path}: {e.strerror or e}") from None
+    try:
+        with tf:
             for m in _each(tf):
                 if not m.isfile():
                     continue
                 key, ext = split_key(m.name)
-                if not ext or key.split("/")[-1].startswith("__") or os.path.basename(m.name).startswith("."):
-                    continue
+                if not ext or _WDS_META.match(m.name) or os.path.basename(m.name).startswith("."):
+                    continue  # what WebDataset skips too: no extension, its own `__key__`-like fields, hidden files
                 if not groups or groups[-1][0] != key:  # first: the sample a cut member belongs to is the one cut
                     groups.append((key, []))
                 if not gz and m.offset_data + m.size > total:
