@@ -455,6 +455,21 @@ def test_a_tar_gone_since_the_listing_fails_the_build_naming_it(tmp_path, gz):
     assert not (tmp_path / "pack" / "manifest.json").exists()
 
 
+@pytest.mark.parametrize("damage", ["cut", "no label"])
+def test_strict_refuses_tars_with_a_sample_the_listing_skips(tmp_path, damage):
+    """--strict covers the listing's skips too: a tar cut in sample 2's image, or sample 1 with no .cls where the
+    others have one (labelled_split's skip). Old code: the build passed, the sample skipped."""
+    samples = [members(i, cls=not (damage == "no label" and i == 1)) for i in range(3)]
+    full = write_tar(tmp_path / "full.tar", samples)
+    start = {n: b for n, b, _ in tar_members(full)}["000002.png"]
+    (tmp_path / "t.tar").write_bytes(full.read_bytes()[: start + 600] if damage == "cut" else full.read_bytes())
+    r = run("build", "webdataset", tmp_path / "t.tar", "--strict", "--out", tmp_path / "pack", *BUILD)
+    want = "t.tar:000002: truncated archive" if damage == "cut" else "t.tar:000001: no label"
+    assert r.exit_code == 1 and want in r.output and "--strict" in r.output, r.output
+    assert not (tmp_path / "pack" / "manifest.json").exists()
+    assert run("build", "webdataset", tmp_path / "t.tar", "--out", tmp_path / "pack", *BUILD).exit_code == 0
+
+
 def three_tars(d: Path, gz: bool = False, per: int = 5) -> str:
     d.mkdir(exist_ok=True)
     suffix = ".tar.gz" if gz else ".tar"

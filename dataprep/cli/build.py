@@ -224,7 +224,7 @@ def webdataset(tars, split, label_field, caption_field, tokenize, **kw):
     two tars, and a gzip tar is read in one pass."""
     from ..sources.webdataset import scan_webdataset
 
-    run_image_build(scan_webdataset(tars, split, label_field, caption_field), _tokenized(tokenize), **kw)
+    run_image_build(scan_webdataset(tars, split, label_field, caption_field, strict=kw["strict"]), _tokenized(tokenize), **kw)
 
 
 @build.command()
@@ -247,7 +247,7 @@ def parquet(files, image_column, label_column, caption_column, split, tokenize, 
     URLs is refused: dataprep does not download (img2dataset does)."""
     from ..sources.tables import scan_parquet
 
-    run_image_build(scan_parquet(files, split, image_column, label_column, caption_column), _tokenized(tokenize), **kw)
+    run_image_build(scan_parquet(files, split, image_column, label_column, caption_column, strict=kw["strict"]), _tokenized(tokenize), **kw)
 
 
 @build.command("list")
@@ -264,7 +264,7 @@ def path_list(csv_file, root, split, tokenize, **kw):
     Rows whose path leaves the root or names no file are skipped with their reasons."""
     from ..sources.pathlist import scan_list
 
-    run_image_build(scan_list(csv_file, root, split), _tokenized(tokenize), **kw)
+    run_image_build(scan_list(csv_file, root, split, strict=kw["strict"]), _tokenized(tokenize), **kw)
 
 
 @build.command()

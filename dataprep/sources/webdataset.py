@@ -24,7 +24,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from ..errors import ImageDecodeError, SourceError
-from .listing import Source, labelled_split
+from .listing import Source, labelled_split, skip
 
 # WebDataset's extensions for image members (what its decoders take); the content is sniffed later anyway.
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "ppm", "pgm", "pbm", "bmp", "tif", "tiff", "gif")
@@ -240,10 +240,11 @@ def _no_end(f, offset: int) -> str | None:
 
 
 def scan_webdataset(patterns: Sequence[str], split: str = "train", label_field: str | None = None,
-                    caption_field: str | None = None, root: str | os.PathLike | None = None) -> Source:
+                    caption_field: str | None = None, root: str | os.PathLike | None = None, strict: bool = False) -> Source:
     """List tar shards into one split. Labels: a `.cls` member (an integer), else `label_field` of the
     `.json` member (an integer, or a class name: classes are then the sorted names). Captions: `.txt`, or
-    `caption_field` of the `.json`. A split where no sample has a label is unlabelled (as flat folders are)."""
+    `caption_field` of the `.json`. A split where no sample has a label is unlabelled (as flat folders are).
+    `strict` (the build's --strict): the first sample the listing would skip refuses the tars instead."""
     tars = expand(patterns)
     base = Path(root) if root is not None else Path(os.path.commonpath([str(p.resolve().parent) for p in tars]))
     refs, locators, units, raw_labels, captions, skipped = [], [], [], [], [], []
@@ -266,22 +267,22 @@ def scan_webdataset(patterns: Sequence[str], split: str = "train", label_field: 
                 # and `shard.tar:key` would not name one sample
                 if key not in duplicated:
                     duplicated.add(key)
-                    skipped.append({"source": ref, "reason": "duplicate key",
-                                    "detail": "the tar holds " + ", ".join(names[key]) + "; no copy is used"})
+                    skip(skipped, {"source": ref, "reason": "duplicate key",
+                                    "detail": "the tar holds " + ", ".join(names[key]) + "; no copy is used"}, strict)
                 continue
             images = [m for m in members if m[0] in IMAGE_EXTS]
             if not images:
-                skipped.append({"source": ref, "reason": "no image", "detail": "members: " + ", ".join(m[0] for m in members)})
+                skip(skipped, {"source": ref, "reason": "no image", "detail": "members: " + ", ".join(m[0] for m in members)}, strict)
                 continue
             if len(images) > 1:
-                skipped.append({"source": ref, "reason": "two images",
-                                "detail": "one sample holds " + ", ".join(m[1] for m in images) + "; which is meant is unclear"})
+                skip(skipped, {"source": ref, "reason": "two images",
+                                "detail": "one sample holds " + ", ".join(m[1] for m in images) + "; which is meant is unclear"}, strict)
                 continue
             used = ("cls", "txt", "json") if label_field or caption_field else ("cls", "txt")
             big = [m for m in members if m[0] in used and m[3] > META_LIMIT]
             if big:  # its bytes were not read: an empty caption or label would stand in for them
-                skipped.append({"source": ref, "reason": "bad metadata",
-                                "detail": f"{big[0][1]} is {big[0][3]} bytes, over the {META_LIMIT} a metadata member may have"})
+                skip(skipped, {"source": ref, "reason": "bad metadata",
+                                "detail": f"{big[0][1]} is {big[0][3]} bytes, over the {META_LIMIT} a metadata member may have"}, strict)
                 continue
             meta = {m[0]: m[4] for m in members if m[4] is not None}
             if first_json is None and "json" in meta:
@@ -289,7 +290,7 @@ def scan_webdataset(patterns: Sequence[str], split: str = "train", label_field: 
             try:
                 label, caption = _label_caption(meta, label_field, caption_field)
             except ValueError as e:
-                skipped.append({"source": ref, "reason": "bad metadata", "detail": str(e)})
+                skip(skipped, {"source": ref, "reason": "bad metadata", "detail": str(e)}, strict)
                 continue
             _, name, offset, size, _ = images[0]
             refs.append(ref)
@@ -298,9 +299,9 @@ def scan_webdataset(patterns: Sequence[str], split: str = "train", label_field: 
             raw_labels.append(label)
             captions.append(caption)
         if stopped:
-            skipped.append({"source": f"{rel}:{cut[0]}" if cut else rel, "reason": "truncated archive",
+            skip(skipped, {"source": f"{rel}:{cut[0]}" if cut else rel, "reason": "truncated archive",
                             "detail": f"{stopped}; the {len(groups)} sample(s) before it are kept"
-                                      + (", this one (perhaps incomplete) is not" if cut else "")})
+                                      + (", this one (perhaps incomplete) is not" if cut else "")}, strict)
     if not refs:
         raise SourceError(f"{', '.join(map(str, patterns))}: no sample with an image in {len(tars)} tar file(s)"
                           + (f" ({skipped[0]['reason']}: {skipped[0]['detail']})" if skipped else ""))
@@ -308,12 +309,15 @@ def scan_webdataset(patterns: Sequence[str], split: str = "train", label_field: 
         if field and all(v is None for v in values):  # a misspelled field would give an unlabelled or uncaptioned pack
             raise SourceError(f"{', '.join(map(str, patterns))}: no sample's .json has {option} {field!r}"
                               + ("" if option == "--caption-field" else " (nor a .cls label)") + "; " + _json_keys(first_json))
-    return labelled_split("webdataset", base, split, refs, raw_labels, captions, skipped,
+    source = labelled_split("webdataset", base, split, refs, raw_labels, captions, skipped,
                          {"tars": [os.path.relpath(t.resolve(), base.resolve()) for t in tars],
                           **({"label_field": label_field} if label_field else {}),
                           **({"caption_field": caption_field} if caption_field else {})},
                          reader=TarReader(sequential=any(loc[4] for loc in locators)), locators=locators,
                          units=np.asarray(units, np.int64))
+    if strict and skipped:  # labelled_split's skips (no label, no caption, bad caption)
+        skip([], skipped[0], strict)
+    return source
 
 
 def _json_keys(first: tuple[str, bytes] | None) -> str:
