@@ -470,6 +470,16 @@ def test_strict_refuses_tars_with_a_sample_the_listing_skips(tmp_path, damage):
     assert run("build", "webdataset", tmp_path / "t.tar", "--out", tmp_path / "pack", *BUILD).exit_code == 0
 
 
+def test_no_usable_sample_counts_the_skip_reasons(tmp_path):
+    """Old code: only the first record was quoted, hiding that most samples failed for another reason."""
+    from dataprep.errors import SourceError
+    from dataprep.sources.webdataset import scan_webdataset
+
+    named = [("a.cls", b"1"), ("b.txt", b"x"), ("c.png", png(0)), ("c.jpg", png(1)), ("d.cls", b"0")]
+    with pytest.raises(SourceError, match=r"skipped: 3 no image, 1 two images; the first: n.tar:a: "):
+        scan_webdataset([raw_tar(tmp_path / "n.tar", named)])
+
+
 def three_tars(d: Path, gz: bool = False, per: int = 5) -> str:
     d.mkdir(exist_ok=True)
     suffix = ".tar.gz" if gz else ".tar"

@@ -17,6 +17,7 @@ import os
 import re
 import tarfile
 import zlib
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -304,7 +305,8 @@ def scan_webdataset(patterns: Sequence[str], split: str = "train", label_field: 
                                       + (", this one (perhaps incomplete) is not" if cut else "")}, strict)
     if not refs:
         raise SourceError(f"{', '.join(map(str, patterns))}: no sample with an image in {len(tars)} tar file(s)"
-                          + (f" ({skipped[0]['reason']}: {skipped[0]['detail']})" if skipped else ""))
+                          + (" (skipped: " + ", ".join(f"{n} {r}" for r, n in Counter(x["reason"] for x in skipped).most_common())
+                             + f"; the first: {skipped[0]['source']}: {skipped[0]['detail']})" if skipped else ""))
     for option, field, values in (("--label-field", label_field, raw_labels), ("--caption-field", caption_field, captions)):
         if field and all(v is None for v in values):  # a misspelled field would give an unlabelled or uncaptioned pack
             raise SourceError(f"{', '.join(map(str, patterns))}: no sample's .json has {option} {field!r}"
