@@ -335,3 +335,19 @@ def test_resume_rebuilds_shards_of_a_tar_rewritten_with_the_same_layout(tmp_path
     assert sum(s.reused for s in summary.splits) == 0
     ds = InMemoryImageDataset(tmp_path / "p", as_numpy=True)
     assert [int(ds[i][0][0, 0, 0]) for i in range(4)] == [100, 110, 120, 130]
+
+
+def test_a_reader_that_gives_fewer_samples_than_listed_is_an_error_not_a_smaller_shard(tmp_path):
+    """zip() would stop at the shorter input and write a shard missing the rest, silently."""
+    from dataprep.images.build import ShardTask, build_image_shard
+    from dataprep.images.settings import ImageSettings
+    from dataprep.synthetic import write_tree
+
+    tree = write_tree(tmp_path / "src", classes=1, per_class=2)
+    files = sorted(str(p.relative_to(tree)) for p in tree.rglob("*.*") if p.is_file())[:2]
+    task = ShardTask(str(tree), str(tmp_path / "out" / "train"), 0, tuple(files), np.zeros(2, np.int64), "uint8",
+                     ImageSettings(size=16), False)
+    one = iter([(tree / files[0]).read_bytes()])
+    with pytest.raises(ValueError):
+        build_image_shard(task, samples=one)
+    assert not (tmp_path / "out" / "train" / "00000").exists()

@@ -148,7 +148,7 @@ def build_image_shard(task: ShardTask, samples: Iterator[bytes | ImageDecodeErro
     kept = source_bytes = 0
     counts: Counter = Counter()
     files = isinstance(task.reader, FileReader)
-    for i, (rel, label, data) in enumerate(zip(task.paths, task.labels, samples)):
+    for i, (rel, label, data) in enumerate(zip(task.paths, task.labels, samples, strict=True)):  # a short reader: an error
         where = os.path.join(task.root, rel) if files else rel  # what an error names: a path, or shard.tar:key
         try:
             if isinstance(data, ImageDecodeError):
