@@ -11,7 +11,9 @@ shards of one unit to one task, which reads the unit once.
 """
 from __future__ import annotations
 
+import glob
 import os
+import re
 import stat
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -200,11 +202,53 @@ def skip(skipped: list[dict], record: dict, strict: bool = False) -> None:
     skipped.append(record)
 
 
+def expand(patterns: Sequence[str], what: str = "file") -> list[Path]:
+    """Brace patterns (`{000..127}` ranges keep their zero padding, `{a,b}` lists) and globs, in the order
+    given, each matching at least one file (`what` names them in errors: "tar file")."""
+    out: list[Path] = []
+    for pattern in patterns:
+        found: list[str] = []
+        for p in _braces(str(pattern)):
+            hits = sorted(glob.glob(p)) if glob.has_magic(p) else ([p] if os.path.exists(p) else [])
+            if not hits and not glob.has_magic(p):  # a shard missing from a range is an error, as in WebDataset
+                raise SourceError(f"{p}: no such {what}" + (f" (one of {pattern})" if p != str(pattern) else ""))
+            found += hits
+        if not found:
+            raise SourceError(f"{pattern}: matches no file")
+        out += [Path(f) for f in found]
+    seen, unique = set(), []
+    for p in out:
+        if p.resolve() not in seen:
+            seen.add(p.resolve())
+            unique.append(p)
+    for p in unique:
+        if not p.is_file():
+            raise SourceError(f"{p}: not a file")
+    return unique
+
+
+def _braces(s: str) -> list[str]:
+    m = re.search(r"\{([^{}]*)\}", s)
+    if not m:
+        return [s]
+    head, body, tail = s[: m.start()], m.group(1), s[m.end():]
+    r = re.fullmatch(r"(-?\d+)\.\.(-?\d+)", body)
+    if r:
+        lo, hi = r.group(1), r.group(2)
+        width = len(lo) if lo.startswith("0") and len(lo) > 1 else 0
+        step = 1 if int(hi) >= int(lo) else -1
+        items = [str(i).zfill(width) for i in range(int(lo), int(hi) + step, step)]
+    else:
+        items = body.split(",")
+    return [x for item in items for x in _braces(head + item + tail)]
+
+
 def labelled_split(layout: str, root: Path, split: str, refs: list[str], raw_labels: list, captions: list,
-                  skipped: list[dict], details: dict, **reader) -> Source:
+                  skipped: list[dict], details: dict, *, strict: bool = False, **reader) -> Source:
     """A one-split Source from listed samples whose labels (ints, class names or None) and captions (str or
     None) were read from the data: labelled if any sample is, captioned if any sample is; a sample missing
-    what the others have is skipped with its reason. Every table-like listing (tars, Parquet, lists) ends here."""
+    what the others have is skipped with its reason (with `strict`, refused: `skip`). Every table-like listing
+    (tars, Parquet, lists) ends here."""
     keep = np.ones(len(refs), bool)
     has_label = [x is not None for x in raw_labels]
     has_caption = [x is not None for x in captions]
@@ -212,14 +256,14 @@ def labelled_split(layout: str, root: Path, split: str, refs: list[str], raw_lab
     for i, ref in enumerate(refs):
         if labelled and not has_label[i]:
             keep[i] = False
-            skipped.append({"source": ref, "reason": "no label", "detail": "the other samples have one"})
+            skip(skipped, {"source": ref, "reason": "no label", "detail": "the other samples have one"}, strict)
         elif captioned and not has_caption[i]:
             keep[i] = False
-            skipped.append({"source": ref, "reason": "no caption", "detail": "the other samples have one"})
+            skip(skipped, {"source": ref, "reason": "no caption", "detail": "the other samples have one"}, strict)
         elif has_caption[i] and not _is_text(captions[i]):
             keep[i] = False
-            skipped.append({"source": ref, "reason": "bad caption", "detail": "not Unicode text (a lone surrogate, as a JSON "
-                                                                              "\\ud800 escape gives): UTF-8 cannot store it"})
+            skip(skipped, {"source": ref, "reason": "bad caption", "detail": "not Unicode text (a lone surrogate, as a JSON "
+                                                                            "\\ud800 escape gives): UTF-8 cannot store it"}, strict)
     idx = np.flatnonzero(keep)
     names = [raw_labels[i] for i in idx] if labelled else []
     if any(isinstance(x, str) for x in names):

@@ -87,7 +87,5 @@ def scan_list(csv_path: str | os.PathLike, root: str | os.PathLike | None = None
         captions.append(row[2] if len(row) > 2 else None)
     if not refs:
         raise SourceError(f"{csv_path}: no usable row" + (f" ({skipped[0]['reason']}: {skipped[0]['detail']})" if skipped else ""))
-    source = labelled_split("list", root, split, refs, raw_labels, captions, skipped, {"list": str(csv_path.resolve())})
-    if strict and skipped:  # labelled_split's skips (no label, no caption, bad caption)
-        skip([], skipped[0], strict)
-    return source
+    return labelled_split("list", root, split, refs, raw_labels, captions, skipped, {"list": str(csv_path.resolve())},
+                          strict=strict)

@@ -40,8 +40,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from ..errors import ImageDecodeError, SourceError
-from .listing import Source, labelled_split, read_source, skip
-from .webdataset import expand
+from .listing import Source, expand, labelled_split, read_source, skip
 
 BATCH_ROWS = 16  # image rows pyarrow hands the reader at a time
 READ_BUFFER = 1 << 20  # bytes of a column chunk read at a time (pyarrow's default, 0, reads a whole chunk)
@@ -237,11 +236,7 @@ def _inputs(patterns: Sequence[str], split: str) -> tuple[list[tuple[Path, dict 
             out += [(f, features) for f in files]
             dirs.append(Path(pattern))
             continue
-        try:
-            found = expand([pattern])
-        except SourceError as e:  # expand names tar files; these are tables
-            raise SourceError(str(e).replace("no such tar file", "no such file")) from None
-        out += [(f, None) for f in found]
+        out += [(f, None) for f in expand([pattern])]
     seen, unique = set(), []
     for f, feats in out:
         if f.resolve() not in seen:
@@ -454,9 +449,7 @@ def scan_parquet(files: Sequence[str], split: str = "train", image_column: str =
          "image_column": image_column, **({"label_column": label_column} if label_column else {}),
          **({"caption_column": caption_column} if caption_column else {}),
          **({"classes_from": "ClassLabel"} if names else {})},
-        reader=TableReader(), locators=locators, units=np.asarray(units, np.int64))
-    if strict and skipped:  # labelled_split's skips (no label, no caption, bad caption)
-        skip([], skipped[0], strict)
+        reader=TableReader(), locators=locators, units=np.asarray(units, np.int64), strict=strict)
     if names and source.classes:  # labelled: the labels index the ClassLabel's names
         source.classes = names
     return source

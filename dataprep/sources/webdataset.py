@@ -11,7 +11,6 @@ read in one pass per tar. Nothing is unpacked to disk.
 """
 from __future__ import annotations
 
-import glob
 import json
 import os
 import re
@@ -25,7 +24,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from ..errors import ImageDecodeError, SourceError
-from .listing import Source, labelled_split, skip
+from .listing import Source, expand, labelled_split, skip
 
 # WebDataset's extensions for image members (what its decoders take); the content is sniffed later anyway.
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "ppm", "pgm", "pbm", "bmp", "tif", "tiff", "gif")
@@ -33,47 +32,6 @@ IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "ppm", "pgm", "pbm", "bmp", "tif", "
 # or a `__name__/` directory; `__a.jpg` and `d/__b.jpg` are samples like any other.
 _WDS_META = re.compile(r"__[^/]*__($|/)")
 META_LIMIT = 1 << 20  # a .cls, .txt or .json member larger than this is not metadata
-
-
-def expand(patterns: Sequence[str]) -> list[Path]:
-    """Brace patterns (`{000..127}` ranges keep their zero padding, `{a,b}` lists) and globs, in the order
-    given, each matching at least one file."""
-    out: list[Path] = []
-    for pattern in patterns:
-        found: list[str] = []
-        for p in _braces(str(pattern)):
-            hits = sorted(glob.glob(p)) if glob.has_magic(p) else ([p] if os.path.exists(p) else [])
-            if not hits and not glob.has_magic(p):  # a shard missing from a range is an error, as in WebDataset
-                raise SourceError(f"{p}: no such tar file" + (f" (one of {pattern})" if p != str(pattern) else ""))
-            found += hits
-        if not found:
-            raise SourceError(f"{pattern}: matches no file")
-        out += [Path(f) for f in found]
-    seen, unique = set(), []
-    for p in out:
-        if p.resolve() not in seen:
-            seen.add(p.resolve())
-            unique.append(p)
-    for p in unique:
-        if not p.is_file():
-            raise SourceError(f"{p}: not a file")
-    return unique
-
-
-def _braces(s: str) -> list[str]:
-    m = re.search(r"\{([^{}]*)\}", s)
-    if not m:
-        return [s]
-    head, body, tail = s[: m.start()], m.group(1), s[m.end():]
-    r = re.fullmatch(r"(-?\d+)\.\.(-?\d+)", body)
-    if r:
-        lo, hi = r.group(1), r.group(2)
-        width = len(lo) if lo.startswith("0") and len(lo) > 1 else 0
-        step = 1 if int(hi) >= int(lo) else -1
-        items = [str(i).zfill(width) for i in range(int(lo), int(hi) + step, step)]
-    else:
-        items = body.split(",")
-    return [x for item in items for x in _braces(head + item + tail)]
 
 
 def split_key(name: str) -> tuple[str, str]:
@@ -106,7 +64,7 @@ def _each(tf: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
 class TarReader:
     """Reads tar members: a locator is (tar relative to the root, member name, data offset, size,
     compressed). Plain tars are read by seeking to each member; compressed ones (gzip, bzip2, xz) in one
-    pass (`sequential`)."""
+    pass: the driver asks `unit_sequential` per tar (`sequential`, the protocol's split-wide answer, is False)."""
 
     sequential: bool = False
 
@@ -246,7 +204,7 @@ def scan_webdataset(patterns: Sequence[str], split: str = "train", label_field: 
     `.json` member (an integer, or a class name: classes are then the sorted names). Captions: `.txt`, or
     `caption_field` of the `.json`. A split where no sample has a label is unlabelled (as flat folders are).
     `strict` (the build's --strict): the first sample the listing would skip refuses the tars instead."""
-    tars = expand(patterns)
+    tars = expand(patterns, "tar file")
     base = Path(root) if root is not None else Path(os.path.commonpath([str(p.resolve().parent) for p in tars]))
     refs, locators, units, raw_labels, captions, skipped = [], [], [], [], [], []
     first_json = None  # (sample, bytes) of the first .json member: its keys name what a misspelled field missed
@@ -315,10 +273,8 @@ def scan_webdataset(patterns: Sequence[str], split: str = "train", label_field: 
                          {"tars": [os.path.relpath(t.resolve(), base.resolve()) for t in tars],
                           **({"label_field": label_field} if label_field else {}),
                           **({"caption_field": caption_field} if caption_field else {})},
-                         reader=TarReader(sequential=any(loc[4] for loc in locators)), locators=locators,
-                         units=np.asarray(units, np.int64))
-    if strict and skipped:  # labelled_split's skips (no label, no caption, bad caption)
-        skip([], skipped[0], strict)
+                         reader=TarReader(), locators=locators,
+                         units=np.asarray(units, np.int64), strict=strict)
     return source
 
 
