@@ -13,7 +13,7 @@ from typing import Callable
 from .errors import PackError
 from .kinds import kind_of
 from .pack.backends import open_reader
-from .pack.fields import LoadContext
+from .pack.arrays import LoadContext
 from .pack.manifest import MANIFEST, attachment_problems
 
 

@@ -291,7 +291,7 @@ def test_info_verify_and_plan_on_every_kind_and_backend(npy_packs, tmp_path, kin
 
 def _skip_checksums(monkeypatch):
     """Wrong implementation (negative control): the loader ignores verify=True (checksums never checked)."""
-    from dataprep.pack.fields import LoadContext
+    from dataprep.pack.arrays import LoadContext
 
     class NoVerify(LoadContext):
         def __post_init__(self):

@@ -18,7 +18,7 @@ from dataprep.serve import shm as shm_mod
 from .conftest import own_segments
 from dataprep.images.dataset import InMemoryImageDataset
 from dataprep.errors import DataprepError, PackError
-from dataprep.pack.fields import Segments
+from dataprep.pack.arrays import Segments
 from dataprep.settings import BuildSettings
 from dataprep.images.settings import ImageSettings
 from dataprep.sources import scan_imagenet

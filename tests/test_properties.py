@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from dataprep.images.build import build_images
 from dataprep.images.dataset import InMemoryImageDataset
 from dataprep.errors import PackError
-from dataprep.pack.fields import LoadContext, load_blob
+from dataprep.pack.arrays import LoadContext, load_blob
 from dataprep.pack.manifest import FORMAT, FORMAT_VERSION
 from dataprep.pack.names import check_manifest_names
 from dataprep.pack.backends import read_manifest

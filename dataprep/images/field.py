@@ -15,8 +15,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import PackError
-from ..pack.fields import (BYTES, OFFSETS, SHAPES, Field, IdsField, LabelField, LoadContext, StringsField, blob_arrays,
-                           blob_shapes, load_blob, load_rows, rows_shape)
+from ..pack.arrays import BYTES, OFFSETS, SHAPES, LoadContext, blob_arrays, blob_shapes, load_blob, load_rows, rows_shape
+from ..pack.fields import Field, IdsField, LabelField, StringsField
 
 
 # What each role's arrays are called: the generic keys a field's `load` returns (its stored names add the

@@ -16,7 +16,7 @@ from ..serve.request import Request
 from ..errors import DataprepError, PackError
 from ..images.dataset import InMemoryImageDataset
 from ..images.resize import center_crop_into
-from ..pack.fields import take_rows
+from ..pack.arrays import take_rows
 from .field import mask_key, served_fields
 
 

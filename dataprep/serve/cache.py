@@ -25,7 +25,8 @@ from typing import Any, Callable
 
 from ..errors import DataprepError, PackError
 from ..pack.backends import open_reader
-from ..pack.fields import Field, LoadContext
+from ..pack.arrays import LoadContext
+from ..pack.fields import Field
 from .shm import ShmSegment, _nbytes
 
 CACHE_MODES = ("ram", "mmap", "shm")

@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ..errors import DataprepError, PackError
-from ..pack.fields import MapGuard
+from ..pack.arrays import MapGuard
 from ..serve.cache import open_split
 from ..serve.request import Request, refuse_augmentation
 from .field import fields_of

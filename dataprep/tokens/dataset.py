@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ..errors import DataprepError
-from ..pack.fields import MapGuard
+from ..pack.arrays import MapGuard
 from ..serve import draws
 from ..serve.cache import open_split
 from ..serve.request import Request, refuse_augmentation

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import PackError
-from ..pack.fields import Field, IdsField, LoadContext, load_blob
+from ..pack.arrays import LoadContext, load_blob
+from ..pack.fields import Field, IdsField
 from ..text import TOKENIZER_FILE, read_tokenizer as _read_tokenizer, tokenizer_from_json  # noqa: F401 (re-exported)
 
 

@@ -12,7 +12,7 @@ from torch.utils.data import Dataset
 
 from ..serve.request import Request
 from ..errors import DataprepError, PackError
-from ..pack.fields import take_rows
+from ..pack.arrays import take_rows
 from .transforms import center_into
 from ..serve.cache import open_split
 from .field import fields_of, same_shapes
