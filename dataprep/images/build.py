@@ -13,11 +13,9 @@ summary names the padded ones (center-crop, pad: black pixels in every stored sa
 """
 from __future__ import annotations
 
-import functools
-import hashlib
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -32,56 +30,10 @@ from ..pack.manifest import attachment_record, write_manifest
 from ..settings import BuildSettings
 from ..sources import FILES, FileReader, Source
 from . import resize
-from ..text import TOKENIZER_FILE, check_ids, encode, pad_id, token_dtype, tokenizer_file, tokenizer_from_json
-from .field import CAPTION, CaptionTokensField, ImageField
+from ..text import TOKENIZER_FILE
+from .captions import CaptionTokenizer, caption_tokenizer
+from .field import CAPTION, ImageField
 from .settings import ImageSettings
-
-
-@dataclass(frozen=True)
-class CaptionTokenizer:
-    """How a shard encodes its captions (--tokenize), through the tokens kind's code (dataprep/text.py): the
-    tokenizer's JSON text (so workers on other machines need no copy of the file), its sha256, the id dtype,
-    and whether the post-processor's special tokens are added (as `Tokenizer.encode` does by default)."""
-
-    json: str = field(repr=False)
-    sha256: str
-    dtype: str
-    pad_id: int = 0
-    special_tokens: bool = True
-
-    @property
-    def tokens_field(self) -> CaptionTokensField:
-        return CaptionTokensField(self.dtype, pad_id=self.pad_id, special_tokens=self.special_tokens)
-
-    def encode(self, captions: list[str], where: str) -> tuple[np.ndarray, np.ndarray]:
-        """The captions' ids (int64) and each one's length; a DataprepError when an id does not fit the dtype."""
-        ids, lengths = encode(_tokenizer(self.json), captions, None, self.special_tokens)
-        dtype = np.dtype(self.dtype)
-        check_ids(ids, int(np.iinfo(dtype).max), dtype, where)
-        return ids, lengths
-
-
-@functools.lru_cache(maxsize=2)
-def _tokenizer(text: str):
-    """The tokenizer of a JSON text, parsed once per process (a worker makes many shards)."""
-    return tokenizer_from_json(text, "the build's tokenizer")
-
-
-def caption_tokenizer(path: str | os.PathLike) -> tuple[CaptionTokenizer, bytes, dict[str, Any]]:
-    """The tokenizer file at `path` as shards use it, its bytes (the pack's copy) and the manifest's record
-    of it. The pad id is the tokenizer's own (its padding setting, else a pad token it knows), else 0."""
-    data, tok = tokenizer_file(path)
-    text = data.decode("utf-8")
-    vocab = tok.get_vocab_size(with_added_tokens=True)
-    dtype = token_dtype(vocab)
-    own = pad_id(text, tok)
-    pad = 0 if own is None else own
-    check_ids(np.array([pad]), int(np.iinfo(dtype).max), dtype, f"{path}: its pad id")
-    digest = hashlib.sha256(data).hexdigest()
-    record = {"path": str(Path(path).resolve()), "file": TOKENIZER_FILE, "sha256": digest, "vocab_size": vocab,
-              "pad_id": int(pad), "pad_from": "the tokenizer" if own is not None else "0: the tokenizer has no pad",
-              "special": {t.content: int(i) for i, t in tok.get_added_tokens_decoder().items()}}
-    return CaptionTokenizer(text, digest, dtype.str, int(pad)), data, record
 
 
 @dataclass(frozen=True)

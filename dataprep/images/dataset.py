@@ -1,5 +1,4 @@
-"""InMemoryImageDataset: takes an image pack, gives (image, label) samples (with the caption, for packs that
-have captions) and whole batches from RAM.
+"""InMemoryImageDataset: takes an image pack, gives (image, label[, caption]) samples and whole batches from RAM.
 
 The split is read once into a few contiguous numpy buffers (pixels, or one JPEG blob plus int64
 offsets; labels; source paths and captions as one UTF-8 blob each), never a Python list of per-image
@@ -19,9 +18,10 @@ from torch.utils.data import Dataset
 from ..errors import DataprepError, PackError
 from ..serve.request import Request
 from . import crops
+from .captions import fill_caption_ids
 from .crops import CenterCrop, RandomResizedCrop
 from .resize import center_crop_into
-from ..pack.fields import take_rows
+from ..pack.arrays import take_rows
 from ..serve.cache import open_split
 from .codec import DECODERS, decode_cv2_reduced, jpeg_header
 from .field import ImageField, served_fields
@@ -60,13 +60,10 @@ class InMemoryImageDataset(Dataset):
     list of samples for the DataLoader's default collate. `dataset.sources[i]` is sample i's
     source path relative to the build's source root.
 
-    Captions and unlabelled packs. A pack built from a source with captions (WebDataset `.txt`, a caption
-    column) serves `(image, label, caption)`, caption a str; batches `(images, labels, captions)`, captions
-    a list of str. A pack is unlabelled when its manifest's `classes` is empty (its source had no labels; it
-    stores none): its samples leave the label out, `(image, caption)`, or the image alone when it has no
-    captions either; `labelled` says which. `dataset.captions[i]` is sample i's caption (a `Strings`
-    sequence over one blob, as `sources`; None without captions). The Loader serves captions only as
-    token ids (`caption_length`): text cannot travel through its shared batch buffers.
+    A pack with captions serves `(image, label, caption)` (batches: captions a list of str; `captions[i]`, a
+    `Strings` like `sources`); an unlabelled one (manifest `classes` empty, no labels stored; `labelled`)
+    leaves the label out. The Loader serves captions only as ids (`caption_length`): text cannot travel
+    through its shared batch buffers.
     """
 
     kinds: tuple[str, ...] = ("images",)  # the pack kinds this class serves
@@ -186,7 +183,6 @@ class InMemoryImageDataset(Dataset):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        state.setdefault("caption_length", None)
         self.__dict__.update(state)
         self.decode_paths = {}
         self._load()
@@ -464,7 +460,8 @@ class InMemoryImageDataset(Dataset):
         if "labels" in out:
             out["labels"][:n] = self._labels[idx]
         if "captions" in out:
-            self._fill_captions(idx, out["captions"][:n], out["caption_lengths"][:n])
+            fill_caption_ids(self._caption_ids, self._caption_offsets, idx, self.caption_pad_id,
+                             out["captions"][:n], out["caption_lengths"][:n])
         crop = request.crop
         if crop is not None and not isinstance(crop, (tuple, list)):
             boxes = crop.boxes(self._shapes[idx, 0], self._shapes[idx, 1], (request.seed, request.epoch), idx)
@@ -478,16 +475,6 @@ class InMemoryImageDataset(Dataset):
         if request.flip:
             for k in np.flatnonzero(crops.flips((request.seed, request.epoch), idx)):
                 crops.flip_into(images[k])
-
-    def _fill_captions(self, idx: np.ndarray, ids: np.ndarray, lengths: np.ndarray) -> None:
-        """Captions `idx` as token ids into the (n, L) rows `ids`, the first L of each and the pad id after the
-        last, and each one's length capped at L into `lengths`: one gather for the whole batch."""
-        starts = self._caption_offsets[idx]
-        take = np.minimum(self._caption_offsets[idx + 1] - starts, ids.shape[1])
-        inside = np.arange(ids.shape[1]) < take[:, None]  # (n, L): which places hold a caption's id
-        ids[:] = self.caption_pad_id
-        ids[inside] = self._caption_ids[(starts[:, None] + np.arange(ids.shape[1]))[inside]]
-        lengths[:] = take
 
     def batch(self, indices) -> Any:
         """A whole batch: images (N, C, H, W) uint8 in channels-last memory, or (N, H, W, C) numpy with
