@@ -147,9 +147,10 @@ def test_mixture_orders_crops_and_flips_draw_from_separate_streams():
 
 
 def test_members_that_fill_rows_in_place_serve_what_the_buffered_path_serves(tmp_path, monkeypatch):
-    """Token members write their scattered rows straight into the batch (`fills_rows`); the result must be
-    what the buffered path (fill a part, scatter it) gives, and what each member serves for the sample
-    `locate` names, for runs of positions (the Loader's case) and for scattered positions alike."""
+    """Token members fill a mixed batch in one pass (`fill_parts`) or write their scattered rows straight
+    into it (`fills_rows`); either must give what the buffered path (fill a part, scatter it) gives, and
+    what each member serves for the sample `locate` names, for runs of positions (the Loader's case) and
+    for scattered positions alike."""
     from dataprep.serve.request import Request
     from dataprep.tokens.tokenize import TokenizeSettings, tokenize
 
@@ -175,10 +176,38 @@ def test_members_that_fill_rows_in_place_serve_what_the_buffered_path_serves(tmp
             ds = packs[member[k]]
             w = ds._gather(np.array([index[k]]), int(m_epoch[k]), dataprep.serve.mixture.member_seed(7, int(member[k])))
             assert direct["x"][k].tolist() == w[0, :-1].tolist() and direct["y"][k].tolist() == w[0, 1:].tolist()
-        monkeypatch.setattr(type(packs[0]), "fills_rows", False)
+        monkeypatch.delattr(type(packs[0]), "fill_parts")  # each member's own fill_batch, rows in place
+        in_place = batch(idx)
+        monkeypatch.setattr(type(packs[0]), "fills_rows", False)  # ... and through a buffer of its own
         buffered = batch(idx)
         monkeypatch.undo()
-        assert all((direct[k] == buffered[k]).all() for k in direct)
+        assert all((direct[k] == in_place[k]).all() and (direct[k] == buffered[k]).all() for k in direct)
     whole = mix.locate(np.arange(len(mix)), 3)  # a run and the same positions scattered: one answer
     perm = np.random.default_rng(2).permutation(len(mix))
     assert all((a[perm] == b).all() for a, b in zip(whole, mix.locate(perm, 3)))
+
+
+@pytest.mark.parametrize("exhausted", ["restart", "stop"])
+def test_runs_sliced_from_cached_chunks_locate_what_scattered_positions_do(monkeypatch, exhausted):
+    """A run's apportionment comes from cached chunks of positions; runs that cross chunk boundaries and
+    member epochs (a member restarting inside a chunk) must name the samples the position-by-position
+    path names."""
+    import dataprep.serve.mixture as mixture
+
+    monkeypatch.setattr(mixture, "CHUNK", 37)  # boundaries that no batch size here lines up with
+    mix = Mixture([Tagged(0, 300), Tagged(1, 41), Tagged(2, 7)], WEIGHTS, seed=1, exhausted=exhausted,
+                  samples=None if exhausted == "stop" else 500)
+    for epoch in (0, 1, 3):
+        n = len(mix)
+        scattered = mix.locate(np.random.default_rng(epoch).permutation(n), epoch)
+        order = np.argsort(np.random.default_rng(epoch).permutation(n))
+        truth = [a[order] for a in scattered]  # back in position order
+        whole = mix.locate(np.arange(n), epoch)
+        assert all((a == b).all() for a, b in zip(whole, truth))
+        for lo, hi in ((0, 1), (30, min(80, n)), (36, 38), (n - 50, n)):  # inside, across two or more chunks, the end
+            part = mix.locate(np.arange(lo, hi), epoch)
+            assert all((a == b[lo:hi]).all() for a, b in zip(part, truth))
+        if exhausted == "restart":
+            assert len(set(whole[2][whole[0] == 2].tolist())) > 1  # member 2 restarted inside this epoch
+    # the chunks are per epoch: a cache that ignored the epoch would serve epoch 0's draws again
+    assert not (mix.locate(np.arange(len(mix)), 1)[1] == mix.locate(np.arange(len(mix)), 0)[1]).all()

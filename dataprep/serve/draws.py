@@ -30,7 +30,8 @@ def _mix(x: np.ndarray) -> np.ndarray:
 
 
 @lru_cache(maxsize=4096)
-def _key_hash(key: tuple[int, ...]) -> np.uint64:
+def key_hash(key: tuple[int, ...]) -> np.uint64:
+    """The 64-bit hash of a key (its words chained through the finaliser), what `bits` starts from."""
     with np.errstate(over="ignore"):
         h = np.full(1, 0x243F6A8885A308D3, np.uint64)
         for word in key:
@@ -40,7 +41,12 @@ def _key_hash(key: tuple[int, ...]) -> np.uint64:
 
 def bits(key: tuple[int, ...], idx) -> np.ndarray:
     """64 random bits per index, a pure function of (key, index)."""
-    h = _key_hash(tuple(int(k) for k in key))
+    return hashed_bits(key_hash(tuple(int(k) for k in key)), idx)
+
+
+def hashed_bits(h, idx) -> np.ndarray:
+    """`bits` from a key's hash: one hash for all indices, or one per index (the keys of several streams
+    drawn in one pass, as a mixture's members are)."""
     idx = np.asarray(idx, np.int64)
     flat = idx.reshape(-1).astype(np.uint64)  # array arithmetic wraps silently (scalar arithmetic would warn)
     return _mix(h ^ (flat * _GOLDEN + _GOLDEN)).reshape(idx.shape)
@@ -48,12 +54,20 @@ def bits(key: tuple[int, ...], idx) -> np.ndarray:
 
 def uniform(key: tuple[int, ...], idx) -> np.ndarray:
     """Floats in [0, 1), 53 bits each."""
-    return (bits(key, idx) >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+    return to_uniform(bits(key, idx))
+
+
+def to_uniform(b: np.ndarray) -> np.ndarray:
+    return (b >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
 
 
 def integers(key: tuple[int, ...], idx, high: int | np.ndarray) -> np.ndarray:
     """Integers in [0, high) (high may differ per index), by the multiply-shift reduction."""
-    return np.minimum((uniform(key, idx) * np.asarray(high, np.float64)).astype(np.int64), np.asarray(high, np.int64) - 1)
+    return to_integers(bits(key, idx), high)
+
+
+def to_integers(b: np.ndarray, high: int | np.ndarray) -> np.ndarray:
+    return np.minimum((to_uniform(b) * np.asarray(high, np.float64)).astype(np.int64), np.asarray(high, np.int64) - 1)
 
 
 def permuted(n: int, key: tuple[int, ...], k) -> np.ndarray:

@@ -28,6 +28,7 @@ serves the rest of the epoch exactly once.
 """
 from __future__ import annotations
 
+import math
 import mmap
 import multiprocessing as mp
 import os
@@ -275,7 +276,7 @@ class Loader:
         need: dict[str, tuple[int, np.dtype]] = {}
         for e in epochs:
             for k, (shape, dt) in self._layout(self.request(e)).items():
-                nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+                nbytes = math.prod(shape) * dt.itemsize
                 if k not in need or need[k][0] < nbytes:
                     need[k] = (nbytes, dt)
         return need
@@ -284,14 +285,14 @@ class Loader:
         """The ring: (slots, batch x bytes a sample) per key, in one anonymous shared mapping, made once
         for the largest layout the run will serve (remade, workers restarted, only if one outgrows it)."""
         fits = self._ring is not None and all(
-            k in self._capacity and self._capacity[k][0] >= int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+            k in self._capacity and self._capacity[k][0] >= math.prod(shape) * dt.itemsize
             for k, (shape, dt) in layout.items())
         if not fits:
             if self._procs:
                 self.close()
             self._capacity = self._largest(epoch)
             for k, (shape, dt) in layout.items():  # a layout the schedule did not foresee (ds.use(bigger))
-                nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+                nbytes = math.prod(shape) * dt.itemsize
                 if k not in self._capacity or self._capacity[k][0] < nbytes:
                     self._capacity[k] = (nbytes, dt)
             slots = self._slots()
@@ -314,7 +315,7 @@ class Loader:
         for k, a in self._rows(layout, slot, 0, n).items():
             t = torch.from_numpy(a)
             shape, dt = layout[k]
-            small = int(np.prod(shape, dtype=np.int64)) * dt.itemsize <= SMALL_FIELD
+            small = math.prod(shape) * dt.itemsize <= SMALL_FIELD
             if self.pin_memory:
                 t = t.pin_memory() if torch.cuda.is_available() else t.clone()
             elif small or self.copy:

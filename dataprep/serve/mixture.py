@@ -22,6 +22,7 @@ from .request import Request
 
 
 PERMUTATION_LIMIT = 1 << 22  # members up to this many samples keep their shuffle as an array (int64: 32 MiB)
+CHUNK = 1 << 14  # positions whose apportionment is worked out at once (~200 KiB each, a few kept)
 
 
 class Mixture:
@@ -106,56 +107,88 @@ class Mixture:
         return member, index, m_epoch
 
     def _groups(self, idx: np.ndarray, epoch: int) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
-        """(member, member epoch, rows of idx, indices in the member) for positions `idx` (flattened): one
-        group per member and member epoch among them."""
+        """(member, member epoch, rows of idx, indices in the member) for positions `idx` (flattened): a run
+        of positions (as the Loader asks) is sliced from the cached apportionment of its chunk(s); scattered
+        positions are worked out one by one."""
         idx = np.asarray(idx, np.int64).reshape(-1)
         n = idx.size
         if not n:
             return []
         lo, hi = int(idx[0]), int(idx[-1])
-        if hi - lo == n - 1 and (n == 1 or (np.diff(idx) == 1).all()):  # a run, as the Loader asks
+        if hi - lo == n - 1 and (n == 1 or (np.diff(idx) == 1).all()):
             if lo < 0 or hi >= self.samples:
                 raise IndexError(f"a position is out of range for a mixture epoch of {self.samples}")
-            c = self.counts(np.arange(lo, hi + 2))  # each member's count before every position and after the run
-            steps = np.diff(c, axis=1)  # one 1 per column: the member that serves the position
-            # within a run a member's draws are consecutive: its k-th row in the run is draw c[m, 0] + k
-            picked = [(m, np.flatnonzero(steps[m]), None) for m in range(len(self.datasets))]
-            firsts = c[:, 0]
-        else:
-            if idx.min() < 0 or idx.max() >= self.samples:
-                raise IndexError(f"a position is out of range for a mixture epoch of {self.samples}")
-            c = self.counts(np.concatenate([idx, idx + 1]))
-            before = c[:, :n]
-            member = np.argmax(c[:, n:] - before, axis=0)
-            picked = []
-            for m in range(len(self.datasets)):
-                rows = np.flatnonzero(member == m)
-                picked.append((m, rows, before[m, rows]))
-            firsts = None
+            return self._run_groups(lo, hi + 1, epoch)
+        if idx.min() < 0 or idx.max() >= self.samples:
+            raise IndexError(f"a position is out of range for a mixture epoch of {self.samples}")
+        c = self.counts(np.concatenate([idx, idx + 1]))
+        before = c[:, :n]
+        member = np.argmax(c[:, n:] - before, axis=0)
         groups = []
-        for m, rows, rank in picked:
-            if not len(rows):
-                continue
-            if rank is None:
-                rank = np.arange(firsts[m], firsts[m] + len(rows), dtype=np.int64)
-            if self.exhausted == "restart":
-                drawn = rank + int(epoch) * int(self._per_epoch[m])
-                length = int(self.lengths[m])
-                if firsts is not None:  # a run: drawn grows along the rows, so its ends bound its epochs
-                    e0, e1 = int(drawn[0]) // length, int(drawn[-1]) // length
-                else:
-                    e0, e1 = int(drawn.min()) // length, int(drawn.max()) // length
-                if e0 == e1:
-                    parts = [(e0, rows, drawn - e0 * length)]
-                else:
-                    es = drawn // length
-                    parts = [(int(e), rows[es == e], drawn[es == e] - int(e) * length) for e in range(e0, e1 + 1)]
-            else:
-                parts = [(int(epoch), rows, rank)]
-            for e, r, k in parts:
-                if len(r):
-                    groups.append((m, e, r, self._order(m, e, k) if self.shuffle else k))
+        for m in range(len(self.datasets)):
+            rows = np.flatnonzero(member == m)
+            if len(rows):
+                groups += self._draws(m, rows, before[m, rows], epoch, run=False)
         return groups
+
+    def _run_groups(self, lo: int, hi: int, epoch: int) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
+        groups = []
+        for c in range(lo // CHUNK, (hi - 1) // CHUNK + 1):
+            base = c * CHUNK
+            codes, index, pairs = self._chunk(epoch, c)
+            a, b = max(lo, base) - base, min(hi, base + CHUNK) - base
+            off = base + a - lo  # row of the run where this chunk's share begins
+            if len(pairs) == 1:
+                groups.append((*pairs[0], np.arange(off, off + b - a), index[a:b]))
+                continue
+            cs, ix = codes[a:b], index[a:b]
+            for p, (m, e) in enumerate(pairs):
+                rows = np.flatnonzero(cs == p)
+                if len(rows):
+                    groups.append((m, e, rows + off if off else rows, ix[rows]))
+        return groups
+
+    def _chunk(self, epoch: int, c: int) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
+        """Positions c * CHUNK.. of `epoch`: which (member, member epoch) pair serves each (a code into the
+        pairs) and the index in the member. Worked out once per chunk in each process that serves it
+        (a few of the latest kept), so a batch costs a slice, not the apportionment and the shuffles."""
+        cache = self.__dict__.setdefault("_chunks", {})
+        got = cache.get((epoch, c))
+        if got is None:
+            lo, hi = c * CHUNK, min((c + 1) * CHUNK, self.samples)
+            steps = np.diff(self.counts(np.arange(lo, hi + 1)), axis=1)  # one 1 per column: who serves it
+            firsts = self.counts(lo)
+            codes, index, pairs = np.empty(hi - lo, np.int32), np.empty(hi - lo, np.int64), []
+            for m in range(len(self.datasets)):
+                rows = np.flatnonzero(steps[m])
+                if len(rows):  # within a run a member's draws are consecutive
+                    rank = np.arange(firsts[m], firsts[m] + len(rows), dtype=np.int64)
+                    for mm, e, r, k in self._draws(m, rows, rank, epoch, run=True):
+                        codes[r], index[r] = len(pairs), k
+                        pairs.append((mm, e))
+            while len(cache) >= 4:
+                cache.pop(next(iter(cache)))
+            cache[(epoch, c)] = got = (codes, index, pairs)
+        return got
+
+    def _draws(self, m: int, rows: np.ndarray, rank: np.ndarray, epoch: int, run: bool):
+        """Member m's draws number `rank` (of mixture epoch `epoch`) -> groups of (member, member epoch,
+        rows, index in the member): a draw past the member's length falls in its next epoch (restart)."""
+        if self.exhausted == "stop":
+            parts = [(int(epoch), rows, rank)]
+        else:
+            drawn = rank + int(epoch) * int(self._per_epoch[m])
+            length = int(self.lengths[m])
+            if run:  # drawn grows along the rows, so its ends bound its epochs
+                e0, e1 = int(drawn[0]) // length, int(drawn[-1]) // length
+            else:
+                e0, e1 = int(drawn.min()) // length, int(drawn.max()) // length
+            if e0 == e1:
+                parts = [(e0, rows, drawn - e0 * length)]
+            else:
+                es = drawn // length
+                parts = [(int(e), rows[es == e], drawn[es == e] - int(e) * length) for e in range(e0, e1 + 1)]
+        return [(m, e, r, self._order(m, e, k) if self.shuffle else k) for e, r, k in parts if len(r)]
 
     def _order(self, m: int, e: int, k: np.ndarray) -> np.ndarray:
         """Position k of member m's shuffle in its epoch e: a permutation array held for members of up to
@@ -214,9 +247,14 @@ class Mixture:
         into their places where the member can (`fills_rows`: tokens, tables, mixtures), else through a
         buffer of their own."""
         r = request or Request()
-        for m, e, mine, index in self._groups(idx, r.epoch):
-            req = Request(e, member_seed(r.seed, m), r.resolution, r.crop, r.flip)
-            d, at = self.datasets[m], mine if rows is None else np.asarray(rows)[mine]
+        groups = self._groups(idx, r.epoch)
+        parts = [(self.datasets[m], Request(e, member_seed(r.seed, m), r.resolution, r.crop, r.flip),
+                  mine if rows is None else np.asarray(rows)[mine], index) for m, e, mine, index in groups]
+        together = getattr(type(self.datasets[0]), "fill_parts", None)
+        if together is not None:
+            together(parts, out)
+            return
+        for d, req, at, index in parts:
             a, b = int(at[0]), int(at[-1]) + 1
             if b - a == len(at):
                 d.fill_batch(index, {k: v[a:b] for k, v in out.items()}, req)

@@ -5,6 +5,7 @@ time except the data itself (every request carries serve/request.py's Request).
 """
 from __future__ import annotations
 
+import math
 import signal
 
 import numpy as np
@@ -41,6 +42,6 @@ def rows(ring: dict[str, np.ndarray], layout: dict, slot: int, start: int, n: in
     """Rows start..start+n of ring slot `slot`, shaped as `layout` says (one batch is one contiguous block)."""
     out = {}
     for k, (shape, dt) in layout.items():
-        per = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        per = math.prod(shape) * dt.itemsize
         out[k] = ring[k][slot, start * per : (start + n) * per].view(dt).reshape(n, *shape)
     return out

@@ -116,7 +116,14 @@ class TokenDataset(Dataset):
         if self.mode == "sequential":
             return idx * self.context
         epoch = self.epoch if epoch is None else epoch
-        return draws.integers((draws.TOKENS, self.seed, int(seed), int(epoch)), idx, len(self.data.tokens) - self.context)
+        return draws.integers(self._draw_key(epoch, seed), idx, self._highest_start)
+
+    def _draw_key(self, epoch: int, seed: int) -> tuple[int, ...]:
+        return (draws.TOKENS, self.seed, int(seed), int(epoch))
+
+    @property
+    def _highest_start(self) -> int:
+        return len(self.data.tokens) - self.context
 
     def _gather(self, idx, epoch: int | None = None, seed: int = 0) -> np.ndarray:
         if self.data.guard:
@@ -164,6 +171,28 @@ class TokenDataset(Dataset):
         at = slice(0, len(idx)) if rows is None else rows
         out["x"][at] = w[:, :-1]
         out["y"][at] = w[:, 1:]
+
+    @staticmethod
+    def fill_parts(parts, out: dict[str, np.ndarray]) -> None:
+        """Several token datasets' samples into one batch in one pass (a Mixture's members): parts of
+        (dataset, request, rows of out, indices in it), windows as each dataset's fill_batch draws them.
+        The random starts of all parts are one draw (a key hash per row), so a batch mixed from M members
+        costs one draw and M gathers, not M calls."""
+        lens = [len(at) for _, _, at, _ in parts]
+        idx = np.concatenate([ix for *_, ix in parts]) if len(parts) > 1 else np.asarray(parts[0][3], np.int64)
+        hashes = [draws.key_hash(d._draw_key(r.epoch, r.seed)) for d, r, _, _ in parts]
+        highs = [d._highest_start for d, *_ in parts]
+        starts = draws.to_integers(draws.hashed_bits(np.repeat(np.array(hashes, np.uint64), lens), idx),
+                                   np.repeat(highs, lens))
+        o = 0
+        for (d, _, at, _), n in zip(parts, lens):
+            if d.data.guard:
+                d.data.guard.check()
+            s = idx[o:o + n] * d.context if d.mode == "sequential" else starts[o:o + n]
+            w = d._all_windows[s]
+            out["x"][at] = w[:, :-1]
+            out["y"][at] = w[:, 1:]
+            o += n
 
 
 class DocumentDataset(Dataset):
