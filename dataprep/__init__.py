@@ -14,6 +14,7 @@ _LAZY = {
     "VolumeDataset": ("dataprep.volumes.dataset", "VolumeDataset"),
     "Loader": ("dataprep.serve.loader", "Loader"),
     "Mixture": ("dataprep.serve.mixture", "Mixture"),
+    "Partition": ("dataprep.serve.partition", "Partition"),
     "RandomResizedCrop": ("dataprep.images.crops", "RandomResizedCrop"),
     "CenterCrop": ("dataprep.images.crops", "CenterCrop"),
     "DaliImageLoader": ("dataprep.images.dali", "DaliImageLoader"),

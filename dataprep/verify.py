@@ -110,3 +110,24 @@ def _verify_shard(pack: Path, reader, fields: dict, split: str, k: int, shard: d
     if ok:
         rep.samples += count
     return count
+
+
+def verify_remote(url: str, decode: bool = False) -> tuple[Report, str]:
+    """`verify_pack` for a pack at a URL: every object fetched and checked against the manifest's sha256
+    (each damaged, truncated or missing one named by its URL), then the fields' checks on the copy.
+    Returns the report (paths as URLs) and the URL as shown."""
+    from .remote.fetch import local_copy
+
+    with local_copy(url, keep_going=True) as (rp, d, bad):
+        rep = verify_pack(d, decode=decode)
+        lost = {where[len(rp.shown) + 1:] for where, _ in bad}
+        prefix = str(d) + os.sep
+
+        def shown(path: str) -> str:
+            return rp.store.where(path[len(prefix):].replace(os.sep, "/")) if path.startswith(prefix) else path
+
+        # a file that could not be fetched is missing from the copy too: say it once, as the store's problem
+        kept = [(shown(p), w) for p, w in rep.problems
+                if not any(p.startswith(prefix + rel.rsplit("/", 1)[0]) for rel in lost)]
+        rep.problems = [*bad, *kept]
+    return rep, rp.shown

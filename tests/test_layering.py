@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1] / "dataprep"
 KINDS = ("images", "segmentation", "volumes", "tokens", "tables")
 # Between kinds, imports run only toward images/ (segmentation and volumes build on its pixel stages).
 MAY_IMPORT = {"segmentation": {"images"}, "volumes": {"images"}}
-KIND_FREE = ("pack", "serve", "engine")
+KIND_FREE = ("pack", "serve", "engine", "remote")
 
 
 def module_name(path: Path) -> str:
@@ -122,7 +122,7 @@ def test_torch_is_imported_only_by_serving_modules():
 
 BUILD_MODULES = sorted(m for m in MODULES if m.rsplit(".", 1)[-1] in ("build", "tokenize", "read", "columns", "pairs", "masks",
                                                                         "process", "decode", "resize", "codec", "field")
-                       or top(m) in ("pack", "engine") or m in ("dataprep.build", "dataprep.verify", "dataprep.kinds",
+                       or top(m) in ("pack", "engine", "remote") or m in ("dataprep.build", "dataprep.verify", "dataprep.kinds",
                                                                  "dataprep.sources", "dataprep.text", "dataprep.cli.build"))
 
 

@@ -222,3 +222,20 @@ def _row_parts(fields: dict, m: dict) -> tuple[list[Part], list[str]]:
               "target": "int64" if m["fields"]["target"].get("task") == "classification" else None}
     parts = [Part(name, fields[name].row_shape, dt or fields[name].np_dtype.name) for name, dt in served.items() if name in fields]
     return parts, [f"planned at: one row ({', '.join(p.name for p in parts)}), as TabularDataset serves it"]
+
+
+def nodes_needed(manifest: dict[str, Any], split: str, cache_bytes: int, budget: int, in_flight: int,
+                 seed: int = 0) -> tuple[int | None, int]:
+    """The fewest nodes whose partitioned cache (serve/partition.py: shards dealt into parts of nearly
+    equal samples) keeps the largest part plus `in_flight` within `budget` bytes a node, and that part's
+    bytes (cache bytes in proportion to its samples). (None, bytes at one shard a node) when no count does."""
+    from ..serve.partition import Partition
+
+    counts = [int(s["count"]) for s in manifest["splits"][split]["shards"]]
+    total = max(sum(counts), 1)
+    part = cache_bytes
+    for n in range(1, len(counts) + 1):
+        part = -(-cache_bytes * Partition(n, 0, seed).length(counts) // total)
+        if part + in_flight <= budget:
+            return n, part
+    return None, part

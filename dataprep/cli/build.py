@@ -125,7 +125,9 @@ def run_build(source, build_fn, settings, out, progress=None, engine="local", ad
                 click.echo(f"\ninterrupted: workers stopped, finished shards kept in {target}; "
                            "run the same command with --resume to continue", err=True)
                 click.get_current_context().exit(130)
-    summary.out = Path(out)
+    from ..remote.urls import is_url, redact
+
+    summary.out = redact(str(out)) if is_url(out) else Path(out)
     for line in summary.lines():
         click.echo(line)
 

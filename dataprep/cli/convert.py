@@ -9,7 +9,7 @@ from .storage import COMPRESSIONS
 
 
 @click.command()
-@click.argument("pack", type=click.Path(exists=True))
+@click.argument("pack", type=click.Path())
 @click.option("--to", "to", type=click.Choice(list(BACKENDS)), required=True, help="The backend to write.")
 @click.option("--out", "-o", required=True, type=click.Path(), help="An .h5 file, a Zarr directory, or an npy pack directory.")
 @click.option("--compress", type=click.Choice(COMPRESSIONS), default="none", show_default=True,
@@ -23,8 +23,12 @@ def convert(pack, to, out, compress, overwrite, workers, engine, address, schedu
 
     from ..pack.convert import convert as run
 
+    from ..remote.urls import is_url, redact
+
     t0 = time.perf_counter()
     with engine_for(engine, workers, address, scheduler_file) as eng:
+        if is_url(pack) or is_url(out):
+            from ..remote.convert import convert_remote as run
         r = run(pack, out, to, compress, eng, overwrite)
-    click.echo(f"{pack} ({r['from']}) -> {out} ({r['to']}{', ' + compress if compress != 'none' else ''}): "
+    click.echo(f"{redact(str(pack))} ({r['from']}) -> {redact(str(out))} ({r['to']}{', ' + compress if compress != 'none' else ''}): "
                f"{r['bytes'] / 1e6:.1f} MB in {time.perf_counter() - t0:.1f} s")

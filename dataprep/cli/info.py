@@ -66,8 +66,18 @@ def info(ctx, pack, as_json, skipped):
     from ..kinds import kind_of
     from ..pack.backends import read_manifest
 
-    m = read_manifest(pack)
-    what, checked, bad = missing_files(pack, m)
+    from ..remote.urls import is_url
+
+    if is_url(pack):  # the manifest read from the store, every object looked up (sizes), none read
+        from ..remote.fetch import RemotePack, missing_objects
+
+        rp = RemotePack(pack)
+        m, what = rp.manifest, "objects, with their recorded sizes"
+        pack = rp.shown
+        checked, bad = missing_objects(rp)
+    else:
+        m = read_manifest(pack)
+        what, checked, bad = missing_files(pack, m)
     if as_json:
         click.echo(json.dumps(m, indent=1))
     else:

@@ -46,9 +46,12 @@ def _crop(ctx, param, value):
 @click.option("--prefetch", type=click.IntRange(1), default=2, show_default=True, help="DataLoader prefetch_factor.")
 @click.option("--cache", type=click.Choice(CACHE_MODES), default="ram", show_default=True)
 @click.option("--ranks", type=click.IntRange(1), default=1, show_default=True, help="Training processes on this machine.")
+@click.option("--ram-per-node", callback=lambda c, p, v: None if v is None else _bytes(c, p, v),
+              help="A node's RAM budget (e.g. 256G): say how many nodes a partitioned cache "
+                   "(partition='node') needs to hold the PACK, each node its part.")
 @click.option("--json", "as_json", is_flag=True, help="Print every figure in exact bytes, as JSON.")
 def plan(pack, split, crop, resolution, context, shape, dtype, mask_shape, mask_dtype, samples, batch_size, workers,
-         prefetch, cache, ranks, as_json):
+         prefetch, cache, ranks, ram_per_node, as_json):
     """Bytes per sample and batch, in flight across workers, the cache, the total, and whether it fits: for
     image, mask and volume packs, token packs (windows) and table packs (rows), or a --shape."""
     from ..bench.plan import MemoryPlan, Part, parts_from_pack
@@ -70,8 +73,34 @@ def plan(pack, split, crop, resolution, context, shape, dtype, mask_shape, mask_
         if not pack:
             cache_bytes += mask.nbytes * samples
     p = MemoryPlan(parts, batch_size, workers, prefetch, cache, cache_bytes, ranks, available_ram(), notes)
+    nodes = None
+    if ram_per_node is not None:
+        if not pack:
+            raise click.UsageError("--ram-per-node parts a PACK's shards over nodes: give the PACK")
+        from ..bench.plan import human, nodes_needed
+        from ..pack.backends import read_manifest
+
+        in_flight = p.in_flight + (p.cache_total - p.cache_bytes)  # ram: the other ranks' copies
+        n, part = nodes_needed(read_manifest(pack), split, cache_bytes, ram_per_node, in_flight)
+        nodes = {"ram_per_node": ram_per_node, "nodes": n, "largest_part": part}
+        line = (f"nodes at {human(ram_per_node)} a node: {n} (partition='node': the largest part {human(part)} + "
+                f"{human(in_flight)} in flight a node)" if n else
+                f"nodes at {human(ram_per_node)} a node: none suffices (one shard a node still needs {human(part)} + "
+                f"{human(in_flight)} in flight): rebuild with a smaller --shard-size")
     if as_json:
-        click.echo(json.dumps(p.to_dict(), indent=1))
+        click.echo(json.dumps({**p.to_dict(), **({"partition": nodes} if nodes else {})}, indent=1))
         return
-    for line in p.lines():
+    for line_ in p.lines():
+        click.echo(line_)
+    if nodes:
         click.echo(line)
+
+
+def _bytes(ctx, param, value: str) -> int:
+    """"256G", "512M", "1.5T", or a number of bytes."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    v = value.strip().upper().removesuffix("IB").removesuffix("B")
+    try:
+        return int(float(v[:-1]) * units[v[-1]]) if v and v[-1] in units else int(v)
+    except (ValueError, KeyError):
+        raise click.BadParameter(f"{value!r} is not a size like 256G", ctx, param) from None

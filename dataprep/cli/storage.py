@@ -35,6 +35,11 @@ def staged_output(out, fmt: str, compress: str, overwrite: bool, engine=None):
     tasks on `engine`) and remove the staging directory (kept when the build fails, so --resume continues it)."""
     from ..errors import DataprepError, PackExistsError
 
+    from ..remote.urls import is_url
+
+    if is_url(out):
+        yield from _published(str(out), fmt, compress, overwrite)
+        return
     out = Path(out)
     if fmt == "npy":
         if compress != "none":
@@ -52,3 +57,32 @@ def staged_output(out, fmt: str, compress: str, overwrite: bool, engine=None):
     r = convert(staging, out, fmt, compress, engine, overwrite=True)
     shutil.rmtree(staging)
     click.echo(f"stored as {fmt}{' (' + compress + ')' if compress != 'none' else ''}: {out}, {r['bytes'] / 1e6:.1f} MB")
+
+
+def _published(url: str, fmt: str, compress: str, overwrite: bool):
+    """A build to a URL: npy shards staged in a local directory (kept when the build fails, so --resume
+    continues it) and uploaded as they are finished; the manifest uploaded last."""
+    import hashlib
+
+    from ..errors import DataprepError
+    from ..remote.fetch import cache_root
+    from ..remote.upload import Publisher, claim
+    from ..remote.urls import redact
+
+    if fmt != "npy" or compress != "none":
+        raise DataprepError(f"{redact(url)}: packs at URLs are npy packs (objects per shard file, fetched in parallel); "
+                            "drop --format and --compress")
+    store = claim(url, overwrite)
+    staging = cache_root() / "builds" / hashlib.sha256(store.shown.encode()).hexdigest()[:20]
+    staging.parent.mkdir(parents=True, exist_ok=True)
+    click.echo(f"staging the build in {staging}, uploading to {store.shown} as shards finish", err=True)
+    pub = Publisher(staging, store).start()
+    try:
+        yield staging
+        r = pub.finish()
+    except BaseException:
+        pub.abandon()
+        raise
+    shutil.rmtree(staging, ignore_errors=True)
+    click.echo(f"uploaded to {store.shown}: {r['objects']} objects, {r['bytes'] / 1e6:.1f} MB, manifest last "
+               f"({r['seconds']:.1f} s from the first shard)")

@@ -71,7 +71,9 @@ def table(src, target, out, task, fmt, sep, header, skip_rows, names, target_fil
     t = r["target"]
     import numpy as np
 
-    click.echo(f"pack: {out}")
+    from ..remote.urls import redact
+
+    click.echo(f"pack: {redact(str(out))}")
     click.echo("  rows: " + ", ".join(f"{k} {v}" for k, v in r["splits"].items()) + f"; {dropped_rows(r['rows'])}")
     click.echo(f"  {r['features']} feature columns, {r['categorical']} categorical; target {t['column']!r}: {t['task']} "
                f"({np.dtype(t['dtype']).name}" + (f", {len(t['classes'])} classes)" if t["task"] == "classification" else ")"))

@@ -42,7 +42,9 @@ def tokenize(src, out, tokenizer, train_bpe, split_docs, text_field, eot, eot_id
     files = expand(list(src))
     with engine_for(engine, workers, address, scheduler_file) as eng, staged_output(out, fmt, compress, overwrite, eng) as target:
         r = run(files, target, settings, tokenizer, train_bpe, overwrite, engine=eng)
-    click.echo(f"pack: {out}")
+    from ..remote.urls import redact
+
+    click.echo(f"pack: {redact(str(out))}")
     for name, (docs, toks) in r["splits"].items():
         click.echo(f"  {name}: {docs:,} documents, {toks:,} tokens ({r['dtype']})")
     if r["replaced"]:

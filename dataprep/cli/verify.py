@@ -18,9 +18,15 @@ def verify(ctx, pack, decode):
     """Check the manifest, every shard file's sha256, headers, offsets, shapes and label range: that the pack
     holds exactly the bytes its build wrote. The source files are not read: whether a source was intact is
     checked at build time, not here."""
+    from ..remote.urls import is_url
     from ..verify import verify_pack
 
-    rep = verify_pack(pack, decode=decode)
+    if is_url(pack):
+        from ..verify import verify_remote
+
+        rep, pack = verify_remote(pack, decode=decode)
+    else:
+        rep = verify_pack(pack, decode=decode)
     for path, what in rep.problems:
         click.echo(f"BAD {path}: {what}")
     summary = (f"{rep.shards} shards, {rep.files} files, {rep.bytes / 1e6:.1f} MB, {rep.samples} samples"

@@ -15,6 +15,7 @@ memory, one copy per machine. It knows no pack kind: each field says what it loa
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -27,6 +28,7 @@ from ..errors import DataprepError, PackError
 from ..pack.backends import open_reader
 from ..pack.arrays import LoadContext
 from ..pack.fields import Field
+from ..remote.fetch import REMOTE, Fetched, origin, resolve  # noqa: F401 (resolve: for the datasets)
 from .shm import ShmSegment, _nbytes
 
 CACHE_MODES = ("ram", "mmap", "shm")
@@ -41,6 +43,7 @@ class CachedSplit:
     fields: dict[str, Field]  # by manifest key, in the order the dataset named them
     arrays: dict[str, Any]  # by the fields' generic keys
     segment: "ShmSegment | None" = None
+    shards: "list[int] | None" = None  # the split's shards held (a partitioned cache's part), None: all
 
     @property
     def nbytes(self) -> int:
@@ -49,10 +52,12 @@ class CachedSplit:
 
 def open_split(pack: str | os.PathLike, split: str, fields_of: Callable[[dict[str, Any]], dict[str, Field]],
                cache: str = "ram", verify: bool = False, progress: bool | None = None,
-               kinds: tuple[str, ...] = (), modes: tuple[str, ...] = CACHE_MODES) -> CachedSplit:
+               kinds: tuple[str, ...] = (), modes: tuple[str, ...] = CACHE_MODES,
+               part: "Callable[[list[int]], list[int]] | None" = None) -> CachedSplit:
     """Bring a split of a pack whose kind is one of `kinds` into memory according to `cache`, checking it
     on the way. `fields_of(manifest)` names the fields to load (the dataset's kind knows which); every
-    one must count the split's samples, and none may report a problem."""
+    one must count the split's samples (or, with `part`, the samples of the shards `part(shard counts)`
+    names: a node's share of a partitioned cache), and none may report a problem."""
     if cache not in modes:
         raise DataprepError(f"unknown cache mode {cache!r}; choose one of {list(modes)}")
     pack = Path(pack)
@@ -64,6 +69,13 @@ def open_split(pack: str | os.PathLike, split: str, fields_of: Callable[[dict[st
         raise PackError(f"{pack}: no split {split!r}; the pack has {sorted(m['splits'])}")
     fields = fields_of(m)
     shards = m["splits"][split]["shards"]
+    held = None
+    if part is not None:
+        if hasattr(reader, "whole"):
+            raise DataprepError(f"{pack}: a partitioned cache holds whole shards of npy packs (local or at a URL); "
+                                f"this pack is {reader.name}: convert it with dataprep convert --to npy")
+        held = part([int(s["count"]) for s in shards])
+        shards = [shards[k] for k in held]
     plan = [a for f in fields.values() for a in f.layout(pack / split, shards)]
     total = sum(_nbytes(s, d) for _, s, d in plan)
     if cache == "ram":
@@ -71,17 +83,48 @@ def open_split(pack: str | os.PathLike, split: str, fields_of: Callable[[dict[st
     report = _Progress(f"{pack}/{split}", cache, total) if (progress or (progress is None and total >= PROGRESS_BYTES)) else None
     ctx = LoadContext(verify=verify, mapped=cache == "mmap", progress=report.add if report else None, reader=reader)
 
-    def load(c: LoadContext) -> dict[str, Any]:
-        arrays: dict[str, Any] = {}
-        for f in fields.values():
-            arrays.update(f.load(pack / split, shards, c))
-        return arrays
+    remote, keep = origin(pack) if (pack / REMOTE).is_file() else (None, False)
+    needed = remote.shard_files([split], {name for name, _, _ in plan}, {s["name"] for s in shards}) if remote else []
 
+    if remote and not keep:  # ram, shm: the files' bytes go straight into the cache, no local copy
+        from ..remote.memory import MemoryFetch
+
+        ctx.reader = reader = MemoryFetch(remote.store, pack, needed, reader)
+
+    def load(c: LoadContext) -> dict[str, Any]:
+        with Fetched(pack, remote, keep, needed) if remote and keep else contextlib.nullcontext():
+            arrays: dict[str, Any] = {}
+            for f in fields.values():
+                arrays.update(f.load(pack / split, shards, c))
+            return arrays
+
+    try:
+        arrays, segment = _bring(pack, split, m, fields, plan, cache, verify, held, load, ctx, reader, total)
+    finally:
+        if remote and not keep:
+            reader.close()  # its fetch threads
+    if report:
+        report.done()
+    for a in arrays.values():
+        a.setflags(write=False)  # the cache is shared: nobody may scribble on it
+    n = m["splits"][split]["count"] if held is None else sum(int(s["count"]) for s in shards)
+    for key, f in fields.items():
+        if f.count(arrays) != n:
+            raise PackError(f"{pack / split}: manifest counts {n} samples, the shards' {key} field holds {f.count(arrays)}")
+        problems = f.check(arrays)
+        if problems:
+            raise PackError(f"{pack / split}: {key}: {problems[0]}")
+    return CachedSplit(m, fields, arrays, segment, held)
+
+
+def _bring(pack, split, m, fields, plan, cache, verify, held, load, ctx, reader, total):
+    """The split's arrays: a shared-memory segment attached (filled by `load` if missing) or loaded."""
     segment = None
     if cache == "shm":
-        segment = ShmSegment.attach(pack, m, f"{split}/{next(iter(fields))}", plan,
+        what = f"{split}/{next(iter(fields))}" + ("" if held is None else f"/shards:{','.join(map(str, held))}")
+        segment = ShmSegment.attach(pack, m, what, plan,  # a node's part is a segment of its own
                                     lambda alloc: load(LoadContext(verify, alloc, False, ctx.progress, reader)),
-                                    verify, split)
+                                    verify and held is None, split)
         generic = {name: key for f in fields.values() for name, key in f.stored().items()}
         arrays = {generic.get(k, k): v for k, v in segment.arrays.items()}
     else:
@@ -90,18 +133,7 @@ def open_split(pack: str | os.PathLike, split: str, fields_of: Callable[[dict[st
         except MemoryError:
             raise DataprepError(f"{pack}/{split}: the manifest declares {total / 1e9:,.1f} GB of arrays and they do not fit in "
                                 f"memory; if the pack is not that large, its manifest is damaged (run dataprep verify {pack})") from None
-    if report:
-        report.done()
-    for a in arrays.values():
-        a.setflags(write=False)  # the cache is shared: nobody may scribble on it
-    n = m["splits"][split]["count"]
-    for key, f in fields.items():
-        if f.count(arrays) != n:
-            raise PackError(f"{pack / split}: manifest counts {n} samples, the shards' {key} field holds {f.count(arrays)}")
-        problems = f.check(arrays)
-        if problems:
-            raise PackError(f"{pack / split}: {key}: {problems[0]}")
-    return CachedSplit(m, fields, arrays, segment)
+    return arrays, segment
 
 
 def available_ram() -> int:

@@ -42,6 +42,7 @@ import torch
 
 from ..errors import DataprepError, WorkerError
 from .order import rank_and_world, rank_batch_count, rank_batches
+from .partition import partition_state
 from .request import Request
 from .workers import rows, serve_requests
 
@@ -111,6 +112,9 @@ class Loader:
                                 "by weight): pass shuffle=False")
         if num_workers and "fork" not in mp.get_all_start_methods():
             raise DataprepError("Loader workers need the fork start method (Linux); use num_workers=0")
+        part = getattr(dataset, "partition", None)
+        if part is not None and sampler is None and rank is None and world_size is None:
+            rank, world_size = part.local_rank, part.local_world  # a node's ranks share the node's part
         self.rank, self.world_size = rank_and_world(rank, world_size) if sampler is None else (0, 1)
         if schedule is not None and isinstance(crop, (tuple, list)):
             raise DataprepError("a schedule sets each epoch's output size: pass crop=dataprep.CenterCrop(size) or "
@@ -167,7 +171,9 @@ class Loader:
             return np.fromiter((int(i) for i in self.sampler), np.int64)
         n = len(self.dataset)
         if self.shuffle:
-            return np.random.default_rng([self.seed, int(epoch)]).permutation(n)
+            part = getattr(self.dataset, "partition", None)  # each node its own order: no pairing across nodes
+            key = [self.seed, int(epoch)] + ([0x9A27, part.node] if part is not None else [])
+            return np.random.default_rng(key).permutation(n)
         return np.arange(n, dtype=np.int64)
 
     def _order_of(self, epoch: int) -> np.ndarray:
@@ -225,7 +231,7 @@ class Loader:
         return {"format": "dataprep.Loader", "version": STATE_VERSION, "seed": self.seed, "epoch": int(epoch),
                 "samples_consumed": int(consumed), "world_size": self.world_size, "batch_size": self.batch_size,
                 "length": int(total), "shuffle": self.shuffle, "sampler": self.sampler is not None,
-                "crop": repr(self.crop), "flip": self.flip,
+                "crop": repr(self.crop), "flip": self.flip, "partition": partition_state(self.dataset),
                 "resolution": self.schedule(epoch) if self.schedule is not None else getattr(self.dataset, "resolution", None)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -239,6 +245,9 @@ class Loader:
         if int(state["length"]) != total:
             raise DataprepError(f"the saved run served {state['length']} samples an epoch, this Loader {total}: "
                                 "not the same dataset (or sampler), so its position means nothing here")
+        if state.get("partition") != partition_state(self.dataset):
+            raise DataprepError(f"the saved run's partitioned cache was {state.get('partition')}, this one is "
+                                f"{partition_state(self.dataset)}: a position in one node's part means nothing in another's")
         if bool(state["sampler"]) != (self.sampler is not None):
             raise DataprepError("the saved run " + ("used" if state["sampler"] else "did not use") +
                                 " a sampler; resume with the same kind of order")
@@ -497,3 +506,4 @@ class Loader:
             slot, _ = self._outstanding.pop((gen, b, w))
             return [(gen, b, w, slot)]
         raise DataprepError(f"loader worker failed on batch {msg[2]}: {msg[3]}")
+

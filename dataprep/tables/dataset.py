@@ -17,7 +17,7 @@ from torch.utils.data import Dataset
 
 from ..errors import DataprepError, PackError
 from ..pack.arrays import MapGuard
-from ..serve.cache import open_split
+from ..serve.cache import open_split, resolve
 from ..serve.request import Request, refuse_augmentation
 from .field import fields_of
 
@@ -47,6 +47,7 @@ class TabularDataset(Dataset):
     def __init__(self, pack: str | os.PathLike, split: str = "train", categorical: str = "separate", cache: str = "ram"):
         if categorical not in ("separate", "features", "none"):
             raise DataprepError(f"categorical must be 'separate', 'features' or 'none', not {categorical!r}")
+        pack, cache = resolve(pack, cache)  # a URL: a staged local directory, its files fetched with the cache
         if cache not in ("ram", "mmap"):
             raise DataprepError(f"a table pack is served with cache 'ram' or 'mmap', not {cache!r}")
         self.pack, self.split, self.categorical, self.cache = Path(pack), split, categorical, cache

@@ -16,13 +16,14 @@ from torch.utils.data import Dataset
 from ..errors import DataprepError
 from ..pack.arrays import MapGuard
 from ..serve import draws
-from ..serve.cache import open_split
+from ..serve.cache import open_split, resolve
 from ..serve.request import Request, refuse_augmentation
 from .field import fields_of, read_tokenizer
 
 
 class _TokenSplit:
     def __init__(self, pack: str | os.PathLike, split: str, cache: str):
+        pack, cache = resolve(pack, cache)  # a URL: a staged local directory, its files fetched with the cache
         if cache not in ("ram", "mmap"):
             raise DataprepError(f"a token pack is served with cache 'ram' or 'mmap', not {cache!r}")
         self.pack, self.split = Path(pack), split

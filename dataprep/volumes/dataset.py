@@ -14,7 +14,7 @@ from ..serve.request import Request
 from ..errors import DataprepError, PackError
 from ..pack.arrays import take_rows
 from .transforms import center_into
-from ..serve.cache import open_split
+from ..serve.cache import open_split, resolve
 from .field import fields_of, same_shapes
 
 
@@ -35,6 +35,7 @@ class VolumeDataset(Dataset):
 
     def __init__(self, pack: str | os.PathLike, split: str = "train", transform: Callable[[np.ndarray], np.ndarray] | None = None,
                  as_numpy: bool = False, verify: bool = False, cache: str = "ram", progress: bool | None = None):
+        pack, cache = resolve(pack, cache)  # a URL: a staged local directory, its files fetched with the cache
         self.pack, self.split, self.transform, self.as_numpy = Path(pack), split, transform, as_numpy
         self.verify, self.cache, self.progress = verify, cache, progress
         self._load()

@@ -1,0 +1,202 @@
+"""Batches for the Loader: takes an image dataset's cached split and a request (epoch, seed, resolution,
+crop, flip), gives its batch layout and fills batch rows: decoded packs by one gather, JPEG packs decoded
+one by one straight into their row (at a reduced DCT scale where the crop allows), cut by the crop plan
+and flipped by the request's draws. A mixin of InMemoryImageDataset (images/dataset.py), which holds the
+arrays.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from ..errors import DataprepError, PackError
+from ..pack.arrays import take_rows
+from ..serve.request import Request
+from . import crops
+from .captions import fill_caption_ids
+from .codec import decode_cv2_reduced, jpeg_header
+from .crops import CenterCrop, RandomResizedCrop
+from .resize import center_crop_into
+
+
+class BatchFilling:
+    """What InMemoryImageDataset offers the Loader (serve/request.py's protocol)."""
+
+    def worker_init(self) -> None:
+        """Run once in each Loader worker: one decoding thread per process (workers are the parallelism)."""
+        import cv2
+
+        cv2.setNumThreads(0)  # 0, not 1: see engine/local.py
+
+    def _square_at(self, resolution: int) -> tuple[int, int, int] | None:
+        """Every sample's (H, W, C) at `resolution` when the build made them all one shape."""
+        from .resize import RESIZE_MODES
+
+        image = self.manifest["settings"]["image"]
+        mode = RESIZE_MODES.get(image["resize"])
+        return (resolution, resolution, self.field.channels) if mode is not None and mode.square else None
+
+    def batch_layout(self, request: Request | None = None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """What one sample occupies in a batch buffer: {"images": ((H, W, C), dtype), "labels": ((), int64)}
+        (no labels for an unlabelled pack).
+        A crop plan gives its output size; (H, W) cuts each image's central window, padded where smaller;
+        without a crop, every sample must have one shape at the requested resolution."""
+        request = request or Request()
+        res = request.resolution if request.resolution is not None else self.resolution
+        crop, c = request.crop, self.field.channels
+        if crop is not None and not isinstance(crop, (tuple, list)):
+            if not isinstance(crop, (RandomResizedCrop, CenterCrop)):
+                raise DataprepError(f"crop is (H, W), dataprep.RandomResizedCrop or dataprep.CenterCrop, not {crop!r}")
+            shape = (*crop.size, c)
+            self._check_upscale(crop.size, res)
+        elif crop is not None:
+            if len(crop) != 2 or min(int(v) for v in crop) < 1:
+                raise DataprepError(f"crop=(H, W) for images, not {crop!r}")
+            shape = (int(crop[0]), int(crop[1]), c)
+            self._warn_padding(shape, res)
+        elif res == self.resolution and self._pixels is not None:
+            shape = tuple(int(v) for v in self._pixels.shape[1:])
+        elif res == self.resolution:
+            shapes = {tuple(s) for s in self._shapes.tolist()}
+            if len(shapes) != 1:
+                raise DataprepError(f"{self.pack}/{self.split}: images have {len(shapes)} sizes; pass crop=(H, W), "
+                                    "dataprep.CenterCrop(size) or dataprep.RandomResizedCrop(size)")
+            shape = shapes.pop()
+        else:
+            shape = self._square_at(res)
+            if shape is None:
+                raise DataprepError(f"{self.pack}/{self.split}: images of resolution {res} have several sizes; pass a crop")
+        if request.flip and len(shape) != 3:
+            raise DataprepError("flip applies to (H, W, C) images")
+        out = {"images": (shape, self.field.np_dtype.newbyteorder("="))}
+        if self.labelled:
+            out["labels"] = ((), np.dtype(np.int64))
+        if self.caption_length is not None:
+            out["captions"] = ((self.caption_length,), np.dtype(np.int64))  # nn.Embedding refuses uint16 / uint32
+            out["caption_lengths"] = ((), np.dtype(np.int32))
+        return out
+
+    def _warn_padding(self, crop_shape, res) -> None:
+        """A center crop larger than stored images pads them with zeros: said once per dataset and size."""
+        if res != self.resolution or getattr(self, "_warned_crop", None) == crop_shape[:2]:
+            return
+        small = (self._shapes[:, 0] < crop_shape[0]) | (self._shapes[:, 1] < crop_shape[1])
+        if small.any():
+            self._warned_crop = crop_shape[:2]
+            h, w = (int(v) for v in self._shapes[small][:, :2].min(0))
+            warnings.warn(f"{self.pack}/{self.split}: crop {crop_shape[0]}x{crop_shape[1]} is larger than {int(small.sum())} of "
+                          f"{len(small)} stored images (the smallest {h}x{w} px): they are padded with zeros", stacklevel=4)
+
+    def _check_upscale(self, size, res) -> None:
+        """A crop plan's output larger than the stored images would upscale every sample: refused."""
+        if res != self.resolution:
+            return
+        h, w = (int(v) for v in self._shapes[:, :2].max(0)) if len(self._shapes) else (0, 0)
+        if size[0] > h or size[1] > w:
+            raise DataprepError(f"{self.pack}/{self.split}: a {size[0]}x{size[1]} crop is larger than every stored image "
+                                f"(at most {h}x{w} px); serve a smaller size or build the pack larger")
+
+    def _pixels_of(self, i: int) -> np.ndarray:
+        """Sample i's pixels (HWC), a read-only view for decoded packs, decoded for JPEG packs."""
+        if self._pixels is not None:
+            return self._pixels[i]
+        if self.field.encoding == "raw":
+            return self._blob[self._offsets[i] : self._offsets[i + 1]].view(self.field.np_dtype).reshape(self._shapes[i])
+        return self.image(i)
+
+    def _cut(self, plan, i: int, box, out: np.ndarray) -> None:
+        """One crop of sample i into its batch row, decoding no more than it needs: from the smallest held
+        resolution that gives at least the output size across the crop (resolution="all"), then at the
+        largest JPEG DCT scale-down that still does; the box is resampled exactly (crops.warp_into). The
+        path taken is counted in `decode_paths` (per process)."""
+        oh, ow = out.shape[:2]
+        h, w = (int(v) for v in self._shapes[i, :2])
+        if isinstance(plan, CenterCrop):  # the box is the whole image, resized to `resize` on the shorter side
+            need = plan.resize / min(h, w)
+            t = lft = 0.0
+            bh, bw = float(h), float(w)
+        else:
+            t, lft, bh, bw = (float(v) for v in box)
+            need = max(oh / bh, ow / bw)
+        res, scale = self.resolution, 1.0
+        if self._all:
+            for r in sorted(self._stores):  # the smallest that suffices
+                rh = int(self._stores[r].arrays["shapes"][i, 0])
+                if r < self.resolution and rh / h >= need:
+                    res, scale = r, rh / h
+                    break
+        store = self._stores[res]
+        field = next(iter(store.fields.values()))
+        factor = crops.reduction(bh * scale, bw * scale, oh, ow) if not isinstance(plan, CenterCrop) else \
+            next((f for f in (8, 4, 2) if min(h, w) * scale / f >= plan.resize), 1)
+        if field.encoding != "jpeg":
+            factor = 1
+        path = ("full" if factor == 1 else f"1/{factor}") + ("" if res == self.resolution else f" from {res} px")
+        self.decode_paths[path] = self.decode_paths.get(path, 0) + 1
+        if res == self.resolution and factor == 1:
+            crops.apply(plan, self._pixels_of(i), box, out)  # the reference path: whole pixels, integer box
+            return
+        pixels = self._decoded(store, field, i, factor, res)
+        if isinstance(plan, CenterCrop):
+            crops.apply(plan, pixels, None, out, full_hw=(h, w))
+            return
+        sy, sx = pixels.shape[0] / h, pixels.shape[1] / w  # exact: the stored (and reduced) image's own scale
+        if factor > 1:  # libjpeg's reduced pixel k covers full pixels [k f, (k + 1) f): ceil sizes, exact origin
+            ry, rx = int(store.arrays["shapes"][i, 0]), int(store.arrays["shapes"][i, 1])
+            sy, sx = ry / h / factor, rx / w / factor
+        crops.warp_into(pixels, (t * sy, lft * sx, bh * sy, bw * sx), out)
+
+    def _decoded(self, store, field, i: int, factor: int, res) -> np.ndarray:
+        """Sample i of a held resolution's store, decoded at 1/factor (JPEG) or as stored (raw)."""
+        a = store.arrays
+        shape = tuple(int(v) for v in a["shapes"][i])
+        if field.fixed:
+            return a["images"][i]
+        buf = a["images"][a["offsets"][i] : a["offsets"][i + 1]]
+        if field.encoding == "raw":
+            return buf.view(field.np_dtype).reshape(shape)
+        head = jpeg_header(buf)
+        if head is None or head[:2] != shape[:2]:
+            raise PackError(f"{self.pack}/{self.split}: sample {i} at {res} px does not hold a {shape[1]}x{shape[0]} JPEG; "
+                            "not decoded (verify the pack, or rebuild it)")
+        img = decode_cv2_reduced(buf, field.channels, factor)
+        if img is None:
+            raise PackError(f"{self.pack}/{self.split}: sample {i} ({self.sources[i]}) at {res} px does not decode as JPEG")
+        return img
+
+    def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray], request: Request | None = None) -> None:
+        """Write samples `idx` into the preallocated rows of `out` (shaped as `batch_layout` says):
+        decoded packs by one gather, others one by one straight into their row, cut by the request's crop
+        and flipped by its draws."""
+        if self.transform is not None:
+            raise DataprepError("the batch path serves uint8 pixels; apply transforms to the batch (on the GPU)")
+        request = request or Request()
+        if self.partition is not None:
+            self._hold_part(request.epoch)
+        if request.resolution is not None and request.resolution != self.resolution:
+            self.use(request.resolution)
+        images, n = out["images"], len(idx)
+        idx = np.asarray(idx, np.int64)
+        keys = idx  # what each sample's crop and flip are drawn from: its index in the split
+        if self._global is not None:
+            idx = idx % len(self._shapes)
+            keys = self._global[idx]
+        if "labels" in out:
+            out["labels"][:n] = self._labels[idx]
+        if "captions" in out:
+            fill_caption_ids(self._caption_ids, self._caption_offsets, idx, self.caption_pad_id,
+                             out["captions"][:n], out["caption_lengths"][:n])
+        crop = request.crop
+        if crop is not None and not isinstance(crop, (tuple, list)):
+            boxes = crop.boxes(self._shapes[idx, 0], self._shapes[idx, 1], (request.seed, request.epoch), keys)
+            for k, i in enumerate(idx):
+                self._cut(crop, int(i), boxes[k], images[k])
+        elif self._pixels is not None and images.shape[1:] == self._pixels.shape[1:]:
+            take_rows(self._pixels, idx, images[:n])
+        else:
+            for k, i in enumerate(idx):
+                center_crop_into(self._pixels_of(int(i)), images[k])
+        if request.flip:
+            for k in np.flatnonzero(crops.flips((request.seed, request.epoch), keys)):
+                crops.flip_into(images[k])

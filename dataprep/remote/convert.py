@@ -1,0 +1,42 @@
+"""Convert with URLs: takes a pack at a URL or a local one and a target (a URL or a local path), gives
+`pack/convert.py`'s conversion through a local copy: a remote source is fetched whole (checked) first,
+and a URL target, always an npy pack, is uploaded from a local npy conversion, manifest last."""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from ..errors import DataprepError
+from ..pack.convert import convert
+from .fetch import cache_root, local_copy
+from .upload import upload_pack
+from .urls import is_url, redact
+
+
+def convert_remote(pack, out, to: str, compression: str = "none", engine=None, overwrite: bool = False) -> dict:
+    if is_url(out) and (to != "npy" or compression != "none"):
+        raise DataprepError(f"{redact(str(out))}: packs at URLs are npy packs; convert with --to npy")
+    if is_url(pack):
+        with local_copy(str(pack)) as (rp, local, _):
+            r = _to(local, out, to, compression, engine, overwrite)
+            r["from"] = f"npy at {rp.shown}"
+            return r
+    return _to(Path(pack), out, to, compression, engine, overwrite)
+
+
+def _to(local: Path, out, to: str, compression: str, engine, overwrite: bool) -> dict:
+    if not is_url(out):
+        return convert(local, out, to, compression, engine, overwrite)
+    from ..pack.backends import detect
+
+    if detect(local) == "npy":
+        r = upload_pack(local, str(out), overwrite)
+        return {"from": "npy", "to": f"npy at {redact(str(out))}", "bytes": r["bytes"]}
+    staging = Path(tempfile.mkdtemp(prefix="convert-", dir=cache_root()))
+    try:
+        c = convert(local, staging / "pack", "npy", "none", engine)
+        r = upload_pack(staging / "pack", str(out), overwrite)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return {"from": c["from"], "to": f"npy at {redact(str(out))}", "bytes": r["bytes"]}
