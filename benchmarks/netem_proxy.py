@@ -1,6 +1,6 @@
 """A TCP proxy that makes a local server behave like one across a network: each request waits one
 round trip (`--rtt-ms`, added when a client speaks after the server has answered, or first on a
-connection) and each connection's replies flow at most `--stream-mbps` MB/s (object stores cap a single
+connection) and each connection's bytes flow at most `--stream-mbps` MB/s each way (object stores cap a single
 stream; concurrency is what makes them fast). Used by bench_remote.py; run in its own process.
 
     python benchmarks/netem_proxy.py LISTEN_PORT TARGET_PORT --rtt-ms 20 --stream-mbps 50
@@ -13,6 +13,8 @@ import time
 
 
 async def pipe(reader, writer, delay_first, state, rate):
+    """Copy one direction of a connection: client -> server with `delay_first` (a round trip per request),
+    server -> client with None; both at most `rate` bytes a second."""
     try:
         while True:
             data = await reader.read(1 << 16)
@@ -22,13 +24,15 @@ async def pipe(reader, writer, delay_first, state, rate):
                 if state["answered"]:
                     state["answered"] = False
                     await asyncio.sleep(delay_first)
-            else:  # server -> client: capped per connection
+                key = "up_t"
+            else:
                 state["answered"] = True
-                if rate:
-                    state["budget_t"] = max(state.get("budget_t", 0.0), time.perf_counter()) + len(data) / rate
-                    wait = state["budget_t"] - time.perf_counter()
-                    if wait > 0:
-                        await asyncio.sleep(wait)
+                key = "down_t"
+            if rate:  # each direction of a connection capped (uploads too)
+                state[key] = max(state.get(key, 0.0), time.perf_counter()) + len(data) / rate
+                wait = state[key] - time.perf_counter()
+                if wait > 0:
+                    await asyncio.sleep(wait)
             writer.write(data)
             await writer.drain()
     except (ConnectionError, asyncio.CancelledError):
@@ -56,7 +60,7 @@ def main() -> None:
             cw.close()
             return
         state = {"answered": True}
-        await asyncio.gather(pipe(cr, sw, rtt, state, 0), pipe(sr, cw, None, state, rate))
+        await asyncio.gather(pipe(cr, sw, rtt, state, rate), pipe(sr, cw, None, state, rate))
 
     async def serve():
         server = await asyncio.start_server(handle, "127.0.0.1", a.listen)
