@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import dataprep
@@ -92,7 +93,9 @@ def test_every_sample_once_an_epoch_across_nodes_and_ranks(pack, workers):
 
 
 def test_parts_rotate_so_every_sample_reaches_every_node(pack):
-    loaders = node_loaders(pack, rotate_every=1)
+    with pytest.raises(DataprepError, match="rotating partition"):  # ram: each worker would load its own copy
+        dataprep.InMemoryImageDataset(pack, partition=Partition(2, 0, rotate_every=1))
+    loaders = node_loaders(pack, rotate_every=1, cache="shm", num_workers=2)  # persistent workers follow the rotation
     node0 = [set(served(loaders[0]) + served(loaders[1])) for _ in range(2)]
     assert node0[0].isdisjoint(node0[1]) and len(node0[0] | node0[1]) == 16  # epoch 1: node 0 holds the other half
     fixed = node_loaders(pack)
@@ -192,3 +195,17 @@ def test_each_node_draws_its_own_order(pack):
     a, b = (node_loaders(pack)[k] for k in (0, 2))  # rank 0 of node 0 and of node 1
     assert not (a.epoch_order(0) == b.epoch_order(0)).all()  # one order would pair local sample i across nodes
     assert (a.epoch_order(0) == node_loaders(pack)[1].epoch_order(0)).all()  # a node's ranks share one order
+
+
+def test_an_explicit_global_rank_is_refused_and_padding_rows_change_each_epoch(index_tree, tmp_path, pack):
+    ds = dataprep.InMemoryImageDataset(pack, partition=Partition(2, 0, 0, 0, 1, 2))
+    with pytest.raises(DataprepError, match="shared by its node's ranks"):
+        Loader(ds, 2, rank=3, world_size=4)  # it would shard one node's part over the world: half the samples
+    assert Loader(ds, 2, rank=1, world_size=2).rank == 1  # its own local rank is fine
+    build_images(scan_imagenet(index_tree), tmp_path / "odd", BuildSettings(shard_size=4),  # shards 4,4,4,4,2
+                 ImageSettings(size=32, resize="center-crop", mode="raw"), progress=False)
+    a, b = (dataprep.InMemoryImageDataset(tmp_path / "odd", partition=Partition(2, n)) for n in (0, 1))
+    small = a if len(a.shapes) < len(b.shapes) else b
+    pad = np.arange(len(small.shapes), len(small))
+    rows = {tuple(np.asarray(small._held_row(pad, e)).tolist()) for e in range(6)}
+    assert len(rows) > 1  # not the same samples served twice every epoch

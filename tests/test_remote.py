@@ -1072,3 +1072,122 @@ def test_verify_in_a_separate_process(kind, request, local_pack, tmp_path):
     p = subprocess.run([sys.executable, "-m", "dataprep", "verify", url], capture_output=True, text=True, env=env, timeout=120, check=False)
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith(f"ok: {url}: 4 shards") and SECRET not in p.stdout + p.stderr
+
+
+# -- what an independent review found (each failed before its fix) -----------------------------------------
+def _mem_url() -> str:
+    return f"memory://review-{uuid.uuid4().hex[:8]}/p"
+
+
+def test_a_prefix_holding_other_objects_is_never_published_to_nor_cleaned(local_pack):
+    import fsspec
+
+    from dataprep.errors import PackExistsError
+
+    url = _mem_url()
+    fs = fsspec.filesystem("memory")
+    fs.pipe(url[len("memory://"):] + "/README.txt", b"keep me")
+    for overwrite in (False, True):
+        with pytest.raises(PackExistsError, match="not a dataprep pack"):
+            upload_pack(local_pack, url, overwrite=overwrite)
+    assert fs.cat(url[len("memory://"):] + "/README.txt") == b"keep me"
+    empty = _mem_url()
+    upload_pack(local_pack, empty)  # negative control: an empty prefix takes the pack
+    assert fs.exists(empty[len("memory://"):] + "/manifest.json")
+
+
+def test_an_attachment_name_that_is_a_path_is_refused(local_pack, tmp_path):
+    import shutil as sh
+
+    bad = tmp_path / "bad"
+    sh.copytree(local_pack, bad)
+    m = json.loads((bad / "manifest.json").read_text())
+    m["attachments"] = {"../../escaped.sh": {"bytes": 3, "sha256": "0" * 64}}
+    (bad / "manifest.json").write_text(json.dumps(m))
+    url = _mem_url()
+    upload_pack(local_pack, url)
+    import fsspec
+
+    fsspec.filesystem("memory").pipe(url[len("memory://"):] + "/manifest.json", json.dumps(m).encode())
+    with pytest.raises(PackError, match="attached file"):
+        InMemoryImageDataset(url)
+    assert not (tmp_path.parent / "escaped.sh").exists()
+
+
+def test_a_record_claiming_far_more_bytes_than_its_shape_is_refused_before_fetching(local_pack, reads, tmp_path):
+    url = _mem_url()
+    upload_pack(local_pack, url)
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    m = json.loads(fs.cat(url[len("memory://"):] + "/manifest.json"))
+    rec = m["splits"]["train"]["shards"][0]["files"]["labels.npy"]
+    rec["bytes"] = 1 << 42
+    fs.pipe(url[len("memory://"):] + "/manifest.json", json.dumps(m).encode())
+    for cache in ("ram", f"disk:{tmp_path / 'copy'}"):
+        with pytest.raises(RemoteError, match="unusable"):
+            InMemoryImageDataset(url, cache=cache)
+
+
+def test_a_staged_build_missing_a_file_publishes_no_manifest(local_pack, tmp_path):
+    import shutil as sh
+
+    from dataprep.remote.upload import Publisher, claim
+
+    staged = tmp_path / "staged"
+    sh.copytree(local_pack, staged)
+    (staged / "train" / "00001" / "images.npy").unlink()  # a Dask worker wrote it elsewhere
+    url = _mem_url()
+    pub = Publisher(staged, claim(url, False))
+    with pytest.raises(RemoteError, match="does not hold it"):
+        pub.finish()
+    import fsspec
+
+    assert not fsspec.filesystem("memory").exists(url[len("memory://"):] + "/manifest.json")
+
+
+def test_a_shard_rebuilt_after_its_upload_is_uploaded_again(local_pack, tmp_path):
+    import shutil as sh
+    import time as t
+
+    import fsspec
+
+    from dataprep.remote.upload import Publisher, claim
+
+    staged = tmp_path / "staged"
+    sh.copytree(local_pack, staged)
+    url = _mem_url()
+    pub = Publisher(staged, claim(url, False))
+    pub._scan()  # what the watcher sends while the build runs
+    pub._wait()
+    target = staged / "train" / "00002" / "labels.npy"
+    good = target.read_bytes()
+    t.sleep(0.01)
+    target.write_bytes(good)  # the same bytes, a new file (a resumed build's rebuild)
+    os.utime(target, ns=(t.time_ns(), t.time_ns()))
+    before = pub._sent["train/00002/labels.npy"][0]
+    pub.finish()
+    assert pub._sent["train/00002/labels.npy"][0] != before  # sent again
+    assert fsspec.filesystem("memory").cat(url[len("memory://"):] + "/train/00002/labels.npy") == good
+
+
+def test_chained_urls_are_urls_and_unknown_backends_say_what_to_install(tmp_path, monkeypatch):
+    from dataprep.remote.urls import is_url, open_store, redact
+
+    monkeypatch.chdir(tmp_path)
+    assert is_url("simplecache::s3://bucket/x") and is_url("memory://b/x") and not is_url("simplecache")
+    assert redact("simplecache::s3://K:S@bucket/x?sig=1") == "simplecache::s3://***@bucket/x"
+    try:
+        import paramiko  # noqa: F401
+    except ImportError:
+        with pytest.raises(DataprepError) as e:
+            open_store("sftp://host/x")
+        assert "dataprep[" not in str(e.value) and "sftp://" in str(e.value)  # no extra that does not exist
+
+
+def test_plan_takes_a_url(local_pack):
+    url = _mem_url()
+    upload_pack(local_pack, url)
+    here = json.loads(cli("plan", str(local_pack), "--json", "--ram-per-node", "1G").output)
+    there = json.loads(cli("plan", url, "--json", "--ram-per-node", "1G").output)
+    assert there["cache_bytes"] == here["cache_bytes"] > 0 and there["partition"] == here["partition"]

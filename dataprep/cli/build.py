@@ -114,7 +114,7 @@ def run_build(source, build_fn, settings, out, progress=None, engine="local", ad
     # default: click shows the bar only on a terminal
     hidden = (not progress) if progress is not None else not sys.stderr.isatty()
     with engine_for(engine, settings.workers, address, scheduler_file) as eng, \
-            staged_output(out, fmt, compress, settings.overwrite, eng) as target:
+            staged_output(out, fmt, compress, settings.overwrite, eng, settings.resume) as target:
         with click.progressbar(length=total, label="building", file=sys.stderr, show_pos=True, show_eta=True, hidden=hidden) as bar:
             if progress:
                 bar.is_hidden = False  # asked for, even when stderr is not a terminal

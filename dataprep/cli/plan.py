@@ -29,7 +29,7 @@ def _crop(ctx, param, value):
 
 
 @click.command()
-@click.argument("pack", type=click.Path(exists=True), required=False)
+@click.argument("pack", required=False)
 @click.option("--split", default="train", show_default=True)
 @click.option("--crop", callback=_crop, help="Image packs: plan at the crop the Loader serves, e.g. 224 or 224x192 "
               "[default: the stored shape; a variable-size pack at its median shorter side].")
@@ -58,7 +58,28 @@ def plan(pack, split, crop, resolution, context, shape, dtype, mask_shape, mask_
     from ..serve.cache import available_ram
 
     notes: list[str] = []
-    if pack:
+    from ..remote.urls import is_url
+
+    if pack and is_url(pack):  # the manifest and the (small) shapes arrays, fetched into a temporary copy
+        import shutil
+        import tempfile
+        from pathlib import Path
+
+        from ..remote.fetch import RemotePack, cache_root, fetch_files
+
+        rp = RemotePack(pack)
+        local = Path(tempfile.mkdtemp(prefix="plan-", dir=cache_root()))
+        try:
+            rp.stage(local)
+            shapes = [(rel, rec) for rel, rec in rp.shard_files([split]) if rel.rsplit("/", 1)[-1].startswith("shapes")]
+            problems = fetch_files(rp.store, shapes, local)
+            if problems:
+                raise click.ClickException(": ".join(problems[0]))
+            parts, cache_bytes, notes = parts_from_pack(local, split, crop, resolution, context)
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+        pack_for_nodes = rp.manifest
+    elif pack:
         parts, cache_bytes, notes = parts_from_pack(pack, split, crop, resolution, context)
     elif shape:
         if crop or resolution or context:
@@ -81,7 +102,8 @@ def plan(pack, split, crop, resolution, context, shape, dtype, mask_shape, mask_
         from ..pack.backends import read_manifest
 
         in_flight = p.in_flight + (p.cache_total - p.cache_bytes)  # ram: the other ranks' copies
-        n, part = nodes_needed(read_manifest(pack), split, cache_bytes, ram_per_node, in_flight)
+        manifest = pack_for_nodes if is_url(pack) else read_manifest(pack)
+        n, part = nodes_needed(manifest, split, cache_bytes, ram_per_node, in_flight)
         nodes = {"ram_per_node": ram_per_node, "nodes": n, "largest_part": part}
         line = (f"nodes at {human(ram_per_node)} a node: {n} (partition='node': the largest part {human(part)} + "
                 f"{human(in_flight)} in flight a node)" if n else

@@ -30,7 +30,7 @@ def storage_options(f=None, *, dest: str = "fmt"):
 
 
 @contextlib.contextmanager
-def staged_output(out, fmt: str, compress: str, overwrite: bool, engine=None):
+def staged_output(out, fmt: str, compress: str, overwrite: bool, engine=None, resume: bool = False):
     """Yield where the npy build goes; for hdf5/zarr convert it to `out` afterwards (Zarr chunk ranges as
     tasks on `engine`) and remove the staging directory (kept when the build fails, so --resume continues it)."""
     from ..errors import DataprepError, PackExistsError
@@ -38,7 +38,7 @@ def staged_output(out, fmt: str, compress: str, overwrite: bool, engine=None):
     from ..remote.urls import is_url
 
     if is_url(out):
-        yield from _published(str(out), fmt, compress, overwrite)
+        yield from _published(str(out), fmt, compress, overwrite, resume)
         return
     out = Path(out)
     if fmt == "npy":
@@ -59,7 +59,7 @@ def staged_output(out, fmt: str, compress: str, overwrite: bool, engine=None):
     click.echo(f"stored as {fmt}{' (' + compress + ')' if compress != 'none' else ''}: {out}, {r['bytes'] / 1e6:.1f} MB")
 
 
-def _published(url: str, fmt: str, compress: str, overwrite: bool):
+def _published(url: str, fmt: str, compress: str, overwrite: bool, resume: bool = False):
     """A build to a URL: npy shards staged in a local directory (kept when the build fails, so --resume
     continues it) and uploaded as they are finished; the manifest uploaded last."""
     import hashlib
@@ -72,7 +72,7 @@ def _published(url: str, fmt: str, compress: str, overwrite: bool):
     if fmt != "npy" or compress != "none":
         raise DataprepError(f"{redact(url)}: packs at URLs are npy packs (objects per shard file, fetched in parallel); "
                             "drop --format and --compress")
-    store = claim(url, overwrite)
+    store = claim(url, overwrite, resume=resume)
     staging = cache_root() / "builds" / hashlib.sha256(store.shown.encode()).hexdigest()[:20]
     staging.parent.mkdir(parents=True, exist_ok=True)
     click.echo(f"staging the build in {staging}, uploading to {store.shown} as shards finish", err=True)

@@ -180,7 +180,7 @@ class BatchFilling:
         idx = np.asarray(idx, np.int64)
         keys = idx  # what each sample's crop and flip are drawn from: its index in the split
         if self._global is not None:
-            idx = idx % len(self._shapes)
+            idx = self._held_row(idx, request.epoch)
             keys = self._global[idx]
         if "labels" in out:
             out["labels"][:n] = self._labels[idx]

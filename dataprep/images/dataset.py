@@ -17,6 +17,7 @@ from torch.utils.data import Dataset
 from ..errors import DataprepError, PackError
 from ..pack.arrays import take_rows
 from ..serve.cache import open_split, resolve
+from ..serve import draws
 from ..serve.partition import partition_of
 from .batches import BatchFilling
 from .codec import DECODERS, jpeg_header
@@ -110,6 +111,9 @@ class InMemoryImageDataset(BatchFilling, Dataset):
         self.keep_resolutions = max(1, keep_resolutions)
         self.caption_length = None if caption_length is None else int(caption_length)
         self.partition = partition_of(partition)  # None: every shard; else this node's part (serve/partition.py)
+        if self.partition is not None and self.partition.rotate_every and cache == "ram":
+            raise DataprepError("a rotating partition reloads its part every few epochs: with cache='ram' each Loader "
+                                "worker would load a private copy; use cache='shm' (one copy a node) or 'mmap' / 'disk:DIR'")
         self._part_epoch = 0  # the epoch whose part is held
         self.decode_paths: dict[str, int] = {}  # how crops were decoded in this process: "full", "1/2", "full from 256 px"
         self._load()
@@ -281,7 +285,17 @@ class InMemoryImageDataset(BatchFilling, Dataset):
         i = int(i)
         if not -n <= i < n:
             raise IndexError(f"index {i} out of range for {n} samples in {self.pack}/{self.split}")
-        return i % n % len(self._shapes)  # a partition's padding positions serve its first samples
+        return self._held_row(i % n, self._part_epoch)
+
+    def _held_row(self, i, epoch: int):
+        """Position i (< len) -> the held row it serves: itself, or for a smaller part's padding positions,
+        rows drawn anew each epoch (an offset from the epoch), so no sample is the one served twice every time."""
+        held = len(self._shapes)
+        if self._global is None:
+            return i
+        shift = int(draws.bits((draws.PAD, int(epoch)), 0)) % held
+        return np.where(i < held, i, (i - held + shift) % held) if isinstance(i, np.ndarray) else (
+            i if i < held else (i - held + shift) % held)
 
     def _finish(self, img: np.ndarray):
         if not self.as_numpy and img.ndim == 3:

@@ -54,6 +54,13 @@ def check_manifest_names(m: dict[str, Any], where: str | os.PathLike) -> None:
                 if not isinstance(fname, str) or not fname.endswith(".npy"):
                     raise PackError(f"{where}: shard {s.get('name')!r} of {split!r} lists a file {fname!r} that is not .npy")
                 check_name(fname[:-4], "array", origin, PackError)
+    attached = m.get("attachments") or {}
+    if not isinstance(attached, dict):
+        raise PackError(f"{where}: the manifest's attachments are not a mapping")
+    for name, rec in attached.items():  # written beside the manifest by a fetch: never a path
+        check_name(name, "attached file", origin, PackError)
+        if not isinstance(rec, dict) or not isinstance(rec.get("bytes"), int) or rec["bytes"] < 0:
+            raise PackError(f"{where}: attached file {name!r} has no byte count")
 
 
 def inside(root: str | os.PathLike, path: str | os.PathLike, what: str = "path") -> Path:

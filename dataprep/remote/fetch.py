@@ -27,6 +27,8 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+import numpy as np
+
 from ..errors import DataprepError, PackError
 from ..pack.manifest import MANIFEST, check_manifest
 from .store import Store
@@ -98,17 +100,30 @@ class RemotePack:
         """`dest` as a local pack directory of this pack: its manifest, attachments and origin (no shard
         files yet: `fetch` brings those); the manifest goes in last."""
         dest.mkdir(parents=True, exist_ok=True, mode=0o700)
-        problems = fetch_files(self.store, self.attachment_files(), dest)
-        if problems:
-            raise RemoteError(": ".join(problems[0]))
-        # the URL itself only when it carries no secret (credentials come from the usual chains)
-        (dest / REMOTE).write_text(json.dumps({"url": self.url if self.url == self.shown else None, "shown": self.shown,
-                                               "manifest_sha256": hashlib.sha256(self.raw_manifest).hexdigest()}))
-        if not (dest / MANIFEST).is_file() or (dest / MANIFEST).read_bytes() != self.raw_manifest:
-            tmp = dest / f".{MANIFEST}.tmp-{os.getpid()}"
-            tmp.write_bytes(self.raw_manifest)
-            os.replace(tmp, dest / MANIFEST)
+        with _locked(dest):  # ranks opening one URL at once: one fetches, the others find it done
+            problems = fetch_files(self.store, self.attachment_files(), dest)
+            if problems:
+                raise RemoteError(": ".join(problems[0]))
+            # the URL itself only when it carries no secret (credentials come from the usual chains)
+            origin_rec = json.dumps({"url": self.url if self.url == self.shown else None, "shown": self.shown,
+                                     "manifest_sha256": hashlib.sha256(self.raw_manifest).hexdigest()}).encode()
+            for name, data in ((REMOTE, origin_rec), (MANIFEST, self.raw_manifest)):  # the manifest last
+                if not (dest / name).is_file() or (dest / name).read_bytes() != data:
+                    tmp = dest / f".{name}.tmp-{os.getpid()}"
+                    tmp.write_bytes(data)
+                    os.replace(tmp, dest / name)
         return dest
+
+
+@contextlib.contextmanager
+def _locked(d: Path):
+    fd = os.open(d / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 def fetch_files(store: Store, items: list[tuple[str, dict]], dest: Path, concurrency: int = CONCURRENCY,
@@ -140,7 +155,11 @@ def fetch_files(store: Store, items: list[tuple[str, dict]], dest: Path, concurr
             except RemoteError as e:
                 obj.fail(str(e))
                 return obj
-            obj.arrived(start, end, data, progress)
+            try:
+                obj.arrived(start, end, data, progress)
+            except OSError as e:  # the local disk: full, read-only, ...
+                obj.failed = obj.failed or f"{store.where(obj.rel)}: cannot write {obj.part} ({e.strerror or e})"
+                stop.set()
             return obj
 
         def start(obj: "_Object") -> None:
@@ -174,6 +193,20 @@ def fetch_files(store: Store, items: list[tuple[str, dict]], dest: Path, concurr
     return problems
 
 
+def record_size(rec: dict) -> tuple[int, str]:
+    """(bytes, sha256) of a file record, once they agree with what it says it holds: an npy file is its
+    header (at most 64 KiB) plus shape x itemsize bytes, so a damaged manifest cannot send a fetch after
+    2**42 bytes. A ValueError otherwise."""
+    size, want = int(rec["bytes"]), str(rec["sha256"])
+    if size < 0 or len(want) != 64:
+        raise ValueError("a negative size or a malformed sha256")
+    if "shape" in rec and "dtype" in rec:
+        data = int(np.prod(rec["shape"], dtype=np.int64)) * np.dtype(rec["dtype"]).itemsize
+        if not data <= size <= data + (64 << 10):
+            raise ValueError(f"{size:,} bytes for {rec['dtype']} {rec['shape']}")
+    return size, want
+
+
 def _present(path: Path, rec: dict) -> bool:
     """A file under its own name was renamed there after its checksum matched; its size still must."""
     try:
@@ -189,16 +222,17 @@ class _Object:
         self.store, self.rel, self.path = store, rel, path
         self.part = path.with_name(path.name + ".part")
         try:
-            self.size, self.want = int(rec["bytes"]), str(rec["sha256"])
-        except (KeyError, TypeError, ValueError):
-            self.size, self.want = -1, ""
+            self.size, self.want = record_size(rec)
+        except (KeyError, TypeError, ValueError) as e:
+            self.size, self.want, self.bad = -1, "", str(e)
         self.attempt = 0
         self.lock = threading.Lock()
 
     def begin(self) -> None:
         """Start an attempt: resume the .part the first time (its bytes hashed again), from scratch the second."""
         self.attempt += 1
-        self.failed: str | None = None if self.size >= 0 else f"{self.store.where(self.rel)}: the manifest records no size and sha256 for it"
+        self.failed: str | None = None if self.size >= 0 else \
+            f"{self.store.where(self.rel)}: the manifest's record of it is unusable ({getattr(self, 'bad', 'no size and sha256')})"
         self.short = self.stopped = False
         self.received = 0  # bytes the store gave, in whatever order
         self.sha = hashlib.sha256()

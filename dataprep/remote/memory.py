@@ -26,7 +26,8 @@ from .fetch import CONCURRENCY, _read_range
 from .store import Store
 from .urls import RemoteError
 
-WINDOW = 1 << 30  # bytes fetched ahead of the load
+WINDOW = 1 << 30  # bytes fetched ahead of the load (plus the object in flight that crosses it)
+SMALL = 1 << 20  # objects up to this size are fetched ahead first
 
 
 class MemoryFetch:
@@ -36,7 +37,8 @@ class MemoryFetch:
     def __init__(self, store: Store, root: Path, items: list[tuple[str, dict]], local_reader,
                  concurrency: int = CONCURRENCY, window: int = WINDOW):
         self.store, self.root, self.local = store, Path(root), local_reader
-        self.items = list(items)
+        # small files first: the load reads them field by field, one per shard (a round trip each if not ahead)
+        self.items = sorted(items, key=lambda it: int(it[1].get("bytes", 0)) > SMALL)
         self.index = {rel: k for k, (rel, _) in enumerate(self.items)}
         self.window = window
         self._done: dict[str, Any] = {}  # rel -> bytes, or the RemoteError it came to
@@ -70,15 +72,17 @@ class MemoryFetch:
             data = self._whole(rel, rec)
         except RemoteError as e:
             data = e
+        except Exception as e:  # MemoryError, a thread that cannot start, ...: the load must hear of it
+            data = RemoteError(f"{self.store.where(rel)}: cannot fetch it ({type(e).__name__}: {e})")
         with self._cond:
             self._done[rel] = data
             self._cond.notify_all()
 
     def _whole(self, rel: str, rec: dict) -> bytes:
         try:
-            size, want = int(rec["bytes"]), str(rec["sha256"])
-        except (KeyError, TypeError, ValueError):
-            raise RemoteError(f"{self.store.where(rel)}: the manifest records no size and sha256 for it") from None
+            size, want = fetch.record_size(rec)
+        except (KeyError, TypeError, ValueError) as e:
+            raise RemoteError(f"{self.store.where(rel)}: the manifest's record of it is unusable ({e})") from None
         for attempt in (1, 2):
             parts = [self._ranges.submit(_read_range, self.store, rel, a, min(size, a + fetch.BLOCK)) for a in range(0, size, fetch.BLOCK)]
             data = b"".join(p.result() for p in parts) if len(parts) != 1 else parts[0].result()

@@ -9,6 +9,7 @@ rebuild never leaves an old manifest beside new shards. Each object's size is ch
 """
 from __future__ import annotations
 
+import re
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -17,19 +18,39 @@ from pathlib import Path
 from ..errors import PackExistsError
 from ..pack.manifest import MANIFEST, read_manifest_file
 from ..pack.shard import SHARD_RECORD, TMP_PREFIX
-from .fetch import CONCURRENCY
+from .fetch import ATTEMPTS, CONCURRENCY
 from .store import Store
 from .urls import RemoteError
 
 
-def claim(url: str, overwrite: bool, storage_options: dict | None = None) -> Store:
+PACK_OBJECT = re.compile(r"^[^/]+/[^/]+/[^/]+$")  # split/shard/file: what a pack (or an unfinished upload) holds
+
+
+def claim(url: str, overwrite: bool, storage_options: dict | None = None, resume: bool = False) -> Store:
     """The store a build will publish to: refused when a pack is there already (unless `overwrite`, which
-    removes its manifest first, so the old pack stops looking complete before a byte of the new one lands)."""
+    removes its manifest first, so the old pack stops looking complete before a byte of the new one lands),
+    and refused when the prefix holds anything that is not a pack's or an unfinished upload's objects
+    (whatever the flags: nothing under it is ever removed that a pack did not put there)."""
     store = Store(url, storage_options)
-    if store.size(MANIFEST) is not None:
+    old = store.size(MANIFEST) is not None
+    foreign = [rel for rel in store.listing() if rel != MANIFEST and not PACK_OBJECT.match(rel)]
+    if old:
+        try:
+            import json
+
+            foreign = [rel for rel in foreign if rel not in (json.loads(store.read(MANIFEST)).get("attachments") or {})]
+        except (ValueError, AttributeError):
+            pass
+    if foreign:
+        raise PackExistsError(f"{store.shown}: holds objects that are not a dataprep pack's ({', '.join(foreign[:3])}"
+                              f"{' ...' if len(foreign) > 3 else ''}); choose an empty prefix")
+    if old:
         if not overwrite:
             raise PackExistsError(f"{store.where(MANIFEST)}: a pack is there already; pass --overwrite to replace it")
         store.remove(MANIFEST)
+    elif store.listing() and not (overwrite or resume):
+        raise PackExistsError(f"{store.shown}: holds an unfinished upload (shards, no manifest); pass --resume to "
+                              "continue it or --overwrite to replace it")
     store.prepare()
     return store
 
@@ -40,7 +61,7 @@ class Publisher:
     def __init__(self, local: Path, store: Store, concurrency: int = CONCURRENCY, poll: float = 0.5):
         self.local, self.store, self.poll = Path(local), store, poll
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="dataprep-upload")
-        self._sent: dict[str, Future] = {}
+        self._sent: dict[str, tuple[tuple[int, int], Future]] = {}  # rel -> ((size, mtime) sent, upload)
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
         self.bytes = 0
@@ -72,17 +93,30 @@ class Publisher:
                     self._send(f)
 
     def _send(self, path: Path) -> None:
+        """Upload `path` unless this very file (its size and mtime) was sent: a shard a resumed build makes
+        again is a new file under the old name, and is sent again."""
         rel = path.relative_to(self.local).as_posix()
-        if rel in self._sent:
+        st = path.stat()
+        stamp = (st.st_size, st.st_mtime_ns)
+        if rel in self._sent and self._sent[rel][0] == stamp:
             return
-        self._sent[rel] = self._pool.submit(self._put, path, rel)
+        self._sent[rel] = (stamp, self._pool.submit(self._put, path, rel))
 
     def _put(self, path: Path, rel: str) -> None:
         size = path.stat().st_size
-        self.store.upload(path, rel)
-        got = self.store.size(rel)
-        if got != size:
-            raise RemoteError(f"{self.store.where(rel)}: uploaded {size:,} bytes, the store holds {got}")
+        delay = 0.25
+        for attempt in range(ATTEMPTS):  # a transient failure must not lose an hours-long build
+            try:
+                self.store.upload(path, rel)
+                got = self.store.size(rel)
+                if got != size:
+                    raise RemoteError(f"{self.store.where(rel)}: uploaded {size:,} bytes, the store holds {got}")
+                break
+            except RemoteError:
+                if attempt == ATTEMPTS - 1:
+                    raise
+                time.sleep(delay)
+                delay *= 2
         self.bytes += size
 
     def finish(self) -> dict:
@@ -93,19 +127,26 @@ class Publisher:
             self._watcher.join()
         m = read_manifest_file(self.local)  # checks the local pack is complete before anything claims it is
         wanted = {MANIFEST}
+        records = [(f"{split}/{s['name']}/{fname}", rec) for split, entry in m["splits"].items() for s in entry["shards"]
+                   for fname, rec in s.get("files", {}).items()]
+        records += [(name, rec) for name, rec in (m.get("attachments") or {}).items()]
+        for rel, rec in records:  # every object the manifest names is sent as it is now, or there is no manifest
+            wanted.add(rel)
+            path = self.local / rel
+            if not path.is_file() or path.stat().st_size != int(rec.get("bytes", -1)):
+                raise RemoteError(f"{self.local / rel}: the manifest records it ({rec.get('bytes')} bytes) but the staged "
+                                  "build does not hold it so; nothing was published (with --engine dask, the workers must "
+                                  "write where the driver stages: set DATAPREP_CACHE_DIR to a shared directory)")
+            self._send(path)
         for split, entry in m["splits"].items():
             for s in entry["shards"]:
-                for fname in [*s.get("files", {}), SHARD_RECORD]:
-                    rel = f"{split}/{s['name']}/{fname}"
-                    wanted.add(rel)
-                    if (self.local / rel).is_file():
-                        self._send(self.local / rel)
-        for name in (m.get("attachments") or {}):
-            wanted.add(name)
-            self._send(self.local / name)
+                rel = f"{split}/{s['name']}/{SHARD_RECORD}"
+                wanted.add(rel)
+                if (self.local / rel).is_file():
+                    self._send(self.local / rel)
         self._wait()
-        for rel in self.store.listing():
-            if rel not in wanted:
+        for rel in self.store.listing():  # a previous pack's shards; never anything a pack did not put there
+            if rel not in wanted and PACK_OBJECT.match(rel):
                 self.store.remove(rel)
         data = (self.local / MANIFEST).read_bytes()
         self.store.write(MANIFEST, data)
@@ -114,7 +155,7 @@ class Publisher:
         return {"bytes": self.bytes, "objects": len(self._sent) + 1, "seconds": time.perf_counter() - self.t0}
 
     def _wait(self) -> None:
-        for f in list(self._sent.values()):
+        for _, f in list(self._sent.values()):
             f.result()  # the first failed upload is the error
 
     def abandon(self) -> None:

@@ -15,7 +15,8 @@ from typing import Any
 
 from ..errors import DataprepError
 
-URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
+# a scheme, or fsspec's chains of them ("simplecache::s3://bucket/x": the last one is the store's)
+URL = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.\-]*::)*([A-Za-z][A-Za-z0-9+.\-]*)://")
 # what pathlib makes of a URL ("s3://b/x" -> "s3:/b/x"): refused, never taken for a local directory "s3:"
 COLLAPSED = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*):/(?!/)")
 EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure",
@@ -51,6 +52,8 @@ def redact(url: str) -> str:
     m = URL.match(url)
     if not m:
         return url
+    if "::" in url:  # each link of a chain redacted alike
+        return "::".join(redact(part) for part in url.split("::"))
     rest = url[len(m.group(0)):]
     host, sep, path = rest.partition("/")
     if "@" in host:
@@ -63,9 +66,14 @@ def scheme(url: str) -> str:
     return URL.match(url).group(1).lower()
 
 
-def extra_for(url: str) -> str:
-    s = scheme(url)
-    return EXTRAS.get(s, s)
+def extra_for(url: str) -> str | None:
+    """The dataprep extra that installs the backend, None for backends dataprep has no extra for."""
+    return EXTRAS.get(scheme(url))
+
+
+def _install(url: str) -> str:
+    extra = extra_for(url)
+    return f"pip install 'dataprep[{extra}]'" if extra else f"install the fsspec backend for {scheme(url)}://"
 
 
 def open_store(url: str, storage_options: dict | None = None):
@@ -75,16 +83,17 @@ def open_store(url: str, storage_options: dict | None = None):
         import fsspec
     except ImportError:
         raise DataprepError(f"{redact(url)}: packs at URLs need fsspec and the store's backend: "
-                            f"pip install 'dataprep[{extra_for(url) if scheme(url) not in BUILTIN else 's3'}]'") from None
+                            + (_install(url) if scheme(url) not in BUILTIN else "pip install fsspec")) from None
     try:
         fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
     except ImportError:
-        raise DataprepError(f"{redact(url)}: {scheme(url)}:// needs the {extra_for(url)} extra: "
-                            f"pip install 'dataprep[{extra_for(url)}]'") from None
+        raise DataprepError(f"{redact(url)}: {scheme(url)}:// needs its fsspec backend: {_install(url)}") from None
     except ValueError as e:
         if "Protocol not known" in str(e):
             raise DataprepError(f"{redact(url)}: no fsspec backend knows {scheme(url)}://") from None
         raise RemoteError(f"{redact(url)}: {safe(e, url)}") from None
+    except Exception as e:  # a backend that fails to start (hdfs without its JVM, ...)
+        raise RemoteError(f"{redact(url)}: cannot open the store ({safe(e, url)})") from None
     return fs, root.rstrip("/")
 
 

@@ -18,7 +18,7 @@ _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 # Every consumer of draws leads its key with its own tag, so no two streams ever share bits (a mixture's
 # shuffle of member 0 must not be the crop's area draw of the same sample, for instance).
-CROP, FLIP, MIXTURE, TOKENS = 0xC209, 0xF119, 0x3A7E, 0x70C5
+CROP, FLIP, MIXTURE, TOKENS, PAD = 0xC209, 0xF119, 0x3A7E, 0x70C5, 0x9AD0
 
 
 def _mix(x: np.ndarray) -> np.ndarray:

@@ -113,8 +113,11 @@ class Loader:
         if num_workers and "fork" not in mp.get_all_start_methods():
             raise DataprepError("Loader workers need the fork start method (Linux); use num_workers=0")
         part = getattr(dataset, "partition", None)
-        if part is not None and sampler is None and rank is None and world_size is None:
-            rank, world_size = part.local_rank, part.local_world  # a node's ranks share the node's part
+        if part is not None and sampler is None:  # a node's ranks share the node's part
+            if (rank, world_size) not in ((None, None), (part.local_rank, part.local_world)):
+                raise DataprepError(f"a partitioned dataset is shared by its node's ranks: rank {part.local_rank} of "
+                                    f"{part.local_world} (from its Partition), not rank {rank} of {world_size}; pass neither")
+            rank, world_size = part.local_rank, part.local_world
         self.rank, self.world_size = rank_and_world(rank, world_size) if sampler is None else (0, 1)
         if schedule is not None and isinstance(crop, (tuple, list)):
             raise DataprepError("a schedule sets each epoch's output size: pass crop=dataprep.CenterCrop(size) or "

@@ -6,9 +6,12 @@ seed, cut where the running count crosses each k / nodes of the total. Node n ho
 nodes, where r = epoch // rotate_every (0 when rotate_every is 0): every `rotate_every` epochs each
 node's part moves on to the next node (the node fetches or reads its new part), so over `nodes` rotations
 every sample is served on every node. Within an epoch, a node's ranks share its part as one Loader order
-(serve/order.py, with the node's local ranks); every node serves as many samples as the largest part
-holds (a smaller part serves that many, its first samples in the epoch's order again: as
-DistributedSampler pads), so every rank takes equally many steps.
+(serve/order.py, with the node's local ranks, an order of the node's own); every node serves as many
+samples as the largest part holds, so every rank takes equally many steps: a smaller part serves some of
+its samples twice (rows drawn anew each epoch), as DistributedSampler pads. Parts are whole shards, so
+they differ by up to a shard: give each node many shards (9 equal shards on 4 nodes make parts of 3, 2,
+2, 2 shards: the smaller three pad half a part each). `partition="node"` never rotates; pass
+`Partition.from_env(rotate_every=k)` for that.
 
 The trade-off against one global shuffle: a global batch is always drawn half from each of two nodes'
 parts (stratified by part) rather than from the whole pack at once; over epochs the parts rotate.
