@@ -4,7 +4,7 @@ one node holds in that epoch, so a pack larger than one node's RAM is held once 
 Shards are dealt into `nodes` parts of nearly equal sample counts: the shards in an order drawn from the
 seed, cut where the running count crosses each k / nodes of the total. Node n holds part (n + r) mod
 nodes, where r = epoch // rotate_every (0 when rotate_every is 0): every `rotate_every` epochs each
-node's part moves on to the next node (the node fetches or reads its new part), so over `nodes` rotations
+node takes the next node's part (it fetches or reads its new part), so over `nodes` rotations
 every sample is served on every node. Within an epoch, a node's ranks share its part as one Loader order
 (serve/order.py, with the node's local ranks, an order of the node's own); every node serves as many
 samples as the largest part holds, so every rank takes equally many steps: a smaller part serves some of
