@@ -61,23 +61,13 @@ def plan(pack, split, crop, resolution, context, shape, dtype, mask_shape, mask_
     from ..remote.urls import is_url
 
     if pack and is_url(pack):  # the manifest and the (small) shapes arrays, fetched into a temporary copy
-        import shutil
-        import tempfile
-        from pathlib import Path
+        from ..remote.fetch import local_copy
 
-        from ..remote.fetch import RemotePack, cache_root, fetch_files
+        def shapes(rel: str) -> bool:
+            return rel.startswith(f"{split}/") and rel.rsplit("/", 1)[-1].startswith("shapes")
 
-        rp = RemotePack(pack)
-        local = Path(tempfile.mkdtemp(prefix="plan-", dir=cache_root()))
-        try:
-            rp.stage(local)
-            shapes = [(rel, rec) for rel, rec in rp.shard_files([split]) if rel.rsplit("/", 1)[-1].startswith("shapes")]
-            problems = fetch_files(rp.store, shapes, local)
-            if problems:
-                raise click.ClickException(": ".join(problems[0]))
+        with local_copy(pack, which=shapes) as (rp, local, _):
             parts, cache_bytes, notes = parts_from_pack(local, split, crop, resolution, context)
-        finally:
-            shutil.rmtree(local, ignore_errors=True)
         pack_for_nodes = rp.manifest
     elif pack:
         parts, cache_bytes, notes = parts_from_pack(pack, split, crop, resolution, context)

@@ -7,9 +7,10 @@ under its own name is verified. An interrupted fetch (a dropped connection, a st
 process) resumes where its `.part` ends, in this run (retried with backoff) or the next. A damaged or
 truncated object is fetched again once, then is an error naming it; a missing object is an error naming it.
 
-Where the files go is the cache's choice (serve/cache.py): a private staging directory the RAM or
-shared-memory cache is filled from and then removed, or `cache="disk:DIR"`, a verified copy kept for
-later runs.
+Every dataset's URL is first staged here (`resolve`: the manifest and attachments in a local directory);
+the shard files come here only for `cache="disk:DIR"` (a verified copy kept for later runs) and for
+verify, convert and plan (`local_copy`). RAM and shared-memory caches take the bytes straight from the
+store (remote/memory.py).
 """
 from __future__ import annotations
 
@@ -305,17 +306,23 @@ class _Object:
         return "again"
 
 
-def _read_range(store: Store, rel: str, start: int, end: int) -> bytes:
+def retried(fn, *args, what_stops: str | None = "missing"):
+    """fn(*args), tried ATTEMPTS times with backoff (0.25 s doubling) while it raises a RemoteError that
+    does not say `what_stops` (a missing object is not coming back; None: retry every RemoteError)."""
     delay = 0.25
     for attempt in range(ATTEMPTS):
         try:
-            return store.read(rel, start, end)
+            return fn(*args)
         except RemoteError as e:
-            if "missing" in str(e) or attempt == ATTEMPTS - 1:
+            if (what_stops is not None and what_stops in str(e)) or attempt == ATTEMPTS - 1:
                 raise
             time.sleep(delay)
             delay *= 2
     raise AssertionError("unreachable")
+
+
+def _read_range(store: Store, rel: str, start: int, end: int) -> bytes:
+    return retried(store.read, rel, start, end)
 
 
 def resolve(pack: Any, cache: str, storage_options: dict | None = None) -> tuple[Any, str]:
@@ -373,64 +380,31 @@ def origin(pack_dir: Path) -> tuple[RemotePack | None, bool]:
     return rp, keep
 
 
-class Fetched:
-    """The shard files a load needs, fetched into a staged directory under an exclusive lock (one fetcher
-    per directory and node), then removed again unless the directory is a kept copy and no other process
-    still reads it."""
-
-    def __init__(self, pack_dir: Path, remote: RemotePack, keep: bool, rels: list[tuple[str, dict]], progress=None):
-        self.dir, self.remote, self.keep, self.rels, self.progress = pack_dir, remote, keep, rels, progress
-        self._fd: int | None = None
-
-    def __enter__(self) -> "Fetched":
-        self._fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-        t0 = time.perf_counter()
-        total = sum(int(r.get("bytes", 0)) for _, r in self.rels)
-        try:
-            problems = fetch_files(self.remote.store, self.rels, self.dir, progress=self.progress)
-        except BaseException:
-            self._unlock()
-            raise
-        if problems:
-            self._unlock()
-            raise RemoteError(": ".join(problems[0]))
-        if total >= (1 << 30):
-            print(f"fetched {redact(self.remote.url)}: {total / 1e9:.2f} GB in {time.perf_counter() - t0:.1f} s",
-                  file=sys.stderr)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        try:
-            if not self.keep:
-                for rel, _ in self.rels:
-                    (self.dir / rel).unlink(missing_ok=True)
-                dirs = {p for rel, _ in self.rels for p in (self.dir / rel).parents if p != self.dir and self.dir in p.parents}
-                for d in sorted(dirs, key=lambda p: -len(p.parts)):  # shard directories, then split directories
-                    try:
-                        d.rmdir()
-                    except OSError:
-                        pass  # not empty: another load's files, or a .part of an interrupted fetch
-        finally:
-            self._unlock()
-
-    def _unlock(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+def fetch_kept(pack_dir: Path, remote: RemotePack, rels: list[tuple[str, dict]]) -> None:
+    """The shard files a load of a kept copy (`disk:DIR`) needs, fetched into it under its lock (one fetcher
+    per directory and node; the others find the files there, verified)."""
+    t0 = time.perf_counter()
+    with _locked(pack_dir):
+        problems = fetch_files(remote.store, rels, pack_dir)
+    if problems:
+        raise RemoteError(": ".join(problems[0]))
+    total = sum(int(r.get("bytes", 0)) for _, r in rels)
+    if total >= (1 << 30) and time.perf_counter() - t0 > 1:
+        print(f"fetched {redact(remote.url)}: {total / 1e9:.2f} GB in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 
 
 @contextlib.contextmanager
-def local_copy(url: str, keep_going: bool = False, storage_options: dict | None = None):
-    """(the remote pack, a temporary local copy of all of it, the objects that could not be fetched whole)
-    for verify and convert; the copy is removed afterwards. Without `keep_going` the first bad object is
-    the error."""
+def local_copy(url: str, keep_going: bool = False, storage_options: dict | None = None,
+               which: Callable[[str], bool] | None = None):
+    """(the remote pack, a temporary local copy of it, the objects that could not be fetched whole) for
+    verify, convert and plan: every shard file, or those whose object names `which` takes; the copy is
+    removed afterwards. Without `keep_going` the first bad object is the error."""
     rp = RemotePack(url, storage_options)
     d = Path(tempfile.mkdtemp(prefix="copy-", dir=cache_root()))
     try:
         rp.stage(d)
-        problems = fetch_files(rp.store, rp.shard_files(), d, keep_going=keep_going)
+        files = [(rel, rec) for rel, rec in rp.shard_files() if which is None or which(rel)]
+        problems = fetch_files(rp.store, files, d, keep_going=keep_going)
         if problems and not keep_going:
             raise RemoteError(": ".join(problems[0]))
         yield rp, d, problems

@@ -48,7 +48,7 @@ class MemoryFetch:
         self._cond = threading.Condition()
         self._objects = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="dataprep-fetch")
         self._ranges = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="dataprep-range")
-        self.fetched = 0  # nothing is fetched before the load asks (a segment already filled needs nothing)
+        # nothing is fetched before the load asks (a segment already filled needs nothing)
 
     def __getattr__(self, name):  # plans, shard_array, attachments, ... as the staged directory's reader has them
         return getattr(self.local, name)
@@ -87,7 +87,6 @@ class MemoryFetch:
             parts = [self._ranges.submit(_read_range, self.store, rel, a, min(size, a + fetch.BLOCK)) for a in range(0, size, fetch.BLOCK)]
             data = b"".join(p.result() for p in parts) if len(parts) != 1 else parts[0].result()
             if len(data) == size and hashlib.sha256(data).hexdigest() == want:
-                self.fetched += size
                 return data
             what = (f"truncated: {len(data):,} of the {size:,} bytes the manifest records" if len(data) < size else
                     "corrupt: its sha256 is not the manifest's")

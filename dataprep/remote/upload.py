@@ -9,6 +9,7 @@ rebuild never leaves an old manifest beside new shards. Each object's size is ch
 """
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -18,7 +19,7 @@ from pathlib import Path
 from ..errors import PackExistsError
 from ..pack.manifest import MANIFEST, read_manifest_file
 from ..pack.shard import SHARD_RECORD, TMP_PREFIX
-from .fetch import ATTEMPTS, CONCURRENCY
+from .fetch import CONCURRENCY, retried
 from .store import Store
 from .urls import RemoteError
 
@@ -33,11 +34,10 @@ def claim(url: str, overwrite: bool, storage_options: dict | None = None, resume
     (whatever the flags: nothing under it is ever removed that a pack did not put there)."""
     store = Store(url, storage_options)
     old = store.size(MANIFEST) is not None
-    foreign = [rel for rel in store.listing() if rel != MANIFEST and not PACK_OBJECT.match(rel)]
+    there = store.listing()
+    foreign = [rel for rel in there if rel != MANIFEST and not PACK_OBJECT.match(rel)]
     if old:
         try:
-            import json
-
             foreign = [rel for rel in foreign if rel not in (json.loads(store.read(MANIFEST)).get("attachments") or {})]
         except (ValueError, AttributeError):
             pass
@@ -48,7 +48,7 @@ def claim(url: str, overwrite: bool, storage_options: dict | None = None, resume
         if not overwrite:
             raise PackExistsError(f"{store.where(MANIFEST)}: a pack is there already; pass --overwrite to replace it")
         store.remove(MANIFEST)
-    elif store.listing() and not (overwrite or resume):
+    elif there and not (overwrite or resume):
         raise PackExistsError(f"{store.shown}: holds an unfinished upload (shards, no manifest); pass --resume to "
                               "continue it or --overwrite to replace it")
     store.prepare()
@@ -104,19 +104,14 @@ class Publisher:
 
     def _put(self, path: Path, rel: str) -> None:
         size = path.stat().st_size
-        delay = 0.25
-        for attempt in range(ATTEMPTS):  # a transient failure must not lose an hours-long build
-            try:
-                self.store.upload(path, rel)
-                got = self.store.size(rel)
-                if got != size:
-                    raise RemoteError(f"{self.store.where(rel)}: uploaded {size:,} bytes, the store holds {got}")
-                break
-            except RemoteError:
-                if attempt == ATTEMPTS - 1:
-                    raise
-                time.sleep(delay)
-                delay *= 2
+
+        def once() -> None:
+            self.store.upload(path, rel)
+            got = self.store.size(rel)
+            if got != size:
+                raise RemoteError(f"{self.store.where(rel)}: uploaded {size:,} bytes, the store holds {got}")
+
+        retried(once, what_stops=None)  # a transient failure must not lose an hours-long build
         self.bytes += size
 
     def finish(self) -> dict:

@@ -15,7 +15,6 @@ memory, one copy per machine. It knows no pack kind: each field says what it loa
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import time
@@ -28,7 +27,7 @@ from ..errors import DataprepError, PackError
 from ..pack.backends import open_reader
 from ..pack.arrays import LoadContext
 from ..pack.fields import Field
-from ..remote.fetch import REMOTE, Fetched, origin, resolve  # noqa: F401 (resolve: for the datasets)
+from ..remote.fetch import fetch_kept, origin, resolve  # noqa: F401 (resolve: for the datasets)
 from .shm import ShmSegment, _nbytes
 
 CACHE_MODES = ("ram", "mmap", "shm")
@@ -83,7 +82,7 @@ def open_split(pack: str | os.PathLike, split: str, fields_of: Callable[[dict[st
     report = _Progress(f"{pack}/{split}", cache, total) if (progress or (progress is None and total >= PROGRESS_BYTES)) else None
     ctx = LoadContext(verify=verify, mapped=cache == "mmap", progress=report.add if report else None, reader=reader)
 
-    remote, keep = origin(pack) if (pack / REMOTE).is_file() else (None, False)
+    remote, keep = origin(pack)
     needed = remote.shard_files([split], {name for name, _, _ in plan}, {s["name"] for s in shards}) if remote else []
 
     if remote and not keep:  # ram, shm: the files' bytes go straight into the cache, no local copy
@@ -92,11 +91,12 @@ def open_split(pack: str | os.PathLike, split: str, fields_of: Callable[[dict[st
         ctx.reader = reader = MemoryFetch(remote.store, pack, needed, reader)
 
     def load(c: LoadContext) -> dict[str, Any]:
-        with Fetched(pack, remote, keep, needed) if remote and keep else contextlib.nullcontext():
-            arrays: dict[str, Any] = {}
-            for f in fields.values():
-                arrays.update(f.load(pack / split, shards, c))
-            return arrays
+        if remote and keep:
+            fetch_kept(pack, remote, needed)
+        arrays: dict[str, Any] = {}
+        for f in fields.values():
+            arrays.update(f.load(pack / split, shards, c))
+        return arrays
 
     try:
         arrays, segment = _bring(pack, split, m, fields, plan, cache, verify, held, load, ctx, reader, total)

@@ -42,12 +42,11 @@ import torch
 
 from ..errors import DataprepError, WorkerError
 from .order import rank_and_world, rank_batch_count, rank_batches
-from .partition import partition_state
+from .resume import check_state, loader_state
 from .request import Request
 from .workers import rows, serve_requests
 
 
-STATE_VERSION = 1
 SMALL_FIELD = 1024  # bytes a sample: fields this small are served as fresh tensors, not slot views
 
 
@@ -225,40 +224,13 @@ class Loader:
     # -- resuming -------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Where the run is: seed, epoch, samples of the epoch's order consumed (by all ranks), and what
-        the run was serving; a few hundred bytes, made in microseconds."""
-        epoch, consumed = self._resume or self._state
-        total = len(self.sampler) if self.sampler is not None else len(self.dataset)
-        g = self.batch_size * self.world_size
-        if consumed >= total or (self.drop_last and total - consumed < g):
-            epoch, consumed = epoch + 1, 0  # nothing of this epoch is left to serve
-        return {"format": "dataprep.Loader", "version": STATE_VERSION, "seed": self.seed, "epoch": int(epoch),
-                "samples_consumed": int(consumed), "world_size": self.world_size, "batch_size": self.batch_size,
-                "length": int(total), "shuffle": self.shuffle, "sampler": self.sampler is not None,
-                "crop": repr(self.crop), "flip": self.flip, "partition": partition_state(self.dataset),
-                "resolution": self.schedule(epoch) if self.schedule is not None else getattr(self.dataset, "resolution", None)}
+        the run was serving; a few hundred bytes, made in microseconds (serve/resume.py)."""
+        return loader_state(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from `state_dict()`'s output: the next iter() serves the rest of that epoch (split over
         this run's ranks, however many there are), then the epochs after it."""
-        if not isinstance(state, dict) or state.get("format") != "dataprep.Loader":
-            raise DataprepError("not a dataprep Loader state (from Loader.state_dict())")
-        if int(state.get("version", 0)) > STATE_VERSION:
-            raise DataprepError(f"a Loader state of version {state['version']}; this dataprep reads up to {STATE_VERSION}")
-        total = len(self.sampler) if self.sampler is not None else len(self.dataset)
-        if int(state["length"]) != total:
-            raise DataprepError(f"the saved run served {state['length']} samples an epoch, this Loader {total}: "
-                                "not the same dataset (or sampler), so its position means nothing here")
-        if state.get("partition") != partition_state(self.dataset):
-            raise DataprepError(f"the saved run's partitioned cache was {state.get('partition')}, this one is "
-                                f"{partition_state(self.dataset)}: a position in one node's part means nothing in another's")
-        if bool(state["sampler"]) != (self.sampler is not None):
-            raise DataprepError("the saved run " + ("used" if state["sampler"] else "did not use") +
-                                " a sampler; resume with the same kind of order")
-        if self.sampler is not None and int(state["world_size"]) != 1 and int(state["samples_consumed"]):
-            raise DataprepError("a sampler's position is per rank; resume with the same sampler and ranks")
-        for key, mine in (("shuffle", self.shuffle), ("crop", repr(self.crop)), ("flip", self.flip)):
-            if state.get(key) != mine:
-                warnings.warn(f"resuming a run saved with {key}={state.get(key)!r} with {key}={mine!r}", stacklevel=2)
+        total = check_state(self, state)
         self.seed = int(state["seed"])
         epoch, consumed = int(state["epoch"]), int(state["samples_consumed"])
         self._resume, self._state, self._next_epoch = (epoch, consumed), (epoch, consumed), epoch

@@ -1,0 +1,60 @@
+"""Resuming: takes a Loader (its position, seed, world and what it serves), gives the state a checkpoint
+saves (torchdata's StatefulDataLoader protocol: `state_dict` / `load_state_dict`), and checks a saved
+state against the Loader it is restored into: the same epoch length, kind of order and partition, or an
+error saying why the position means nothing here; a different shuffle, crop or flip is a warning.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from ..errors import DataprepError
+from .partition import partition_state
+
+STATE_VERSION = 1
+
+
+def epoch_samples(loader) -> int:
+    """Samples in one epoch of the Loader's order (its sampler's, or its dataset's)."""
+    return len(loader.sampler) if loader.sampler is not None else len(loader.dataset)
+
+
+def loader_state(loader) -> dict[str, Any]:
+    """The Loader's state: the epoch and samples of its order consumed (the next epoch at 0 when nothing of
+    this one is left to serve), and what it was serving."""
+    epoch, consumed = loader._resume or loader._state
+    total = epoch_samples(loader)
+    g = loader.batch_size * loader.world_size
+    if consumed >= total or (loader.drop_last and total - consumed < g):
+        epoch, consumed = epoch + 1, 0  # nothing of this epoch is left to serve
+    return {"format": "dataprep.Loader", "version": STATE_VERSION, "seed": loader.seed, "epoch": int(epoch),
+            "samples_consumed": int(consumed), "world_size": loader.world_size, "batch_size": loader.batch_size,
+            "length": int(total), "shuffle": loader.shuffle, "sampler": loader.sampler is not None,
+            "crop": repr(loader.crop), "flip": loader.flip, "partition": partition_state(loader.dataset),
+            "resolution": loader.schedule(epoch) if loader.schedule is not None else getattr(loader.dataset, "resolution", None)}
+
+
+def check_state(loader, state: Any) -> int:
+    """Refuse a state that cannot resume this Loader (warn where it can but serves differently); give the
+    epoch's length."""
+    if not isinstance(state, dict) or state.get("format") != "dataprep.Loader":
+        raise DataprepError("not a dataprep Loader state (from Loader.state_dict())")
+    if int(state.get("version", 0)) > STATE_VERSION:
+        raise DataprepError(f"a Loader state of version {state['version']}; this dataprep reads up to {STATE_VERSION}")
+    total = epoch_samples(loader)
+    if int(state["length"]) != total:
+        raise DataprepError(f"the saved run served {state['length']} samples an epoch, this Loader {total}: "
+                            "not the same dataset (or sampler), so its position means nothing here")
+    mine = partition_state(loader.dataset)
+    if state.get("partition") != mine:
+        raise DataprepError(f"the saved run's partitioned cache was {state.get('partition')}, this one is "
+                            f"{mine}: a position in one node's part means nothing in another's")
+    if bool(state["sampler"]) != (loader.sampler is not None):
+        raise DataprepError("the saved run " + ("used" if state["sampler"] else "did not use") +
+                            " a sampler; resume with the same kind of order")
+    if loader.sampler is not None and int(state["world_size"]) != 1 and int(state["samples_consumed"]):
+        raise DataprepError("a sampler's position is per rank; resume with the same sampler and ranks")
+    for key, ours in (("shuffle", loader.shuffle), ("crop", repr(loader.crop)), ("flip", loader.flip)):
+        if state.get(key) != ours:
+            warnings.warn(f"resuming a run saved with {key}={state.get(key)!r} with {key}={ours!r}", stacklevel=3)
+    return total
