@@ -135,6 +135,36 @@ def fill_cost(ds, rounds: int) -> float:
     return statistics.median(times)
 
 
+def region_candidate(ds, rounds: int) -> dict | None:
+    """The region (partial) decode candidate: nvImageCodec's libjpeg-turbo CPU decoder (pip wheels for
+    Linux x86-64 and aarch64, no GPU needed) decoding only each RandomResizedCrop(224) box, against OpenCV's
+    full decode of the same images, one core, interleaved; None where nvImageCodec does not import."""
+    try:
+        from nvidia import nvimgcodec as nv
+    except Exception:  # noqa: BLE001 - any import failure means: not measurable here
+        return None
+    import cv2
+
+    dec = nv.Decoder(device_id=nv.NVIMGCODEC_DEVICE_CPU_ONLY, max_num_cpu_threads=1,
+                     backends=[nv.Backend(nv.BackendKind.CPU_ONLY)])
+    params = nv.DecodeParams(color_spec=nv.ColorSpec.SRGB, apply_exif_orientation=False)
+    bufs = [np.asarray(ds.stored(i)) for i in range(len(ds))]
+    boxes = dataprep.RandomResizedCrop(CROP).boxes(ds.shapes[:, 0], ds.shapes[:, 1], (0, 0), np.arange(len(ds)))
+
+    def region(k):
+        t, l, h, w = (int(v) for v in boxes[k])
+        stream = nv.CodeStream(bufs[k]).get_sub_code_stream(region=nv.Region(t, l, t + h, l + w))
+        return np.asarray(dec.decode(stream, params=params).cpu())
+
+    same = all(np.array_equal(region(k), cv2.imdecode(bufs[k], cv2.IMREAD_COLOR_RGB)[t : t + h, l : l + w])
+               for k, (t, l, h, w) in enumerate(boxes[:32]))
+    full, part = [], []
+    for _ in range(rounds):
+        full.append(per_image(lambda b: cv2.imdecode(b, cv2.IMREAD_COLOR_RGB), bufs, 1))
+        part.append(per_image(region, range(len(bufs)), 1))
+    return {"full_ms": 1e3 * statistics.median(full), "region_ms": 1e3 * statistics.median(part), "identical": same}
+
+
 def path_shares(ds) -> dict[str, float] | None:
     """Percent of crops by decode path over one epoch of Loader(num_workers=0), from ds.decode_paths."""
     if not hasattr(ds, "decode_paths"):
@@ -281,8 +311,16 @@ def main() -> int:
         print(f"\nper image on one core (main process), over the 512 pack's {n} images, median of {a.rounds}:")
         for k, v in cost.items():
             print(f"  {k:18s} {1e3 * v:6.2f} ms  ({1 / v:6,.0f} img/s)")
-        print("  region (partial) JPEG decoding: not available from any pip wheel this project can depend on "
-              "(OpenCV and Pillow have none); not measured")
+        reg = region_candidate(big, a.rounds)
+        res["region_candidate"] = reg
+        if reg is None:
+            print("  region decode (nvImageCodec's libjpeg-turbo on CPU): not measured, nvidia-nvimgcodec-cu12 "
+                  "not installed (OpenCV and Pillow have no region decode)")
+        else:
+            print(f"  region decode, candidate (nvImageCodec's libjpeg-turbo on CPU, only the box): {reg['region_ms']:.2f} ms "
+                  f"vs OpenCV's full decode {reg['full_ms']:.2f} ms, interleaved: {reg['region_ms'] / reg['full_ms']:.2f}x "
+                  f"the cost; pixels {'identical to' if reg['identical'] else 'DIFFERENT from'} the full decode's box "
+                  "(not a path the Loader takes: see the README)")
         print("decode paths taken over one epoch of Loader(num_workers=0), % of crops:")
         for k, sh in shares.items():
             print(f"  {k:15s} " + ("(the dataset counts no decode paths)" if sh is None else

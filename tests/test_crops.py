@@ -22,6 +22,8 @@ from dataprep.settings import BuildSettings
 from dataprep.sources import scan_imagenet
 from dataprep.synthetic import write_tree
 
+from .conftest import corpus_dir
+
 SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
 
 
@@ -136,10 +138,24 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
     return 99.0 if mse == 0 else 10 * math.log10(255 ** 2 / mse)
 
 
+def ref_resize(crop: np.ndarray, oh: int, ow: int) -> np.ndarray:
+    """The project's "bilinear" resampling, transcribed (r: the larger of the two sides' input/output
+    ratios): r <= 1 bilinear; whole-number ratios area means; r <= 1.25 bilinear; <= 2.5 bilinear onto twice
+    the output then 2x2 means; beyond, area averaging. (How close it is to torchvision's filter: below.)"""
+    crop = np.ascontiguousarray(crop)
+    h, w = crop.shape[:2]
+    r = max(h / oh, w / ow)
+    if r <= 1 or r <= 1.25 and not (h % oh == 0 and w % ow == 0):
+        return cv2.resize(crop, (ow, oh), interpolation=cv2.INTER_LINEAR)
+    if r <= 2.5 and not (h % oh == 0 and w % ow == 0):
+        crop = cv2.resize(crop, (2 * ow, 2 * oh), interpolation=cv2.INTER_LINEAR)
+    return cv2.resize(crop, (ow, oh), interpolation=cv2.INTER_AREA)
+
+
 def ref_crop(full: np.ndarray, box, out: int) -> np.ndarray:
-    """The reference: the whole decoded image, the integer box cut, area-resized to the output."""
+    """The reference: the whole decoded image, the integer box cut, resized to the output."""
     t, l, h, w = (int(v) for v in box)
-    return cv2.resize(np.ascontiguousarray(full[t : t + h, l : l + w]), (out, out), interpolation=cv2.INTER_AREA)
+    return ref_resize(full[t : t + h, l : l + w], out, out)
 
 
 class Fixed(RandomResizedCrop):
@@ -178,8 +194,10 @@ def test_every_decode_path_gives_the_reference_crop(packs):
     jpeg = dataprep.InMemoryImageDataset(packs["jpeg"])
     fulls = [decoded(jpeg, i) for i in range(len(jpeg))]
     small = {i: (10 + i, 20 + 2 * i, 150 + 5 * i, 120 + 7 * i) for i in range(len(jpeg))}  # too small to reduce
+    # shrinks of 1.1-2.1x on one side, under 2x on the other: still a full decode, through each resampling step
+    shrink = {i: (4 + i, 6 + 3 * i, 250 + 15 * i, 470 - 10 * i) for i in range(len(jpeg))}
     big = {i: (3 + i, 5 + i, 470 - i, 460 - i) for i in range(len(jpeg))}  # >= 2 x 224: a 1/2 decode
-    for table, path, floor in ((small, "full", 40.0), (big, "1/2", 32.0)):
+    for table, path, floor in ((small, "full", 40.0), (shrink, "full", 40.0), (big, "1/2", 32.0)):
         jpeg.decode_paths.clear()
         got = serve(jpeg, Fixed(224, table))
         assert jpeg.decode_paths == {path: len(jpeg)}  # the path under test was the one taken
@@ -241,6 +259,62 @@ def test_center_crop_is_resize_256_then_center_224(packs, name, path, floor):
     assert np.median(shifted) < floor  # negative control: a crop off by one pixel fails the floor
 
 
+def _shrink_scores(images, rng, lo: float, hi: float, out: int = 160, n: int = 4) -> dict[str, list[float]]:
+    """PSNR against PIL's antialiased bilinear (torchvision's RandomResizedCrop on PIL images) of square
+    crops shrunk by a ratio drawn from [lo, hi): the project's resampling, plain bilinear, area averaging."""
+    from dataprep.images.crops import resize_to
+
+    got: dict[str, list[float]] = {"ours": [], "linear": [], "area": []}
+    for im in images:
+        for _ in range(n):
+            s = min(int(out * rng.uniform(lo, hi)), *im.shape[:2])
+            t, l = (int(rng.integers(0, d - s + 1)) for d in im.shape[:2])
+            crop = np.ascontiguousarray(im[t : t + s, l : l + s])
+            want = np.asarray(Image.fromarray(crop).resize((out, out), Image.BILINEAR))
+            got["ours"].append(psnr(resize_to(crop, (out, out), "bilinear"), want))
+            got["linear"].append(psnr(cv2.resize(crop, (out, out), interpolation=cv2.INTER_LINEAR), want))
+            got["area"].append(psnr(cv2.resize(crop, (out, out), interpolation=cv2.INTER_AREA), want))
+    return got
+
+
+BUCKETS = ((1.0, 1.25), (1.25, 1.75), (1.75, 2.5), (2.5, 3.0))
+
+
+def test_shrinking_stays_within_40_db_of_torchvisions_antialiased_filter(packs):
+    """Every shrink ratio, on photo-like images with sensor noise (what aliasing shows on): >= 40 dB from
+    PIL's filter. Negative control: plain bilinear, which aliases past 1.25x, fails it in every bucket."""
+    raw = dataprep.InMemoryImageDataset(packs["raw"])
+    images = [np.asarray(raw.image(i)) for i in range(len(raw))]
+    rng = np.random.default_rng(0)
+    for lo, hi in BUCKETS:
+        got = _shrink_scores(images, rng, lo, hi)
+        assert min(got["ours"]) >= 40.0, (lo, hi, sorted(got["ours"])[:3])
+        if lo >= 1.25:
+            assert min(got["linear"]) < 40.0, (lo, hi, sorted(got["linear"])[:3])
+
+
+@pytest.mark.corpus
+def test_shrinking_real_photos_is_as_close_to_torchvisions_filter_as_area_averaging():
+    """On the corpus's photos: >= 40 dB from PIL's filter up to 1.25x (plain bilinear there); past it, per
+    ratio bucket, the median and the worst crop within 1 dB of INTER_AREA's (which the project used before,
+    as FFCV does). Negative control: plain bilinear past 1.25x falls 2 dB short of INTER_AREA."""
+    paths = sorted(corpus_dir("images", "train").glob("*/*.JPEG"))[::12]
+    images = []
+    for p in paths:
+        im = cv2.imread(str(p), cv2.IMREAD_COLOR_RGB)
+        k = 512 / min(im.shape[:2])
+        images.append(cv2.resize(im, (round(im.shape[1] * k), round(im.shape[0] * k)), interpolation=cv2.INTER_AREA))
+    rng = np.random.default_rng(1)
+    for lo, hi in BUCKETS:
+        got = _shrink_scores(images, rng, lo, hi, out=224, n=3)
+        if lo < 1.25:
+            assert min(got["ours"]) >= 40.0, sorted(got["ours"])[:3]
+            continue
+        assert np.median(got["ours"]) >= np.median(got["area"]) - 1.0, (lo, hi)
+        assert min(got["ours"]) >= min(got["area"]) - 1.0, (lo, hi)
+        assert np.median(got["linear"]) < np.median(got["area"]) - 2.0, (lo, hi)
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_crops_and_flips_do_not_depend_on_workers_or_runs(packs, workers):
     ds = dataprep.InMemoryImageDataset(packs["jpeg"])
@@ -271,8 +345,7 @@ def test_random_boxes_through_reduced_decodes_keep_the_floor(packs, size):
         boxes = plan.boxes(jpeg.shapes[idx, 0], jpeg.shapes[idx, 1], (epoch, 0), idx.numpy())
         for k, i in enumerate(idx.tolist()):
             t, l, h, w = boxes[k]
-            ref = cv2.resize(np.ascontiguousarray(fulls[i][t : t + h, l : l + w]), (ow, oh),
-                             interpolation=cv2.INTER_AREA if h * w > oh * ow else cv2.INTER_LINEAR)
+            ref = ref_resize(fulls[i][t : t + h, l : l + w], oh, ow)
             scores.append(psnr(x[k].numpy(), ref))
         for p, n in jpeg.decode_paths.items():
             paths[p] = paths.get(p, 0) + n
