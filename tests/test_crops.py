@@ -139,17 +139,12 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def ref_resize(crop: np.ndarray, oh: int, ow: int) -> np.ndarray:
-    """The project's "bilinear" resampling, transcribed (r: the larger of the two sides' input/output
-    ratios): r <= 1 bilinear; whole-number ratios area means; r <= 1.25 bilinear; <= 2.5 bilinear onto twice
-    the output then 2x2 means; beyond, area averaging. (How close it is to torchvision's filter: below.)"""
-    crop = np.ascontiguousarray(crop)
-    h, w = crop.shape[:2]
-    r = max(h / oh, w / ow)
-    if r <= 1 or r <= 1.25 and not (h % oh == 0 and w % ow == 0):
-        return cv2.resize(crop, (ow, oh), interpolation=cv2.INTER_LINEAR)
-    if r <= 2.5 and not (h % oh == 0 and w % ow == 0):
-        crop = cv2.resize(crop, (2 * ow, 2 * oh), interpolation=cv2.INTER_LINEAR)
-    return cv2.resize(crop, (ow, oh), interpolation=cv2.INTER_AREA)
+    """The decode-path tests' resampling: the project's own (`resize_to`), so that they measure what the
+    decode paths change; the resampling itself is held to PIL's filter and to exact pixel centres by the
+    tests further down."""
+    from dataprep.images.crops import resize_to
+
+    return resize_to(np.ascontiguousarray(crop), (oh, ow), "bilinear")
 
 
 def ref_crop(full: np.ndarray, box, out: int) -> np.ndarray:
@@ -194,10 +189,11 @@ def test_every_decode_path_gives_the_reference_crop(packs):
     jpeg = dataprep.InMemoryImageDataset(packs["jpeg"])
     fulls = [decoded(jpeg, i) for i in range(len(jpeg))]
     small = {i: (10 + i, 20 + 2 * i, 150 + 5 * i, 120 + 7 * i) for i in range(len(jpeg))}  # too small to reduce
-    # shrinks of 1.1-2.1x on one side, under 2x on the other: still a full decode, through each resampling step
+    # shrinks of 1.7-2.1x on one side (supersampled), under 2x on the other: still a full decode
     shrink = {i: (4 + i, 6 + 3 * i, 250 + 15 * i, 470 - 10 * i) for i in range(len(jpeg))}
+    mild = {i: (7 + i, 9 + 2 * i, 230 + 4 * i, 272 - 3 * i) for i in range(len(jpeg))}  # 1.03-1.21x: plain bilinear
     big = {i: (3 + i, 5 + i, 470 - i, 460 - i) for i in range(len(jpeg))}  # >= 2 x 224: a 1/2 decode
-    for table, path, floor in ((small, "full", 40.0), (shrink, "full", 40.0), (big, "1/2", 32.0)):
+    for table, path, floor in ((small, "full", 40.0), (mild, "full", 40.0), (shrink, "full", 40.0), (big, "1/2", 32.0)):
         jpeg.decode_paths.clear()
         got = serve(jpeg, Fixed(224, table))
         assert jpeg.decode_paths == {path: len(jpeg)}  # the path under test was the one taken
@@ -291,6 +287,69 @@ def test_shrinking_stays_within_40_db_of_torchvisions_antialiased_filter(packs):
         assert min(got["ours"]) >= 40.0, (lo, hi, sorted(got["ours"])[:3])
         if lo >= 1.25:
             assert min(got["linear"]) < 40.0, (lo, hi, sorted(got["linear"])[:3])
+
+
+def ramp_error(resize, h: int, w: int, oh: int, ow: int) -> tuple[float, float]:
+    """(shift, jitter) in source pixels of a resize's output pixel centres, over both axes: on a ramp whose
+    value is the source coordinate, a centre-aligned filter of any width returns each output pixel's mapped
+    centre. Shift: the largest mean offset of an axis; jitter: the largest single offset (OpenCV's
+    non-integer INTER_AREA weights wobble by up to ~0.1 px around the centres). The outermost outputs,
+    clamped at the border, are left out."""
+    shift = jitter = 0.0
+    for axis in (0, 1):
+        yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+        out = resize(np.ascontiguousarray((yy if axis == 0 else xx)[..., None]), oh, ow).reshape(oh, ow)
+        n, s = (oh, ow)[axis], (h, w)[axis]
+        want = (np.arange(n) + 0.5) * s / n - 0.5
+        inner = slice(1, -1) if n > 4 else slice(None)
+        err = out.mean(1 - axis)[inner] - want[inner]
+        shift, jitter = max(shift, abs(float(err.mean()))), max(jitter, float(np.abs(err).max()))
+    return shift, jitter
+
+
+# (h, w) -> (oh, ow): each band of ratios, non-square outputs, one axis kept, one enlarged while the other shrinks
+GEOMETRY = [(301, 299, 160, 160), (333, 250, 160, 120), (211, 400, 161, 224), (280, 281, 224, 224), (224, 300, 224, 224),
+            (400, 120, 224, 224), (100, 250, 224, 224), (90, 700, 224, 224), (100, 600, 224, 224), (2000, 3000, 224, 224),
+            (7, 10, 2, 3)]
+
+
+@pytest.mark.parametrize("interpolation", ["bilinear", "bicubic"])
+def test_resampling_puts_every_output_pixel_where_it_belongs(interpolation):
+    """No path (plain, supersampled, area, an axis shrunk alone first) shifts the image by even 0.02 px,
+    nor moves a pixel by 0.12. Negative control: one INTER_AREA call on a box enlarged along one axis
+    (OpenCV's area filter is an average only when neither axis grows) shifts it by more than 0.1 px."""
+    from dataprep.images.crops import resize_to
+
+    def ours(img, oh, ow):
+        return resize_to(img, (oh, ow), interpolation)
+
+    for h, w, oh, ow in GEOMETRY:
+        shift, jitter = ramp_error(ours, h, w, oh, ow)
+        assert shift <= 0.02 and jitter <= 0.12, (h, w, oh, ow, shift, jitter)
+
+    def one_area_call(img, oh, ow):
+        return cv2.resize(img, (ow, oh), interpolation=cv2.INTER_AREA)
+
+    assert ramp_error(one_area_call, 400, 120, 224, 224)[0] > 0.1
+
+
+@pytest.mark.parametrize("interpolation,pil", [("bilinear", Image.BILINEAR), ("bicubic", Image.BICUBIC)])
+def test_boxes_shrunk_along_one_axis_only_stay_close_to_pils_filter(packs, interpolation, pil):
+    """Boxes enlarged along one axis and shrunk along the other, or kept along one: >= 40 dB from PIL's
+    antialiased filter of the same name, on noisy photos. Negative control: one INTER_AREA call (a 2-tap
+    filter off the pixel centres, for such boxes) falls below it."""
+    from dataprep.images.crops import resize_to
+
+    raw = dataprep.InMemoryImageDataset(packs["raw"])
+    im = np.asarray(raw.image(0))
+    worst_ours, worst_area = 99.0, 99.0
+    for h, w in ((60, 500), (500, 60), (100, 400), (400, 120), (100, 250), (224, 300), (168, 300)):
+        crop = np.ascontiguousarray(im[:h, :w])
+        want = np.asarray(Image.fromarray(crop).resize((224, 224), pil))
+        worst_ours = min(worst_ours, psnr(resize_to(crop, (224, 224), interpolation), want))
+        worst_area = min(worst_area, psnr(cv2.resize(crop, (224, 224), interpolation=cv2.INTER_AREA), want))
+    assert worst_ours >= 40.0, worst_ours
+    assert worst_area < 40.0, worst_area
 
 
 @pytest.mark.corpus

@@ -128,11 +128,14 @@ def flip_into(row: np.ndarray) -> None:
     cv2.flip(row, 1, dst=row)
 
 
-# A "bilinear" shrink by a ratio r (box side over output side, the larger of the two axes): up to 1.25 plain
-# bilinear is within 40 dB of the antialiased filter (PIL's, which torchvision's names); up to 2.5, bilinear
-# onto twice the output then 2x2 means (a supersampled triangle); beyond, area averaging. On photos each step
-# past 1.25x is as close to PIL's filter as INTER_AREA is, and the whole costs 0.5-0.65x INTER_AREA's
-# resampling of RandomResizedCrop boxes (tests/test_crops.py holds the closeness, README the cost).
+# Resampling, per axis (r: that axis's input/output ratio). Enlarging: bilinear (or bicubic). A "bilinear"
+# shrink: up to 1.25 plain bilinear (PIL's antialiased filter, which torchvision's names, is barely wider
+# there: within 40 dB of it on the corpus, a few dB further than INTER_AREA); up to 2.5, bilinear onto twice
+# the output then 2x2 means (a supersampled triangle: as close to PIL's filter as INTER_AREA, for about half
+# its cost; both axes, whichever needs it); beyond, area averaging of that axis first. Other shrinks
+# ("bicubic", "area"): area averaging.
+# An axis shrunk while the other is enlarged is shrunk alone first: OpenCV's INTER_AREA is an area average
+# only when neither axis grows. tests/test_crops.py holds the closeness and the geometry, README the cost.
 _PLAIN_UP_TO, _SUPERSAMPLED_UP_TO = 1.25, 2.5
 
 
@@ -140,21 +143,28 @@ def _resize(src: np.ndarray, oh: int, ow: int, interpolation: str, dst: np.ndarr
     import cv2
 
     h, w = src.shape[:2]
-    r = max(h / oh, w / ow)  # a shrink along either axis needs the antialiasing
+    ry, rx = h / oh, w / ow
+    grow = cv2.INTER_CUBIC if interpolation == "bicubic" else cv2.INTER_LINEAR
     if interpolation == "nearest":
-        flag = cv2.INTER_NEAREST
-    elif r <= 1:  # enlarging (or keeping) both sides
-        flag = cv2.INTER_CUBIC if interpolation == "bicubic" else cv2.INTER_LINEAR
-    elif interpolation != "bilinear" or (h % oh == 0 and w % ow == 0):  # whole-number ratios: exact block means
-        flag = cv2.INTER_AREA
-    elif r <= _PLAIN_UP_TO:
-        flag = cv2.INTER_LINEAR
-    elif r <= _SUPERSAMPLED_UP_TO:
-        mid = cv2.resize(src, (2 * ow, 2 * oh), interpolation=cv2.INTER_LINEAR)
-        return cv2.resize(mid, (ow, oh), dst=dst, interpolation=cv2.INTER_AREA)
-    else:
-        flag = cv2.INTER_AREA
-    return cv2.resize(src, (ow, oh), dst=dst, interpolation=flag)
+        return cv2.resize(src, (ow, oh), dst=dst, interpolation=cv2.INTER_NEAREST)
+    if ry <= 1 and rx <= 1:
+        return cv2.resize(src, (ow, oh), dst=dst, interpolation=grow)
+    if interpolation != "bilinear" or (h % oh == 0 and w % ow == 0):  # area averaging (exact block means if whole)
+        if ry >= 1 and rx >= 1:
+            return cv2.resize(src, (ow, oh), dst=dst, interpolation=cv2.INTER_AREA)
+        src = cv2.resize(src, (ow, h) if rx > 1 else (w, oh), interpolation=cv2.INTER_AREA)  # the shrunk axis alone
+        return cv2.resize(src, (ow, oh), dst=dst, interpolation=grow)
+    if ry > _SUPERSAMPLED_UP_TO or rx > _SUPERSAMPLED_UP_TO:  # area-average the far-shrunk axes first, alone
+        src = cv2.resize(src, (ow if rx > _SUPERSAMPLED_UP_TO else w, oh if ry > _SUPERSAMPLED_UP_TO else h),
+                         interpolation=cv2.INTER_AREA)
+        h, w = src.shape[:2]
+        ry, rx = h / oh, w / ow
+    if ry <= _PLAIN_UP_TO and rx <= _PLAIN_UP_TO:
+        return cv2.resize(src, (ow, oh), dst=dst, interpolation=cv2.INTER_LINEAR)
+    # both axes twice over, even one shrunk less (a slight blur there, >= 40 dB from PIL): OpenCV's 2x2 means
+    # are vectorised, its 2x1 means take the generic area path at 8x the cost
+    mid = cv2.resize(src, (2 * ow, 2 * oh), interpolation=cv2.INTER_LINEAR)
+    return cv2.resize(mid, (ow, oh), dst=dst, interpolation=cv2.INTER_AREA)
 
 
 def _window(pixels: np.ndarray) -> np.ndarray:
@@ -178,12 +188,12 @@ def resize_into(pixels: np.ndarray, out: np.ndarray, interpolation: str) -> None
     """`pixels` (H, W[, C]) resized straight into `out` (a batch row), no intermediate copy."""
     oh, ow = out.shape[:2]
     if pixels.shape[:2] == (oh, ow):
-        out[...] = pixels.reshape(out.shape)
+        out[...] = pixels
         return
     dst = out if out.flags.c_contiguous else None
     res = _resize(_window(pixels), oh, ow, interpolation, dst)
-    if res is not dst:  # OpenCV allocated its own (a layout it does not write in place)
-        out[...] = res.reshape(out.shape)
+    if res is not dst:  # OpenCV allocated its own (a layout it does not write in place); channels broadcast
+        out[...] = res.reshape(oh, ow, -1) if out.ndim == 3 else res
 
 
 def reduction(box_h: float, box_w: float, out_h: int, out_w: int) -> int:
@@ -196,9 +206,10 @@ def reduction(box_h: float, box_w: float, out_h: int, out_w: int) -> int:
 
 def warp_into(pixels: np.ndarray, box, out: np.ndarray) -> None:
     """Resample the float box (top, left, height, width, in `pixels`' own pixel units) into `out`: each
-    output pixel centre maps exactly into the box (no rounding of the box to the pixel grid). Bilinear,
-    which is what a residual shrink of less than 2x needs (callers pick a decode scale or a stored
-    resolution so that it is); larger shrinks are area-averaged from the box rounded to whole pixels."""
+    output pixel centre maps exactly into the box (no rounding of the box to the pixel grid). Plain
+    bilinear: callers (reduced decodes, smaller stored copies) keep the residual shrink under 2x, where
+    it aliases a little past 1.25x (those paths are held to 32 dB, not the full decode's 40); shrinks of 2x
+    or more are area-averaged first from the box rounded to whole pixels."""
     import cv2
 
     oh, ow = out.shape[:2]
