@@ -16,7 +16,8 @@ from torch.utils.data import Dataset
 
 from ..errors import DataprepError, PackError
 from ..pack.arrays import take_rows
-from ..serve.cache import open_split, resolve
+from ..remote.fetch import resolve
+from ..serve.cache import open_split
 from ..serve import draws
 from ..serve.partition import partition_of
 from .batches import BatchFilling

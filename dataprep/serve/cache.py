@@ -27,7 +27,6 @@ from ..errors import DataprepError, PackError
 from ..pack.backends import open_reader
 from ..pack.arrays import LoadContext
 from ..pack.fields import Field
-from ..remote.fetch import fetch_kept, origin, resolve  # noqa: F401 (resolve: for the datasets)
 from .shm import ShmSegment, _nbytes
 
 CACHE_MODES = ("ram", "mmap", "shm")
@@ -81,6 +80,8 @@ def open_split(pack: str | os.PathLike, split: str, fields_of: Callable[[dict[st
         _check_ram(pack, total)
     report = _Progress(f"{pack}/{split}", cache, total) if (progress or (progress is None and total >= PROGRESS_BYTES)) else None
     ctx = LoadContext(verify=verify, mapped=cache == "mmap", progress=report.add if report else None, reader=reader)
+
+    from ..remote.fetch import fetch_kept, origin  # here: `dataprep --help` reads CACHE_MODES from this module
 
     remote, keep = origin(pack)
     needed = remote.shard_files([split], {name for name, _, _ in plan}, {s["name"] for s in shards}) if remote else []

@@ -16,7 +16,8 @@ from torch.utils.data import Dataset
 from ..errors import DataprepError
 from ..pack.arrays import MapGuard
 from ..serve import draws
-from ..serve.cache import open_split, resolve
+from ..remote.fetch import resolve
+from ..serve.cache import open_split
 from ..serve.request import Request, refuse_augmentation
 from .field import fields_of, read_tokenizer
 

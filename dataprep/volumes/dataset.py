@@ -14,7 +14,8 @@ from ..serve.request import Request
 from ..errors import DataprepError, PackError
 from ..pack.arrays import take_rows
 from .transforms import center_into
-from ..serve.cache import open_split, resolve
+from ..remote.fetch import resolve
+from ..serve.cache import open_split
 from .field import fields_of, same_shapes
 
 
