@@ -146,11 +146,12 @@ def test_mixture_orders_crops_and_flips_draw_from_separate_streams():
     assert 0.48 < np.mean(flips((member_seed(0, 0), 0), same) == flips((member_seed(0, 1), 0), same)) < 0.52
 
 
-def test_members_that_fill_rows_in_place_serve_what_the_buffered_path_serves(tmp_path, monkeypatch):
-    """Token members fill a mixed batch in one pass (`fill_parts`) or write their scattered rows straight
-    into it (`fills_rows`); either must give what the buffered path (fill a part, scatter it) gives, and
-    what each member serves for the sample `locate` names, for runs of positions (the Loader's case) and
-    for scattered positions alike."""
+@pytest.mark.parametrize("chunk", [None, 37])
+def test_members_that_fill_rows_in_place_serve_what_the_buffered_path_serves(tmp_path, monkeypatch, chunk):
+    """Token members fill a run of positions from window starts drawn for a whole chunk (`addresses`),
+    read into one buffer (`read_addresses`) or each into its rows, or write their scattered rows straight
+    into the batch (`fills_rows`); each must give what the buffered path (fill a part, scatter it) gives, and what each member serves for the sample `locate` names, for
+    runs of positions (the Loader's case) and for scattered positions alike."""
     from dataprep.serve.request import Request
     from dataprep.tokens.tokenize import TokenizeSettings, tokenize
 
@@ -159,12 +160,17 @@ def test_members_that_fill_rows_in_place_serve_what_the_buffered_path_serves(tmp
         (tmp_path / f"{name}.txt").write_text(text)
         tokenize([str(tmp_path / f"{name}.txt")], tmp_path / name, TokenizeSettings(), train_bpe_vocab=280)
         packs.append(dataprep.TokenDataset(tmp_path / name, context=8, samples=300))
+    import dataprep.serve.mixture as mixture
+
+    chunk = chunk or mixture.CHUNK  # 37: a run crosses chunks, and members restart inside them
     mix = dataprep.Mixture(packs, [0.6, 0.4], seed=5)
     req = Request(epoch=3, seed=7)
 
-    def batch(idx):
-        out = {k: np.full((len(idx), *s), -1, d) for k, (s, d) in mix.batch_layout(req).items()}
-        mix.fill_batch(idx, out, req)
+    def batch(idx):  # a new Mixture each time: nothing cached from a call with other members' methods
+        monkeypatch.setattr(mixture, "CHUNK", chunk)
+        fresh = dataprep.Mixture(packs, [0.6, 0.4], seed=5)
+        out = {k: np.full((len(idx), *s), -1, d) for k, (s, d) in fresh.batch_layout(req).items()}
+        fresh.fill_batch(idx, out, req)
         return out
 
     run, scattered = np.arange(100, 228), np.random.default_rng(1).permutation(len(mix))[:128]
@@ -176,12 +182,14 @@ def test_members_that_fill_rows_in_place_serve_what_the_buffered_path_serves(tmp
             ds = packs[member[k]]
             w = ds._gather(np.array([index[k]]), int(m_epoch[k]), dataprep.serve.mixture.member_seed(7, int(member[k])))
             assert direct["x"][k].tolist() == w[0, :-1].tolist() and direct["y"][k].tolist() == w[0, 1:].tolist()
-        monkeypatch.delattr(type(packs[0]), "fill_parts")  # each member's own fill_batch, rows in place
+        monkeypatch.setattr(mixture.Mixture, "_raw", property(lambda self: None))  # no common buffer: per member
+        per_member = batch(idx)
+        monkeypatch.delattr(type(packs[0]), "addresses")  # each member's own fill_batch, rows in place
         in_place = batch(idx)
         monkeypatch.setattr(type(packs[0]), "fills_rows", False)  # ... and through a buffer of its own
         buffered = batch(idx)
         monkeypatch.undo()
-        assert all((direct[k] == in_place[k]).all() and (direct[k] == buffered[k]).all() for k in direct)
+        assert all((direct[k] == v[k]).all() for v in (per_member, in_place, buffered) for k in direct)
     whole = mix.locate(np.arange(len(mix)), 3)  # a run and the same positions scattered: one answer
     perm = np.random.default_rng(2).permutation(len(mix))
     assert all((a[perm] == b).all() for a, b in zip(whole, mix.locate(perm, 3)))
@@ -211,3 +219,75 @@ def test_runs_sliced_from_cached_chunks_locate_what_scattered_positions_do(monke
             assert len(set(whole[2][whole[0] == 2].tolist())) > 1  # member 2 restarted inside this epoch
     # the chunks are per epoch: a cache that ignored the epoch would serve epoch 0's draws again
     assert not (mix.locate(np.arange(len(mix)), 1)[1] == mix.locate(np.arange(len(mix)), 0)[1]).all()
+
+
+def _token_packs(tmp_path, names_texts, context=8, samples=300, modes=None):
+    from dataprep.tokens.tokenize import TokenizeSettings, tokenize
+
+    packs = []
+    for k, (name, text) in enumerate(names_texts):
+        (tmp_path / f"{name}.txt").write_text(text)
+        tokenize([str(tmp_path / f"{name}.txt")], tmp_path / name, TokenizeSettings(), train_bpe_vocab=280)
+        mode = modes[k] if modes else "random"
+        n = samples[k] if isinstance(samples, tuple) else samples
+        packs.append(dataprep.TokenDataset(tmp_path / name, context=context, samples=n if mode == "random" else None,
+                                           mode=mode))
+    return packs
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_loader_hands_a_mixture_runs_as_ranges_and_a_wrapped_last_batch_as_positions(tmp_path, workers):
+    """The Loader passes a mixture's batches as ranges (it then checks nothing), except a padded last
+    batch that wraps around to the epoch's start, which is no run: every served row must be the mixture's
+    sample at the position the Loader reports, on each of 2 ranks."""
+    packs = _token_packs(tmp_path, (("a", "alpha beta gamma delta " * 300), ("b", "one two three four five " * 300)),
+                         samples=(100, 101))
+    mix = dataprep.Mixture(packs, [0.6, 0.4], seed=2)  # 201 positions: 2 ranks x batch 8 leave a tail of 9
+    mix.set_epoch(1)
+    wrapped = False
+    for rank in range(2):
+        loader = Loader(mix, 8, num_workers=workers, rank=rank, world_size=2, indices=True)
+        loader.set_epoch(1)
+        batches = list(loader)
+        loader.close()
+        assert sum(len(i) for *_, i in batches) == 101  # 201 positions padded to 2 x 101
+        for x, y, i in batches:
+            assert x.tolist() == [mix[int(p)][0].tolist() for p in i] and y.tolist() == [mix[int(p)][1].tolist() for p in i]
+            wrapped |= bool((np.diff(i.numpy()) != 1).any())
+    assert wrapped  # the path that must not be taken for a run was exercised
+
+
+def test_random_windows_are_not_shuffled_but_sequential_windows_are(tmp_path):
+    """A random-window member's samples are independent draws: the mixture serves its indices in order,
+    drawing no shuffle, and each member epoch still brings new windows; a sequential member's windows
+    tile the text in order, so they are shuffled every member epoch."""
+    packs = _token_packs(tmp_path, (("a", "alpha beta gamma delta " * 300), ("b", "one two three four five " * 300)),
+                         samples=120, modes=("random", "sequential"))
+    mix = dataprep.Mixture(packs, [0.5, 0.5], seed=4, samples=2 * max(len(p) for p in packs) * 2)
+    member, index, m_epoch = mix.locate(np.arange(len(mix)), 0)
+    rnd, seq = (member == 0), (member == 1)
+    assert index[rnd & (m_epoch == 0)].tolist() == list(range(len(packs[0])))  # in order, each once
+    s0 = index[seq & (m_epoch == 0)]
+    assert sorted(s0.tolist()) == list(range(len(packs[1]))) and s0.tolist() != sorted(s0.tolist())  # a permutation, shuffled
+    assert m_epoch[rnd].max() >= 1
+    starts = [packs[0].addresses(np.arange(len(packs[0])), e, 0) for e in (0, 1)]
+    assert np.mean(starts[0] == starts[1]) < 0.05  # member epoch 1 draws new windows for the same indices
+    assert not packs[1].independent_samples and packs[0].independent_samples
+
+
+def test_a_range_and_its_array_fill_one_batch(tmp_path):
+    from dataprep.serve.request import Request
+
+    packs = _token_packs(tmp_path, (("a", "alpha beta gamma delta " * 300), ("b", "one two three four five " * 300)))
+    mix = dataprep.Mixture(packs, [0.6, 0.4], seed=5)
+    req = Request(epoch=2, seed=3)
+
+    def batch(idx):
+        out = {k: np.full((50, *s), -1, d) for k, (s, d) in mix.batch_layout(req).items()}
+        mix.fill_batch(idx, out, req)
+        return out
+
+    a, b = batch(range(130, 180)), batch(np.arange(130, 180))
+    assert all((a[k] == b[k]).all() for k in a) and (a["x"] >= 0).all()
+    with pytest.raises(IndexError):
+        batch(range(len(mix) - 10, len(mix) + 40))

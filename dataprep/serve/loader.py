@@ -341,16 +341,17 @@ class Loader:
 
     def _serve(self, epoch, req, layout, batches, after):
         ring = self._buffers(layout, epoch)
+        runs = self._runs()
         if not self.num_workers:
             for b, idx in enumerate(batches):
                 slot = b % 2
-                self.dataset.fill_batch(idx, self._rows(layout, slot, 0, len(idx)), req)
+                self.dataset.fill_batch(as_run(idx) if runs else idx, self._rows(layout, slot, 0, len(idx)), req)
                 self._state = (epoch, after[b])
                 if b == 0:
                     self._prefetch(epoch + 1)
                 yield self._view(layout, slot, len(idx)) + ((torch.from_numpy(idx.copy()),) if self.indices else ())
         else:
-            for b, view in enumerate(self._with_workers(batches, ring, req, layout)):
+            for b, view in enumerate(self._with_workers(batches, ring, req, layout, runs)):
                 self._state = (epoch, after[b])
                 if b == 0:  # the workers are forked by now: a thread may run
                     self._prefetch(epoch + 1)
@@ -400,7 +401,15 @@ class Loader:
         if getattr(self, "_procs", None):
             self.close()
 
-    def _with_workers(self, batches: list[np.ndarray], ring: dict[str, np.ndarray], req: Request, layout: dict):
+    def _runs(self) -> bool:
+        """Whether batches reach the dataset as ranges: it takes them (`fills_runs`: a Mixture, which then
+        skips checking that the positions are a run) and the epoch's order is the identity (no shuffle, no
+        sampler), where a batch whose ends are len - 1 apart is a run (a padded last batch that wraps
+        around to the epoch's start never is)."""
+        return bool(getattr(self.dataset, "fills_runs", False)) and not self.shuffle and self.sampler is None
+
+    def _with_workers(self, batches: list[np.ndarray], ring: dict[str, np.ndarray], req: Request, layout: dict,
+                      runs: bool = False):
         """Each batch is split across the workers (so the first batch comes quickly and an epoch's last
         batch keeps every worker busy); a batch is ready when all its parts are."""
         self._start(ring)
@@ -417,7 +426,7 @@ class Loader:
                     bounds = np.linspace(0, len(idx), nw + 1).astype(int)
                     parts = [(w, a, b) for w, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])) if b > a]
                     for w, a, b in parts:
-                        self._pipes[w].send((gen, sent, slot, int(a), idx[a:b], req, layout))
+                        self._pipes[w].send((gen, sent, slot, int(a), as_run(idx[a:b]) if runs else idx[a:b], req, layout))
                         self._outstanding[(gen, sent, w)] = (slot, idx[a:b])
                     parts_left[sent] = len(parts)
                     sent += 1
@@ -482,3 +491,8 @@ class Loader:
             return [(gen, b, w, slot)]
         raise DataprepError(f"loader worker failed on batch {msg[2]}: {msg[3]}")
 
+
+def as_run(idx: np.ndarray):
+    """A batch of the identity order as range(lo, hi) where it is one (see Loader._runs), else as it is."""
+    lo, n = int(idx[0]), len(idx)
+    return range(lo, lo + n) if int(idx[-1]) - lo == n - 1 else idx

@@ -7,10 +7,18 @@ positions hold A_m(c) samples of member m, A_m(c) = c * w_m to within a sample o
 and exactly one member grows at each). Any window of N positions therefore holds N * w_m samples of
 member m to within a few samples, and position j maps to (member, its A_m(j)-th draw) in O(log M)
 arithmetic: no table is built, however long the epoch. A member's draws run through its own
-permutations, epoch after epoch (serve/draws.py, keyed by seed, member and member epoch).
+permutations, epoch after epoch (serve/draws.py, keyed by seed, member and member epoch), or in index
+order for members whose samples are independent draws already (random token windows).
+
+The Loader asks for runs of positions (as ranges). A run is served from its chunk's plan: which member
+serves each position, and for token members the window starts, all worked out for 8,192 positions at
+once; the members' windows are read into one buffer in position order and converted into the batch in
+one pass. A batch of a mixture then costs what a batch of one pack does (benchmarks/bench_resume.py).
 """
 from __future__ import annotations
 
+import os
+import threading
 from functools import lru_cache
 from typing import Sequence
 
@@ -21,8 +29,10 @@ from . import draws
 from .request import Request
 
 
-PERMUTATION_LIMIT = 1 << 22  # members up to this many samples keep their shuffle as an array (int64: 32 MiB)
-CHUNK = 1 << 14  # positions whose apportionment is worked out at once (~200 KiB each, a few kept)
+PERMUTATION_LIMIT = 1 << 22  # members up to this many samples keep their shuffle as an array (int32: 16 MiB)
+# Positions whose plan is worked out at once (a few chunks kept). Arrays of 8,192 int64 stay under
+# malloc's 128 KiB mmap threshold: numpy's arithmetic on them costs ~8 ns an element, on 16,384 ~30.
+CHUNK = 1 << 13
 
 
 class Mixture:
@@ -37,7 +47,10 @@ class Mixture:
             runs out; with "restart", the members' total length].
         exhausted: "restart" (a member that runs out continues with its next epoch, newly shuffled) or
             "stop" (the mixture epoch ends when its first member would run out; no sample repeats).
-        shuffle: each member's samples in a new order every member epoch (else in index order).
+        shuffle: each member's samples in a new order every member epoch (else in index order). Members
+            whose samples are independent random draws keyed by (epoch, index), as a token pack's random
+            windows are (`independent_samples`), are served in index order either way: in order, their
+            samples are as random as shuffled, and no shuffle is drawn for them.
 
     `passes` gives each member's epochs per mixture epoch. The Loader serves it with shuffle=False (the
     order is the mixture's own), sharded, resumed and scheduled like any dataset.
@@ -82,10 +95,9 @@ class Mixture:
     # -- the apportionment --------------------------------------------------------------------------
     def counts(self, c) -> np.ndarray:
         """(members, *shape of c): how many of the first c positions each member holds."""
-        c = np.asarray(c, np.int64)
-        out = np.zeros((len(self.datasets), *c.shape), np.int64)
-        _fill(self._tree, c, out)
-        return out
+        shares: list = [None] * len(self.datasets)
+        _shares(self._tree, np.asarray(c, np.int64), shares)
+        return np.stack(shares)
 
     def _longest_without_repeat(self) -> int:
         guess = int(np.floor(np.min(self.lengths / self.weights)))
@@ -108,17 +120,15 @@ class Mixture:
 
     def _groups(self, idx: np.ndarray, epoch: int) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
         """(member, member epoch, rows of idx, indices in the member) for positions `idx` (flattened): a run
-        of positions (as the Loader asks) is sliced from the cached apportionment of its chunk(s); scattered
+        of positions (as the Loader asks) is sliced from the cached plan of its chunk(s); scattered
         positions are worked out one by one."""
         idx = np.asarray(idx, np.int64).reshape(-1)
         n = idx.size
         if not n:
             return []
-        lo, hi = int(idx[0]), int(idx[-1])
-        if hi - lo == n - 1 and (n == 1 or (np.diff(idx) == 1).all()):
-            if lo < 0 or hi >= self.samples:
-                raise IndexError(f"a position is out of range for a mixture epoch of {self.samples}")
-            return self._run_groups(lo, hi + 1, epoch)
+        run = self._run(idx)
+        if run is not None:
+            return [(m, e, np.arange(n)[rows], index) for m, e, rows, index, _ in self._run_parts(*run, epoch)]
         if idx.min() < 0 or idx.max() >= self.samples:
             raise IndexError(f"a position is out of range for a mixture epoch of {self.samples}")
         c = self.counts(np.concatenate([idx, idx + 1]))
@@ -131,44 +141,76 @@ class Mixture:
                 groups += self._draws(m, rows, before[m, rows], epoch, run=False)
         return groups
 
-    def _run_groups(self, lo: int, hi: int, epoch: int) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
-        groups = []
+    def _run(self, idx: np.ndarray) -> tuple[int, int] | None:
+        """(lo, hi) if positions `idx` are the run lo..hi-1, else None."""
+        n = idx.size
+        lo = int(idx[0])
+        hi = lo + n
+        if int(idx[-1]) != hi - 1 or (n > 2 and not (idx - lo == _ramp(n)).all()):
+            return None
+        if lo < 0 or hi > self.samples:
+            raise IndexError(f"a position is out of range for a mixture epoch of {self.samples}")
+        return lo, hi
+
+    def _run_parts(self, lo: int, hi: int, epoch: int, seed: int | None = None):
+        """Positions lo..hi-1 of `epoch` as parts of (member, member epoch, rows of the run (a slice where
+        they are contiguous), indices in the member, the member's addresses of them under Loader seed
+        `seed` (None: not asked, or the member has none)). Each part is two lookups and slices of its
+        chunk's plan: no apportionment, shuffle or draw is worked out per batch."""
+        parts = []
         for c in range(lo // CHUNK, (hi - 1) // CHUNK + 1):
             base = c * CHUNK
-            codes, index, pairs = self._chunk(epoch, c)
-            a, b = max(lo, base) - base, min(hi, base + CHUNK) - base
-            off = base + a - lo  # row of the run where this chunk's share begins
-            if len(pairs) == 1:
-                groups.append((*pairs[0], np.arange(off, off + b - a), index[a:b]))
-                continue
-            cs, ix = codes[a:b], index[a:b]
-            for p, (m, e) in enumerate(pairs):
-                rows = np.flatnonzero(cs == p)
-                if len(rows):
-                    groups.append((m, e, rows + off if off else rows, ix[rows]))
-        return groups
+            a, b = max(lo - base, 0), min(hi - base, CHUNK)
+            shift = lo - base  # chunk position - run row
+            for m, e, pos, before, index, got in (self._chunk(epoch, c) if seed is None else self._plan(epoch, c, seed)):
+                i0, i1 = int(before[a]), int(before[b])
+                if i1 == i0:
+                    continue
+                rows = slice(a - shift, b - shift) if i1 - i0 == b - a else pos[i0:i1] - shift
+                parts.append((m, e, rows, index[i0:i1], None if got is None else got[i0:i1]))
+        return parts
 
-    def _chunk(self, epoch: int, c: int) -> tuple[np.ndarray, np.ndarray, list[tuple[int, int]]]:
-        """Positions c * CHUNK.. of `epoch`: which (member, member epoch) pair serves each (a code into the
-        pairs) and the index in the member. Worked out once per chunk in each process that serves it
-        (a few of the latest kept), so a batch costs a slice, not the apportionment and the shuffles."""
+    def _chunk(self, epoch: int, c: int) -> list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, None]]:
+        """The plan of positions c * CHUNK.. of `epoch`: for each (member, member epoch) pair that serves
+        some, the positions it serves (relative to the chunk, ascending), how many of them come before
+        each position (so a batch finds its share by two lookups), their indices in the member, and None
+        (`_plan` adds the addresses). Worked out once per chunk in each process that serves it (a few of
+        the latest kept), so a batch costs slices, not the apportionment and the shuffles."""
         cache = self.__dict__.setdefault("_chunks", {})
         got = cache.get((epoch, c))
         if got is None:
             lo, hi = c * CHUNK, min((c + 1) * CHUNK, self.samples)
-            steps = np.diff(self.counts(np.arange(lo, hi + 1)), axis=1)  # one 1 per column: who serves it
-            firsts = self.counts(lo)
-            codes, index, pairs = np.empty(hi - lo, np.int32), np.empty(hi - lo, np.int64), []
-            for m in range(len(self.datasets)):
-                rows = np.flatnonzero(steps[m])
+            shares: list = [None] * len(self.datasets)
+            _shares(self._tree, np.arange(lo, hi + 1, dtype=np.int64), shares)
+            got = []
+            for m, held in enumerate(shares):
+                rows = np.flatnonzero(held[1:] != held[:-1])  # member m serves the positions its count grows at
                 if len(rows):  # within a run a member's draws are consecutive
-                    rank = np.arange(firsts[m], firsts[m] + len(rows), dtype=np.int64)
+                    rank = np.arange(held[0], held[0] + len(rows), dtype=np.int64)
                     for mm, e, r, k in self._draws(m, rows, rank, epoch, run=True):
-                        codes[r], index[r] = len(pairs), k
-                        pairs.append((mm, e))
+                        before = np.zeros(hi - lo + 1, np.int32)  # the pair's positions before each position
+                        before[r + 1] = 1
+                        got.append((mm, e, r, np.cumsum(before, out=before), k, None))
             while len(cache) >= 4:
                 cache.pop(next(iter(cache)))
-            cache[(epoch, c)] = got = (codes, index, pairs)
+            cache[(epoch, c)] = got
+        return got
+
+    def _plan(self, epoch: int, c: int, seed: int) -> list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]]:
+        """`_chunk` with each pair's addresses for a Loader of `seed` (`addresses` of members that have it:
+        a token pack's window starts), drawn for the whole chunk at once: per position a small share of
+        what a batch's draw costs."""
+        cache = self.__dict__.setdefault("_plans", {})
+        got = cache.get((epoch, c, seed))
+        if got is None:
+            got = []
+            for m, e, pos, before, index, _ in self._chunk(epoch, c):
+                d = self.datasets[m]
+                has = hasattr(d, "addresses") and hasattr(d, "fill_addresses")
+                got.append((m, e, pos, before, index, d.addresses(index, e, member_seed(seed, m)) if has else None))
+            while len(cache) >= 4:
+                cache.pop(next(iter(cache)))
+            cache[(epoch, c, seed)] = got
         return got
 
     def _draws(self, m: int, rows: np.ndarray, rank: np.ndarray, epoch: int, run: bool):
@@ -188,21 +230,52 @@ class Mixture:
             else:
                 es = drawn // length
                 parts = [(int(e), rows[es == e], drawn[es == e] - int(e) * length) for e in range(e0, e1 + 1)]
-        return [(m, e, r, self._order(m, e, k) if self.shuffle else k) for e, r, k in parts if len(r)]
+        shuffled = self.shuffle and not getattr(self.datasets[m], "independent_samples", False)
+        return [(m, e, r, self._order(m, e, k) if shuffled else k) for e, r, k in parts if len(r)]
 
     def _order(self, m: int, e: int, k: np.ndarray) -> np.ndarray:
         """Position k of member m's shuffle in its epoch e: a permutation array held for members of up to
-        PERMUTATION_LIMIT samples (made once per member epoch, in the process that serves it), else
-        computed per position (serve/draws.permuted: no memory, a few microseconds a sample more)."""
+        PERMUTATION_LIMIT samples (made once per member epoch in the process that serves it, the next
+        epoch's drawn by a thread meanwhile), else computed per position (serve/draws.permuted: no memory,
+        a few microseconds a sample more)."""
         n = int(self.lengths[m])
         if n > PERMUTATION_LIMIT:
             return draws.permuted(n, (draws.MIXTURE, self.seed, m, e), k)
         cache = self.__dict__.setdefault("_orders", {})
         if cache.get(m, (None,))[0] != e:
-            key = [w & 0xFFFFFFFFFFFFFFFF for w in (draws.MIXTURE, self.seed, m, e)]  # 3x faster than argsorting draws
-            order = np.random.default_rng(key).permutation(n)
-            cache[m] = (e, order)
+            cache[m] = (e, self._permutation(m, e))
+            self._prefetch(m, e + 1)
         return cache[m][1][k]
+
+    def _permutation(self, m: int, e: int) -> np.ndarray:
+        """Member m's shuffle in its epoch e (int32: half the memory and 1.4x faster to draw than int64, the
+        same permutation): the one a thread drew ahead if this process started it, else drawn now."""
+        pending = self.__dict__.setdefault("_pending", {}).pop(m, None)
+        if pending is not None:
+            key, thread, box = pending
+            if key == (e, os.getpid()):  # a thread forked away with its parent is not waited for
+                thread.join()
+                if "order" in box:
+                    return box["order"]
+        return self._draw_permutation(m, e)
+
+    def _draw_permutation(self, m: int, e: int) -> np.ndarray:
+        key = [w & 0xFFFFFFFFFFFFFFFF for w in (draws.MIXTURE, self.seed, m, e)]  # 3x faster than argsorting draws
+        order = np.arange(int(self.lengths[m]), dtype=np.int32)  # n <= PERMUTATION_LIMIT
+        np.random.default_rng(key).shuffle(order)
+        return order
+
+    def _prefetch(self, m: int, e: int) -> None:
+        """Draw member m's epoch-e shuffle on a thread (numpy shuffles without the GIL), ready when its
+        epoch e begins: a shuffle of 1M samples costs ~50 ms, a few percent of a token epoch's serving."""
+        box: dict = {}
+        thread = threading.Thread(target=lambda: box.setdefault("order", self._draw_permutation(m, e)), daemon=True)
+        self.__dict__.setdefault("_pending", {})[m] = ((e, os.getpid()), thread, box)
+        thread.start()
+
+    def __getstate__(self):
+        """Without the caches (worked out again where needed) or the threads drawing shuffles ahead."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("_chunks", "_plans", "_orders", "_pending", "_raw_buffer", "_raw_layout")}
 
     # -- a dataset ------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -240,21 +313,43 @@ class Mixture:
         return layouts[0]
 
     fills_rows = True
+    fills_runs = True  # the Loader passes a run of positions as a range (serve/request.py)
 
-    def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray], request: Request | None = None,
+    def fill_batch(self, idx, out: dict[str, np.ndarray], request: Request | None = None,
                    rows: np.ndarray | None = None) -> None:
-        """Each member fills its rows: a contiguous run straight into the batch; scattered rows straight
-        into their places where the member can (`fills_rows`: tokens, tables, mixtures), else through a
-        buffer of their own."""
+        """Each member fills its rows of the batch (or of `rows`): a member with addresses (token packs)
+        from its chunk's precomputed ones; the others through `fill_batch`, a contiguous share straight
+        into the batch, scattered rows in place where the member can (`fills_rows`: tokens, tables,
+        mixtures), else through a buffer of their own. `idx`: positions, or a range of them."""
         r = request or Request()
-        groups = self._groups(idx, r.epoch)
-        parts = [(self.datasets[m], Request(e, member_seed(r.seed, m), r.resolution, r.crop, r.flip),
-                  mine if rows is None else np.asarray(rows)[mine], index) for m, e, mine, index in groups]
-        together = getattr(type(self.datasets[0]), "fill_parts", None)
-        if together is not None:
-            together(parts, out)
-            return
-        for d, req, at, index in parts:
+        if isinstance(idx, range) and idx.step == 1:
+            if not len(idx):
+                return
+            if idx.start < 0 or idx.stop > self.samples:
+                raise IndexError(f"a position is out of range for a mixture epoch of {self.samples}")
+            idx, run = None, (idx.start, idx.stop)
+        else:
+            idx = np.asarray(idx, np.int64).reshape(-1)
+            if not idx.size:
+                return
+            run = self._run(idx)
+        if run is not None:
+            parts = self._run_parts(*run, r.epoch, r.seed)
+            if len(parts) > 1 and self._raw is not None and all(p[4] is not None for p in parts):
+                self._fill_raw(parts, run[1] - run[0], out, rows)
+                return
+        else:
+            parts = [(m, e, mine, index, None) for m, e, mine, index in self._groups(idx, r.epoch)]
+        for m, e, mine, index, addresses in parts:
+            d = self.datasets[m]
+            at = mine if rows is None else np.asarray(rows)[mine]
+            if addresses is not None:
+                d.fill_addresses(addresses, out, at)
+                continue
+            req = Request(e, member_seed(r.seed, m), r.resolution, r.crop, r.flip)
+            if isinstance(at, slice):
+                d.fill_batch(index, {k: v[at] for k, v in out.items()}, req)
+                continue
             a, b = int(at[0]), int(at[-1]) + 1
             if b - a == len(at):
                 d.fill_batch(index, {k: v[a:b] for k, v in out.items()}, req)
@@ -265,6 +360,28 @@ class Mixture:
                 d.fill_batch(index, part, req)
                 for k, v in out.items():
                     v[at] = part[k]
+
+    def _fill_raw(self, parts, n: int, out: dict[str, np.ndarray], rows) -> None:
+        """Members that store samples alike (`raw_layout`: token packs of one context and dtype) read
+        theirs into one buffer in position order, then it is converted into the batch in one pass."""
+        shape, dt = self._raw
+        buf = self.__dict__.get("_raw_buffer")
+        if buf is None or len(buf) < n:
+            buf = self.__dict__["_raw_buffer"] = np.empty((n, *shape), dt)
+        raw = buf[:n]
+        for m, _, at, _, addresses in parts:
+            raw[at] = self.datasets[m].read_addresses(addresses)
+        self.datasets[parts[0][0]].fill_raw(raw, out, rows)
+
+    @property
+    def _raw(self) -> tuple[tuple[int, ...], np.dtype] | None:
+        """The members' common `raw_layout`, or None (one has none, or they differ)."""
+        got = self.__dict__.get("_raw_layout", False)
+        if got is False:
+            lays = [d.raw_layout if hasattr(d, "read_addresses") and hasattr(d, "fill_raw") else None for d in self.datasets]
+            same = lays[0] is not None and all(lay == lays[0] for lay in lays) and len({type(d) for d in self.datasets}) == 1
+            got = self.__dict__["_raw_layout"] = lays[0] if same else None
+        return got
 
 
 @lru_cache(maxsize=1024)
@@ -284,11 +401,24 @@ def _tree(members: list[int], weights: np.ndarray):
     return (_tree(left, weights), _tree(right, weights), wl / (wl + float(weights[right].sum())))
 
 
-def _fill(node, c: np.ndarray, out: np.ndarray) -> None:
+_RAMP = np.arange(0, dtype=np.int64)
+
+
+def _ramp(n: int) -> np.ndarray:
+    """0..n-1, sliced from one array kept per process (a run check is then one comparison)."""
+    global _RAMP
+    if len(_RAMP) < n:
+        _RAMP = np.arange(max(n, 2 * len(_RAMP)), dtype=np.int64)
+    return _RAMP[:n]
+
+
+def _shares(node, c: np.ndarray, out: list) -> None:
+    """Each member's count of the first c positions into out[member]: the tree's roundings, one per node
+    (a list of arrays, so a chunk's counts are arrays under 128 KiB each)."""
     if isinstance(node, int):
         out[node] = c
         return
     left, right, share = node
     cl = np.floor(c * share + 0.5).astype(np.int64)
-    _fill(left, cl, out)
-    _fill(right, c - cl, out)
+    _shares(left, cl, out)
+    _shares(right, c - cl, out)

@@ -8,6 +8,9 @@ new epoch, `ds.use(256)`, a schedule's next size) reaches every worker.
 The protocol a dataset offers the Loader:
     batch_layout(request) -> {key: (sample shape, dtype)}   what one sample occupies in a batch buffer
     fill_batch(idx, out, request)                           write samples idx into out's rows
+
+idx is an int64 array of sample indices, or a range for a dataset that sets `fills_runs` (a Mixture:
+its runs of positions are the cheap case, and a range spares it checking that they are one).
 """
 from __future__ import annotations
 

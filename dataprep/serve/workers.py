@@ -35,7 +35,7 @@ def serve_requests(dataset, ring: dict[str, np.ndarray], conn, parent_ends: list
             dataset.fill_batch(idx, rows(ring, layout, slot, start, len(idx)), req)
             conn.send(("ok", gen, b))
         except Exception as e:  # reported with the batch; the main process raises it
-            conn.send(("err", gen, b, f"{type(e).__name__}: {e} (samples {idx[:8].tolist()})"))
+            conn.send(("err", gen, b, f"{type(e).__name__}: {e} (samples {np.asarray(idx[:8]).tolist()})"))
 
 
 def rows(ring: dict[str, np.ndarray], layout: dict, slot: int, start: int, n: int) -> dict[str, np.ndarray]:

@@ -169,32 +169,41 @@ class TokenDataset(Dataset):
                    rows: np.ndarray | None = None) -> None:
         """The windows of samples `idx` in the request's epoch, into out's first rows (or rows `rows`)."""
         request = request or Request()
-        w = self._gather(idx, request.epoch, request.seed)
-        at = slice(0, len(idx)) if rows is None else rows
+        self.fill_addresses(self.starts(idx, request.epoch, request.seed), out, rows)
+
+    @property
+    def independent_samples(self) -> bool:
+        """Random windows are independent draws keyed by (epoch, index): asked for in index order, they are
+        as random as shuffled (a Mixture draws no shuffle for them). Sequential windows are not."""
+        return self.mode == "random"
+
+    def addresses(self, idx: np.ndarray, epoch: int, seed: int) -> np.ndarray:
+        """Where samples `idx` lie in the pack (their window starts) for a Loader of `seed` in `epoch`: what
+        a Mixture works out for a whole chunk of its positions at once, then fills batches from."""
+        return self.starts(idx, epoch, seed)
+
+    def fill_addresses(self, starts: np.ndarray, out: dict[str, np.ndarray], rows=None) -> None:
+        """The windows at `starts` into out's first rows (or rows `rows`: a slice or row numbers)."""
+        self.fill_raw(self.read_addresses(starts), out, rows)
+
+    @property
+    def raw_layout(self) -> tuple[tuple[int, ...], np.dtype]:
+        """What `read_addresses` gives per sample: a window of context + 1 ids as stored."""
+        return (self.context + 1,), self.data.tokens.dtype
+
+    def read_addresses(self, starts: np.ndarray) -> np.ndarray:
+        """The windows at `starts`, as stored. A Mixture reads its members' into one buffer in position
+        order and converts that into the batch in one pass (`fill_raw`): contiguous copies instead of
+        scattered ones, 0.88x -> 0.95x a single pack's rate at context 1024."""
+        if self.data.guard:
+            self.data.guard.check()
+        return self._all_windows[starts]
+
+    def fill_raw(self, w: np.ndarray, out: dict[str, np.ndarray], rows=None) -> None:
+        """Windows as `read_addresses` gives them into out's first rows (or rows `rows`)."""
+        at = slice(0, len(w)) if rows is None else rows
         out["x"][at] = w[:, :-1]
         out["y"][at] = w[:, 1:]
-
-    @staticmethod
-    def fill_parts(parts, out: dict[str, np.ndarray]) -> None:
-        """Several token datasets' samples into one batch in one pass (a Mixture's members): parts of
-        (dataset, request, rows of out, indices in it), windows as each dataset's fill_batch draws them.
-        The random starts of all parts are one draw (a key hash per row), so a batch mixed from M members
-        costs one draw and M gathers, not M calls."""
-        lens = [len(at) for _, _, at, _ in parts]
-        idx = np.concatenate([ix for *_, ix in parts]) if len(parts) > 1 else np.asarray(parts[0][3], np.int64)
-        hashes = [draws.key_hash(d._draw_key(r.epoch, r.seed)) for d, r, _, _ in parts]
-        highs = [d._highest_start for d, *_ in parts]
-        starts = draws.to_integers(draws.hashed_bits(np.repeat(np.array(hashes, np.uint64), lens), idx),
-                                   np.repeat(highs, lens))
-        o = 0
-        for (d, _, at, _), n in zip(parts, lens):
-            if d.data.guard:
-                d.data.guard.check()
-            s = idx[o:o + n] * d.context if d.mode == "sequential" else starts[o:o + n]
-            w = d._all_windows[s]
-            out["x"][at] = w[:, :-1]
-            out["y"][at] = w[:, 1:]
-            o += n
 
 
 class DocumentDataset(Dataset):
