@@ -168,6 +168,8 @@ def test_members_that_fill_rows_in_place_serve_what_the_buffered_path_serves(tmp
 
     def batch(idx):  # a new Mixture each time: nothing cached from a call with other members' methods
         monkeypatch.setattr(mixture, "CHUNK", chunk)
+        if chunk == 37:
+            monkeypatch.setattr(mixture, "ADDRESS_BLOCK", 5)  # a part's addresses span blocks drawn apart
         fresh = dataprep.Mixture(packs, [0.6, 0.4], seed=5)
         out = {k: np.full((len(idx), *s), -1, d) for k, (s, d) in fresh.batch_layout(req).items()}
         fresh.fill_batch(idx, out, req)
@@ -190,6 +192,7 @@ def test_members_that_fill_rows_in_place_serve_what_the_buffered_path_serves(tmp
         buffered = batch(idx)
         monkeypatch.undo()
         assert all((direct[k] == v[k]).all() for v in (per_member, in_place, buffered) for k in direct)
+    mix = dataprep.Mixture(packs, [0.6, 0.4], seed=5)  # nothing cached under another CHUNK
     whole = mix.locate(np.arange(len(mix)), 3)  # a run and the same positions scattered: one answer
     perm = np.random.default_rng(2).permutation(len(mix))
     assert all((a[perm] == b).all() for a, b in zip(whole, mix.locate(perm, 3)))
@@ -291,3 +294,20 @@ def test_a_range_and_its_array_fill_one_batch(tmp_path):
     assert all((a[k] == b[k]).all() for k in a) and (a["x"] >= 0).all()
     with pytest.raises(IndexError):
         batch(range(len(mix) - 10, len(mix) + 40))
+
+
+def test_a_members_shuffle_is_the_permutation_its_key_draws():
+    """Member m's epoch-e order is Generator.permutation(n) keyed by (tag, seed, m, e), whichever epoch is
+    asked for first (a cache that served another epoch's order would fail)."""
+    from dataprep.serve import draws
+
+    mix = Mixture([Tagged(0, 50), Tagged(1, 30)], [0.5, 0.5], seed=3, samples=400)
+    member, index, m_epoch = mix.locate(np.arange(len(mix))[::-1].copy(), 1)  # last positions first
+    for m, n in ((0, 50), (1, 30)):
+        for e in np.unique(m_epoch[member == m]):
+            key = [w & 0xFFFFFFFFFFFFFFFF for w in (draws.MIXTURE, 3, m, int(e))]
+            got = index[(member == m) & (m_epoch == e)][::-1]  # back in position order
+            want = np.random.default_rng(key).permutation(n)
+            drawn = np.arange(len(mix))[::-1][(member == m) & (m_epoch == e)][::-1]  # positions of these draws
+            first = mix.counts(drawn[0])[m] + 1 * int(mix._per_epoch[m]) - int(e) * n  # rank in the member epoch
+            assert got.tolist() == want[first : first + len(got)].tolist()

@@ -11,14 +11,12 @@ permutations, epoch after epoch (serve/draws.py, keyed by seed, member and membe
 order for members whose samples are independent draws already (random token windows).
 
 The Loader asks for runs of positions (as ranges). A run is served from its chunk's plan: which member
-serves each position, and for token members the window starts, all worked out for 8,192 positions at
-once; the members' windows are read into one buffer in position order and converted into the batch in
-one pass. A batch of a mixture then costs what a batch of one pack does (benchmarks/bench_resume.py).
+serves each position, worked out for 8,192 positions at once, and for token members the window starts,
+drawn 1,024 at a time; the members' windows are read into one buffer in position order and converted
+into the batch in one pass. benchmarks/bench_resume.py compares a mixture's batches with one pack's.
 """
 from __future__ import annotations
 
-import os
-import threading
 from functools import lru_cache
 from typing import Sequence
 
@@ -33,6 +31,7 @@ PERMUTATION_LIMIT = 1 << 22  # members up to this many samples keep their shuffl
 # Positions whose plan is worked out at once (a few chunks kept). Arrays of 8,192 int64 stay under
 # malloc's 128 KiB mmap threshold: numpy's arithmetic on them costs ~8 ns an element, on 16,384 ~30.
 CHUNK = 1 << 13
+ADDRESS_BLOCK = 1 << 10  # a pair's addresses are drawn this many at a time, when first needed
 
 
 class Mixture:
@@ -167,7 +166,7 @@ class Mixture:
                 if i1 == i0:
                     continue
                 rows = slice(a - shift, b - shift) if i1 - i0 == b - a else pos[i0:i1] - shift
-                parts.append((m, e, rows, index[i0:i1], None if got is None else got[i0:i1]))
+                parts.append((m, e, rows, index[i0:i1], None if got is None else self._addresses(got, e, index, i0, i1)))
         return parts
 
     def _chunk(self, epoch: int, c: int) -> list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, None]]:
@@ -196,10 +195,11 @@ class Mixture:
             cache[(epoch, c)] = got
         return got
 
-    def _plan(self, epoch: int, c: int, seed: int) -> list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]]:
-        """`_chunk` with each pair's addresses for a Loader of `seed` (`addresses` of members that have it:
-        a token pack's window starts), drawn for the whole chunk at once: per position a small share of
-        what a batch's draw costs."""
+    def _plan(self, epoch: int, c: int, seed: int) -> list:
+        """`_chunk` with room for each pair's addresses under a Loader of `seed` (`addresses` of members
+        that have it: a token pack's window starts): an array per pair and which of its blocks of
+        ADDRESS_BLOCK entries are drawn. `_addresses` draws a block when a batch first needs it, so a rank
+        or worker that serves a few of a chunk's positions draws little more than those."""
         cache = self.__dict__.setdefault("_plans", {})
         got = cache.get((epoch, c, seed))
         if got is None:
@@ -207,11 +207,25 @@ class Mixture:
             for m, e, pos, before, index, _ in self._chunk(epoch, c):
                 d = self.datasets[m]
                 has = hasattr(d, "addresses") and hasattr(d, "fill_addresses")
-                got.append((m, e, pos, before, index, d.addresses(index, e, member_seed(seed, m)) if has else None))
+                room = (np.empty(len(index), np.int64), np.zeros(-(-len(index) // ADDRESS_BLOCK), bool),
+                        d, member_seed(seed, m)) if has else None
+                got.append((m, e, pos, before, index, room))
             while len(cache) >= 4:
                 cache.pop(next(iter(cache)))
             cache[(epoch, c, seed)] = got
         return got
+
+    @staticmethod
+    def _addresses(room, e: int, index: np.ndarray, i0: int, i1: int) -> np.ndarray:
+        """Entries i0..i1-1 of a pair's addresses, drawing the blocks not drawn yet (blocks: a draw of a
+        thousand costs about what one of a batch's few hundred does; numpy's overhead is per call)."""
+        out, drawn, d, seed = room
+        for k in range(i0 // ADDRESS_BLOCK, (i1 - 1) // ADDRESS_BLOCK + 1):
+            if not drawn[k]:
+                lo, hi = k * ADDRESS_BLOCK, min((k + 1) * ADDRESS_BLOCK, len(out))
+                out[lo:hi] = d.addresses(index[lo:hi], e, seed)
+                drawn[k] = True
+        return out[i0:i1]
 
     def _draws(self, m: int, rows: np.ndarray, rank: np.ndarray, epoch: int, run: bool):
         """Member m's draws number `rank` (of mixture epoch `epoch`) -> groups of (member, member epoch,
@@ -235,47 +249,22 @@ class Mixture:
 
     def _order(self, m: int, e: int, k: np.ndarray) -> np.ndarray:
         """Position k of member m's shuffle in its epoch e: a permutation array held for members of up to
-        PERMUTATION_LIMIT samples (made once per member epoch in the process that serves it, the next
-        epoch's drawn by a thread meanwhile), else computed per position (serve/draws.permuted: no memory,
-        a few microseconds a sample more)."""
+        PERMUTATION_LIMIT samples (made once per member epoch, in the process that serves it), else
+        computed per position (serve/draws.permuted: no memory, a few microseconds a sample more)."""
         n = int(self.lengths[m])
         if n > PERMUTATION_LIMIT:
             return draws.permuted(n, (draws.MIXTURE, self.seed, m, e), k)
         cache = self.__dict__.setdefault("_orders", {})
         if cache.get(m, (None,))[0] != e:
-            cache[m] = (e, self._permutation(m, e))
-            self._prefetch(m, e + 1)
+            key = [w & 0xFFFFFFFFFFFFFFFF for w in (draws.MIXTURE, self.seed, m, e)]  # 3x faster than argsorting draws
+            order = np.arange(n, dtype=np.int32)  # the permutation Generator.permutation(n) gives, 1.4x faster
+            np.random.default_rng(key).shuffle(order)
+            cache[m] = (e, order)
         return cache[m][1][k]
 
-    def _permutation(self, m: int, e: int) -> np.ndarray:
-        """Member m's shuffle in its epoch e (int32: half the memory and 1.4x faster to draw than int64, the
-        same permutation): the one a thread drew ahead if this process started it, else drawn now."""
-        pending = self.__dict__.setdefault("_pending", {}).pop(m, None)
-        if pending is not None:
-            key, thread, box = pending
-            if key == (e, os.getpid()):  # a thread forked away with its parent is not waited for
-                thread.join()
-                if "order" in box:
-                    return box["order"]
-        return self._draw_permutation(m, e)
-
-    def _draw_permutation(self, m: int, e: int) -> np.ndarray:
-        key = [w & 0xFFFFFFFFFFFFFFFF for w in (draws.MIXTURE, self.seed, m, e)]  # 3x faster than argsorting draws
-        order = np.arange(int(self.lengths[m]), dtype=np.int32)  # n <= PERMUTATION_LIMIT
-        np.random.default_rng(key).shuffle(order)
-        return order
-
-    def _prefetch(self, m: int, e: int) -> None:
-        """Draw member m's epoch-e shuffle on a thread (numpy shuffles without the GIL), ready when its
-        epoch e begins: a shuffle of 1M samples costs ~50 ms, a few percent of a token epoch's serving."""
-        box: dict = {}
-        thread = threading.Thread(target=lambda: box.setdefault("order", self._draw_permutation(m, e)), daemon=True)
-        self.__dict__.setdefault("_pending", {})[m] = ((e, os.getpid()), thread, box)
-        thread.start()
-
     def __getstate__(self):
-        """Without the caches (worked out again where needed) or the threads drawing shuffles ahead."""
-        return {k: v for k, v in self.__dict__.items() if k not in ("_chunks", "_plans", "_orders", "_pending", "_raw_buffer", "_raw_layout")}
+        """Without the caches (worked out again where needed)."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("_chunks", "_plans", "_orders", "_raw_buffer", "_raw_layout")}
 
     # -- a dataset ------------------------------------------------------------------------------------
     def __len__(self) -> int:

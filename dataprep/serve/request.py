@@ -9,7 +9,7 @@ The protocol a dataset offers the Loader:
     batch_layout(request) -> {key: (sample shape, dtype)}   what one sample occupies in a batch buffer
     fill_batch(idx, out, request)                           write samples idx into out's rows
 
-idx is an int64 array of sample indices, or a range for a dataset that sets `fills_runs` (a Mixture:
+idx is an integer array of sample indices (int64, or int32 from a Mixture's shuffles), or a range for a dataset that sets `fills_runs` (a Mixture:
 its runs of positions are the cheap case, and a range spares it checking that they are one).
 """
 from __future__ import annotations
