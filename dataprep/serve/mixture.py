@@ -128,6 +128,11 @@ class Mixture:
         run = self._run(idx)
         if run is not None:
             return [(m, e, np.arange(n)[rows], index) for m, e, rows, index, _ in self._run_parts(*run, epoch)]
+        return self._scattered(idx, epoch)
+
+    def _scattered(self, idx: np.ndarray, epoch: int) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
+        """`_groups` for positions that are no run, worked out one by one."""
+        n = idx.size
         if idx.min() < 0 or idx.max() >= self.samples:
             raise IndexError(f"a position is out of range for a mixture epoch of {self.samples}")
         c = self.counts(np.concatenate([idx, idx + 1]))
@@ -328,7 +333,7 @@ class Mixture:
                 self._fill_raw(parts, run[1] - run[0], out, rows)
                 return
         else:
-            parts = [(m, e, mine, index, None) for m, e, mine, index in self._groups(idx, r.epoch)]
+            parts = [(m, e, mine, index, None) for m, e, mine, index in self._scattered(idx, r.epoch)]
         for m, e, mine, index, addresses in parts:
             d = self.datasets[m]
             at = mine if rows is None else np.asarray(rows)[mine]

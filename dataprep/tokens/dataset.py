@@ -128,10 +128,8 @@ class TokenDataset(Dataset):
         return len(self.data.tokens) - self.context
 
     def _gather(self, idx, epoch: int | None = None, seed: int = 0) -> np.ndarray:
-        if self.data.guard:
-            self.data.guard.check()
         starts = self.starts(idx, epoch, seed)
-        w = self._all_windows[starts]
+        w = self.read_addresses(starts)
         return w.copy() if starts.ndim == 0 else w  # one window is a view of the tokens; a batch is a copy
 
     def _windows(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
