@@ -93,6 +93,49 @@ def test_boxes_follow_torchvisions_distribution(h, w):
         assert rates[1] > 0.3  # ... and this shape exercises it for real
 
 
+def tried_in_turn(plan: RandomResizedCrop, hh, ww, key, idx, order=range(10)) -> np.ndarray:
+    """Boxes drawn as the definition reads: try a's area, aspect, top and left from streams 4a..4a+3 of
+    (key, index), tries in turn, the first that fits kept, else the whole image with its ratio clamped."""
+    from dataprep.serve import draws
+
+    out = []
+    for h, w, i in zip(hh.tolist(), ww.tolist(), idx.tolist()):
+        for a in order:
+            u = [float(draws.uniform((draws.CROP, *key, 4 * a + j), [i])[0]) for j in (0, 1)]
+            target = h * w * (plan.scale[0] + u[0] * (plan.scale[1] - plan.scale[0]))
+            aspect = math.exp(math.log(plan.ratio[0]) + u[1] * (math.log(plan.ratio[1]) - math.log(plan.ratio[0])))
+            bw, bh = round(math.sqrt(target * aspect)), round(math.sqrt(target / aspect))
+            if 0 < bw <= w and 0 < bh <= h:
+                top = int(draws.integers((draws.CROP, *key, 4 * a + 2), [i], h - bh + 1)[0])
+                out.append((top, int(draws.integers((draws.CROP, *key, 4 * a + 3), [i], w - bw + 1)[0]), bh, bw))
+                break
+        else:
+            bh, bw = h, w
+            if w / max(h, 1) < plan.ratio[0]:
+                bh = round(w / plan.ratio[0])
+            elif w / max(h, 1) > plan.ratio[1]:
+                bw = round(h * plan.ratio[1])
+            out.append(((h - bh) // 2, (w - bw) // 2, bh, bw))
+    return np.array(out, np.int64).reshape(-1, 4)
+
+
+@pytest.mark.parametrize("scale,ratio", [(SCALE, RATIO), ((0.5, 1.0), (0.2, 5.0)), ((0.9, 1.0), (2.0, 3.0))])
+def test_boxes_drawn_in_one_pass_are_the_tries_in_turn(scale, ratio):
+    """All tries of all samples are drawn at once; the boxes must be those of trying one after another,
+    over sizes where later tries and the fallback are taken (tried in reverse order, they differ)."""
+    rng = np.random.default_rng(int(scale[0] * 10))
+    n = 600
+    hh = np.concatenate([rng.integers(1, 2000, n // 3), rng.integers(1, 6, n // 3), rng.integers(2, 30, n - 2 * (n // 3))])
+    ww = np.concatenate([rng.integers(1, 2000, n // 3), rng.integers(1, 6, n // 3), rng.integers(150, 400, n - 2 * (n // 3))])
+    plan, key, idx = RandomResizedCrop(32, scale, ratio), (7, 2), rng.integers(0, 10**9, n)
+    ours, want = plan.boxes(hh, ww, key, idx), tried_in_turn(plan, hh, ww, key, idx)
+    assert (ours == want).all()
+    assert (ours != tried_in_turn(plan, hh, ww, key, idx, order=range(9, -1, -1))).any(1).mean() > 0.02
+    whole = (ours[:, 2] == hh) & (ours[:, 3] == ww)
+    assert 0 < whole.mean() < 1  # some boxes are whole images (fallback or a try that covers it), most not
+    assert plan.boxes(hh[:0], ww[:0], key, idx[:0]).shape == (0, 4)
+
+
 def test_the_ks_test_rejects_a_plausible_wrong_implementation():
     """Negative control: aspect ratios uniform instead of log-uniform, and no ratio clamp in the fallback."""
     n, h, w = 20_000, 300, 400

@@ -10,6 +10,7 @@ box depends on (seed, epoch, index) only: any worker count, and a resumed run, g
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 
@@ -59,26 +60,36 @@ class RandomResizedCrop:
 
     def boxes(self, heights, widths, key: tuple[int, ...], idx) -> np.ndarray:
         """(N, 4) int64 boxes (top, left, height, width) for images of the given sizes, drawn from
-        (key, index) as torchvision's get_params draws them."""
+        (key, index) as torchvision's get_params draws them: up to 10 tries of an area and an aspect, the
+        first that fits taken, else the whole image with its ratio clamped. Every try of every sample is
+        drawn in one pass (a stream per try, the boxes of trying one after another): try by try cost
+        0.2-0.4 ms a batch of up to 256, whatever its size (numpy's overhead per call), one pass ~0.07-0.09 ms
+        up to 64 (a Mixture pays it once per member in a batch)."""
         hh, ww = np.asarray(heights, np.int64), np.asarray(widths, np.int64)
         idx = np.asarray(idx, np.int64)
+        n = len(idx)
+        out = np.zeros((n, 4), np.int64)
+        if not n:
+            return out
         area = (hh * ww).astype(np.float64)
         lo, hi = math.log(self.ratio[0]), math.log(self.ratio[1])
-        out = np.zeros((len(idx), 4), np.int64)
-        done = np.zeros(len(idx), bool)
-        for a in range(_ATTEMPTS):
-            target = area * (self.scale[0] + draws.uniform((draws.CROP, *key, 4 * a), idx) * (self.scale[1] - self.scale[0]))
-            aspect = np.exp(lo + draws.uniform((draws.CROP, *key, 4 * a + 1), idx) * (hi - lo))
-            w = np.round(np.sqrt(target * aspect)).astype(np.int64)
-            h = np.round(np.sqrt(target / aspect)).astype(np.int64)
-            ok = ~done & (w > 0) & (w <= ww) & (h > 0) & (h <= hh)
-            if ok.any():
-                top = draws.integers((draws.CROP, *key, 4 * a + 2), idx[ok], hh[ok] - h[ok] + 1)
-                left = draws.integers((draws.CROP, *key, 4 * a + 3), idx[ok], ww[ok] - w[ok] + 1)
-                out[ok] = np.stack([top, left, h[ok], w[ok]], 1)
-                done |= ok
-            if done.all():
-                return out
+        keys = _try_keys(tuple(int(k) for k in key))  # (stream, try)
+        u = draws.to_uniform(draws.hashed_bits(keys[:2, :, None], idx))  # streams 0, 1 of every (try, sample)
+        target = area * (self.scale[0] + u[0] * (self.scale[1] - self.scale[0]))
+        aspect = np.exp(lo + u[1] * (hi - lo))
+        w = np.round(np.sqrt(target * aspect)).astype(np.int64)
+        h = np.round(np.sqrt(target / aspect)).astype(np.int64)
+        fits = (w > 0) & (w <= ww) & (h > 0) & (h <= hh)
+        first = fits.argmax(0)  # the first try that fits
+        done = fits[first, np.arange(n)]
+        if done.any():
+            k = np.flatnonzero(done)
+            bh, bw = h[first[k], k], w[first[k], k]
+            top_left = draws.to_integers(draws.hashed_bits(keys[2:, first[k]], idx[k]),  # streams 2, 3 of its try
+                                         np.stack([hh[k] - bh + 1, ww[k] - bw + 1]))
+            out[k] = np.stack([top_left[0], top_left[1], bh, bw], 1)
+        if done.all():
+            return out
         rest = ~done  # the fallback: the whole image, its ratio clamped to the range
         h, w = hh[rest].copy(), ww[rest].copy()
         in_ratio = w / np.maximum(h, 1)
@@ -87,6 +98,12 @@ class RandomResizedCrop:
         w[wide] = np.round(h[wide] * self.ratio[1]).astype(np.int64)
         out[rest] = np.stack([(hh[rest] - h) // 2, (ww[rest] - w) // 2, h, w], 1)
         return out
+
+
+@lru_cache(maxsize=256)
+def _try_keys(key: tuple[int, ...]) -> np.ndarray:
+    """(4, tries) hashes of RandomResizedCrop's streams under `key`: stream 4 a + j at [j, a]."""
+    return np.array([[draws.key_hash((draws.CROP, *key, 4 * a + j)) for a in range(_ATTEMPTS)] for j in range(4)], np.uint64)
 
 
 class CenterCrop:
