@@ -165,10 +165,13 @@ class BatchFilling:
             raise PackError(f"{self.pack}/{self.split}: sample {i} ({self.sources[i]}) at {res} px does not decode as JPEG")
         return img
 
-    def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray], request: Request | None = None) -> None:
-        """Write samples `idx` into the preallocated rows of `out` (shaped as `batch_layout` says):
-        decoded packs by one gather, others one by one straight into their row, cut by the request's crop
-        and flipped by its draws."""
+    fills_rows = True  # fill_batch takes rows= (a Mixture's members write straight into their batch rows)
+
+    def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray], request: Request | None = None,
+                   rows: np.ndarray | None = None) -> None:
+        """Write samples `idx` into the preallocated rows of `out` (shaped as `batch_layout` says), its first
+        rows or rows `rows`: decoded packs by one gather, others one by one straight into their row, cut by
+        the request's crop and flipped by its draws."""
         if self.transform is not None:
             raise DataprepError("the batch path serves uint8 pixels; apply transforms to the batch (on the GPU)")
         request = request or Request()
@@ -177,26 +180,35 @@ class BatchFilling:
         if request.resolution is not None and request.resolution != self.resolution:
             self.use(request.resolution)
         images, n = out["images"], len(idx)
+        at = slice(0, n) if rows is None else np.asarray(rows, np.int64)  # the batch rows, for whole-batch copies
+        row = range(n) if rows is None else at.tolist()  # and sample k's, one by one
         idx = np.asarray(idx, np.int64)
         keys = idx  # what each sample's crop and flip are drawn from: its index in the split
         if self._global is not None:
             idx = self._held_row(idx, request.epoch)
             keys = self._global[idx]
         if "labels" in out:
-            out["labels"][:n] = self._labels[idx]
+            out["labels"][at] = self._labels[idx]
         if "captions" in out:
-            fill_caption_ids(self._caption_ids, self._caption_offsets, idx, self.caption_pad_id,
-                             out["captions"][:n], out["caption_lengths"][:n])
+            ids, lengths = out["captions"][:n], out["caption_lengths"][:n]
+            if rows is not None:
+                ids, lengths = np.empty_like(ids), np.empty_like(lengths)
+            fill_caption_ids(self._caption_ids, self._caption_offsets, idx, self.caption_pad_id, ids, lengths)
+            if rows is not None:
+                out["captions"][at], out["caption_lengths"][at] = ids, lengths
         crop = request.crop
         if crop is not None and not isinstance(crop, (tuple, list)):
             boxes = crop.boxes(self._shapes[idx, 0], self._shapes[idx, 1], (request.seed, request.epoch), keys)
             for k, i in enumerate(idx):
-                self._cut(crop, int(i), boxes[k], images[k])
+                self._cut(crop, int(i), boxes[k], images[row[k]])
         elif self._pixels is not None and images.shape[1:] == self._pixels.shape[1:]:
-            take_rows(self._pixels, idx, images[:n])
+            if rows is None:
+                take_rows(self._pixels, idx, images[:n])
+            else:
+                images[at] = take_rows(self._pixels, idx, np.empty((n, *images.shape[1:]), images.dtype))
         else:
             for k, i in enumerate(idx):
-                center_crop_into(self._pixels_of(int(i)), images[k])
+                center_crop_into(self._pixels_of(int(i)), images[row[k]])
         if request.flip:
             for k in np.flatnonzero(crops.flips((request.seed, request.epoch), keys)):
-                crops.flip_into(images[k])
+                crops.flip_into(images[row[k]])

@@ -112,6 +112,8 @@ class SegmentationDataset(InMemoryImageDataset):
         images = super().batch_layout(request)["images"]
         return {"images": images, "masks": (images[0][:2], self.mask_dtype)}
 
+    fills_rows = False  # fill_batch writes out's first rows only (a Mixture gives it a buffer of its own)
+
     def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray], request: Request | None = None) -> None:
         """Write samples `idx` into `out`: fixed-size raw packs by two gathers, others one by one, each
         center-cropped (images padded black, masks with the ignore value or 0)."""
