@@ -168,15 +168,15 @@ def test_members_that_fill_rows_in_place_serve_what_the_buffered_path_serves(tmp
 
     def batch(idx):  # a new Mixture each time: nothing cached from a call with other members' methods
         monkeypatch.setattr(mixture, "CHUNK", chunk)
-        if chunk == 37:
-            monkeypatch.setattr(mixture, "ADDRESS_BLOCK", 5)  # a part's addresses span blocks drawn apart
         fresh = dataprep.Mixture(packs, [0.6, 0.4], seed=5)
+        joined.append(fresh._join() is not None)
         out = {k: np.full((len(idx), *s), -1, d) for k, (s, d) in fresh.batch_layout(req).items()}
         fresh.fill_batch(idx, out, req)
         return out
 
     run, scattered = np.arange(100, 228), np.random.default_rng(1).permutation(len(mix))[:128]
     for idx in (run, scattered):
+        joined = []
         direct = batch(idx)
         member, index, m_epoch = mix.locate(idx, 3)
         assert 0 < (member == 0).sum() < len(idx)  # both members appear, interleaved
@@ -184,13 +184,14 @@ def test_members_that_fill_rows_in_place_serve_what_the_buffered_path_serves(tmp
             ds = packs[member[k]]
             w = ds._gather(np.array([index[k]]), int(m_epoch[k]), dataprep.serve.mixture.member_seed(7, int(member[k])))
             assert direct["x"][k].tolist() == w[0, :-1].tolist() and direct["y"][k].tolist() == w[0, 1:].tolist()
-        monkeypatch.setattr(mixture.Mixture, "_raw", property(lambda self: None))  # no common buffer: per member
+        monkeypatch.setattr(mixture.Mixture, "_join", lambda self: None)  # no joined view: each member its rows
         per_member = batch(idx)
         monkeypatch.delattr(type(packs[0]), "addresses")  # each member's own fill_batch, rows in place
         in_place = batch(idx)
         monkeypatch.setattr(type(packs[0]), "fills_rows", False)  # ... and through a buffer of its own
         buffered = batch(idx)
         monkeypatch.undo()
+        assert joined == [True, False, False, False]  # the first batch came through the joined view
         assert all((direct[k] == v[k]).all() for v in (per_member, in_place, buffered) for k in direct)
     mix = dataprep.Mixture(packs, [0.6, 0.4], seed=5)  # nothing cached under another CHUNK
     whole = mix.locate(np.arange(len(mix)), 3)  # a run and the same positions scattered: one answer
@@ -222,6 +223,45 @@ def test_runs_sliced_from_cached_chunks_locate_what_scattered_positions_do(monke
             assert len(set(whole[2][whole[0] == 2].tolist())) > 1  # member 2 restarted inside this epoch
     # the chunks are per epoch: a cache that ignored the epoch would serve epoch 0's draws again
     assert not (mix.locate(np.arange(len(mix)), 1)[1] == mix.locate(np.arange(len(mix)), 0)[1]).all()
+
+
+@pytest.mark.parametrize("rank,world,workers", [(0, 1, 0), (1, 4, 0), (0, 2, 2)])
+def test_a_process_plans_about_the_positions_it_serves(monkeypatch, rank, world, workers):
+    """A rank (or a worker) serving runs `stride` apart plans its next runs, not every position between
+    them: over an epoch a process plans about what it serves (a rank of 4 once planned 4x that). What it
+    serves is each position's sample either way."""
+    import dataprep.serve.mixture as mixture
+    from dataprep.serve.request import Request
+
+    planned = []
+    make = mixture.Mixture._make_plan
+
+    def counted(self, epoch, start, length, stride, runs):
+        plan = make(self, epoch, start, length, stride, runs)
+        planned.append(len(plan.member))
+        return plan
+
+    monkeypatch.setattr(mixture, "CHUNK", 512)
+    monkeypatch.setattr(mixture.Mixture, "_make_plan", counted)
+    mix = Mixture([Tagged(0, 5000), Tagged(1, 3000), Tagged(2, 2000)], WEIGHTS, seed=4)
+    loader = Loader(mix, 64, rank=rank, world_size=world, indices=True)
+    rows = [(x.numpy(), i.numpy()) for x, i in loader]
+    served, planning = sum(len(i) for _, i in rows), sum(planned)
+    assert served >= len(mix) // world
+    member, index, m_epoch = mix.locate(np.concatenate([i for _, i in rows]), 0)
+    assert (np.concatenate([x for x, _ in rows]) == np.stack([member, index, m_epoch], 1)).all()
+    if workers == 0:
+        assert planning <= served + 2 * 512, (planning, served)
+    else:  # two workers' parts of each batch, asked for in one process as they would each be
+        truth = np.stack(mix.locate(np.arange(len(mix)), 0), 1)
+        planned.clear()
+        for part in ((0, 32), (32, 64)):
+            fresh = Mixture([Tagged(0, 5000), Tagged(1, 3000), Tagged(2, 2000)], WEIGHTS, seed=4)
+            for b in range(0, len(mix) - 64, 64 * world):
+                out = {"x": np.empty((32, 3), np.int64)}
+                fresh.fill_batch(range(b + part[0], b + part[1]), out, Request())
+                assert (out["x"] == truth[b + part[0] : b + part[1]]).all()
+        assert sum(planned) <= len(mix) // world + 4 * 512, (sum(planned), len(mix))
 
 
 def _token_packs(tmp_path, names_texts, context=8, samples=300, modes=None):
@@ -294,6 +334,55 @@ def test_a_range_and_its_array_fill_one_batch(tmp_path):
     assert all((a[k] == b[k]).all() for k in a) and (a["x"] >= 0).all()
     with pytest.raises(IndexError):
         batch(range(len(mix) - 10, len(mix) + 40))
+
+
+TEXTS = (("a", "alpha beta gamma delta " * 300), ("b", "one two three four five six " * 300))
+
+
+def test_token_members_are_rows_of_one_view_that_spans_them(tmp_path):
+    """Member m's window k is row shift[m] + k of the joined view (the bytes between members never read);
+    a view one row off serves other windows, which the check would see."""
+    packs = _token_packs(tmp_path, TEXTS)
+    mix = dataprep.Mixture(packs, [0.6, 0.4])
+    join = mix._join()
+    assert join is not None and join.view.dtype == packs[0].windows().dtype
+    for m, d in enumerate(packs):
+        w = d.windows()
+        rows = np.array([0, 1, len(w) // 2, len(w) - 1])
+        assert (join.view[join.shift[m] + rows] == w[rows]).all()
+        assert not (join.view[join.shift[m] + rows[:-1] + 1] == w[rows[:-1]]).all()  # one row off: not the windows
+    assert join.view.flags.writeable is False
+
+
+def test_a_member_drawing_starts_outside_its_windows_is_refused_before_any_read(tmp_path, monkeypatch):
+    packs = _token_packs(tmp_path, TEXTS)
+    mix = dataprep.Mixture(packs, [0.6, 0.4])
+    n = len(packs[1].windows())
+    monkeypatch.setattr(packs[1], "addresses", lambda idx, epoch, seed: np.full(len(idx), n))  # one past its last window
+    out = {k: np.zeros((16, *s), d) for k, (s, d) in mix.batch_layout().items()}
+    with pytest.raises(DataprepError, match=f"member 1 .* outside its {n} windows"):
+        mix.fill_batch(range(0, 16), out)
+    assert not out["x"].any()  # nothing was served
+
+
+def test_a_member_whose_windows_change_is_joined_anew(tmp_path):
+    """A member reloaded (its windows are other arrays) is joined again, its starts drawn anew: a stale
+    join would serve the old member's windows."""
+    from dataprep.serve.mixture import member_seed
+    from dataprep.serve.request import Request
+
+    packs = _token_packs(tmp_path, (*TEXTS, ("c", "red green blue " * 500)))
+    mix = dataprep.Mixture(packs[:2], [0.6, 0.4], seed=1)
+    req = Request(epoch=0, seed=2)
+    out = {k: np.zeros((64, *s), d) for k, (s, d) in mix.batch_layout(req).items()}
+    mix.fill_batch(range(64), out, req)
+    packs[0].data, packs[0]._all_windows = packs[2].data, packs[2]._all_windows  # member 0 now holds pack c
+    mix.fill_batch(range(64), out, req)
+    member, index, m_epoch = mix.locate(np.arange(64), 0)
+    for k in np.flatnonzero(member == 0):
+        want = packs[0]._gather(np.array([index[k]]), int(m_epoch[k]), member_seed(2, 0))[0]
+        assert out["x"][k].tolist() == want[:-1].tolist()
+    assert mix._joined.windows[0] is packs[2].windows()
 
 
 def test_a_members_shuffle_is_the_permutation_its_key_draws():

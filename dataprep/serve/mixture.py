@@ -10,10 +10,12 @@ arithmetic: no table is built, however long the epoch. A member's draws run thro
 permutations, epoch after epoch (serve/draws.py, keyed by seed, member and member epoch), or in index
 order for members whose samples are independent draws already (random token windows).
 
-The Loader asks for runs of positions (as ranges). A run is served from its chunk's plan: which member
-serves each position, worked out for 8,192 positions at once, and for token members the window starts,
-drawn 1,024 at a time; the members' windows are read into one buffer in position order and converted
-into the batch in one pass. benchmarks/bench_resume.py compares a mixture's batches with one pack's.
+The Loader asks for runs of positions (as ranges). A run is served from a plan of the positions this
+process is about to serve (about 8,192: the next ones, or its next runs of a rank's or worker's share,
+`stride` apart): which member serves each, its index in the member and, for token members, the window
+start, each worked out for the whole plan at once. Token members' windows are gathered through one view
+that spans every member (`_Joined`), so a mixed batch costs one gather and one conversion, as one pack's
+does. benchmarks/bench_resume.py compares a mixture's batches with one pack's.
 """
 from __future__ import annotations
 
@@ -28,10 +30,9 @@ from .request import Request
 
 
 PERMUTATION_LIMIT = 1 << 22  # members up to this many samples keep their shuffle as an array (int32: 16 MiB)
-# Positions whose plan is worked out at once (a few chunks kept). Arrays of 8,192 int64 stay under
+# Positions a plan works out at once (a few plans kept per process). Arrays of 8,192 int64 stay under
 # malloc's 128 KiB mmap threshold: numpy's arithmetic on them costs ~8 ns an element, on 16,384 ~30.
 CHUNK = 1 << 13
-ADDRESS_BLOCK = 1 << 10  # a pair's addresses are drawn this many at a time, when first needed
 
 
 class Mixture:
@@ -119,8 +120,8 @@ class Mixture:
 
     def _groups(self, idx: np.ndarray, epoch: int) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
         """(member, member epoch, rows of idx, indices in the member) for positions `idx` (flattened): a run
-        of positions (as the Loader asks) is sliced from the cached plan of its chunk(s); scattered
-        positions are worked out one by one."""
+        of positions (as the Loader asks) is sliced from a plan (`_plan`); scattered positions are worked
+        out one by one."""
         idx = np.asarray(idx, np.int64).reshape(-1)
         n = idx.size
         if not n:
@@ -159,78 +160,100 @@ class Mixture:
     def _run_parts(self, lo: int, hi: int, epoch: int, seed: int | None = None):
         """Positions lo..hi-1 of `epoch` as parts of (member, member epoch, rows of the run (a slice where
         they are contiguous), indices in the member, the member's addresses of them under Loader seed
-        `seed` (None: not asked, or the member has none)). Each part is two lookups and slices of its
-        chunk's plan: no apportionment, shuffle or draw is worked out per batch."""
+        `seed` (None: not asked, or the member has none)), sliced from the plan that holds the run: no
+        apportionment, shuffle or draw is worked out per batch."""
+        plan, i = self._plan(lo, hi, epoch)
+        n = hi - lo
+        member, m_epoch, index = plan.member[i : i + n], plan.m_epoch[i : i + n], plan.index[i : i + n]
+        addressed = self._addressed()
+        addr = self._plan_addresses(plan, seed)[i : i + n] if seed is not None and any(addressed) else None
+        m0, e0 = int(member[0]), int(m_epoch[0])
+        if (member == m0).all() and (m_epoch == e0).all():  # the whole run from one member epoch
+            return [(m0, e0, slice(0, n), index, addr if addressed[m0] else None)]
         parts = []
-        for c in range(lo // CHUNK, (hi - 1) // CHUNK + 1):
-            base = c * CHUNK
-            a, b = max(lo - base, 0), min(hi - base, CHUNK)
-            shift = lo - base  # chunk position - run row
-            for m, e, pos, before, index, got in (self._chunk(epoch, c) if seed is None else self._plan(epoch, c, seed)):
-                i0, i1 = int(before[a]), int(before[b])
-                if i1 == i0:
-                    continue
-                rows = slice(a - shift, b - shift) if i1 - i0 == b - a else pos[i0:i1] - shift
-                parts.append((m, e, rows, index[i0:i1], None if got is None else self._addresses(got, e, index, i0, i1)))
+        for m in np.flatnonzero(np.bincount(member, minlength=len(self.datasets))):
+            rows = np.flatnonzero(member == m)
+            epochs = m_epoch[rows]  # ascending along the run
+            for e in range(int(epochs[0]), int(epochs[-1]) + 1):
+                mine = rows if epochs[0] == epochs[-1] else rows[epochs == e]
+                if len(mine):
+                    parts.append((int(m), e, mine, index[mine], addr[mine] if addr is not None and addressed[m] else None))
         return parts
 
-    def _chunk(self, epoch: int, c: int) -> list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, None]]:
-        """The plan of positions c * CHUNK.. of `epoch`: for each (member, member epoch) pair that serves
-        some, the positions it serves (relative to the chunk, ascending), how many of them come before
-        each position (so a batch finds its share by two lookups), their indices in the member, and None
-        (`_plan` adds the addresses). Worked out once per chunk in each process that serves it (a few of
-        the latest kept), so a batch costs slices, not the apportionment and the shuffles."""
-        cache = self.__dict__.setdefault("_chunks", {})
-        got = cache.get((epoch, c))
+    def _plan(self, lo: int, hi: int, epoch: int) -> tuple["_Plan", int]:
+        """The plan that holds positions lo..hi-1 of `epoch` (a few of the latest kept), and where they
+        start in it. On a miss, the positions this process is about to serve are planned: if its last
+        request in this epoch ended a gap of `stride` positions before this one (a rank's share of each
+        global batch, a worker's part of each batch), the next runs `stride` apart, about CHUNK positions
+        in all, else the next CHUNK positions. What is planned only decides the cost, never a sample."""
+        plans = self.__dict__.setdefault("_plans", [])
+        last, self.__dict__["_last"] = self.__dict__.get("_last"), (epoch, lo, hi)
+        for plan in reversed(plans):
+            at = plan.find(lo, hi, epoch)
+            if at is not None:
+                return plan, at
+        n = hi - lo
+        stride = lo - last[1] if last is not None and last[0] == epoch else 0
+        if stride > n:  # runs of n, stride apart
+            plan = self._make_plan(epoch, lo, n, stride, max(1, CHUNK // n))
+        else:
+            plan = self._make_plan(epoch, lo, max(CHUNK, n), max(CHUNK, n), 1)
+        if len(plans) >= 4:
+            plans.pop(0)
+        plans.append(plan)
+        return plan, 0
+
+    def _make_plan(self, epoch: int, start: int, length: int, stride: int, runs: int) -> "_Plan":
+        """Which member serves each of the positions `runs` runs of `length`, `stride` apart from `start`
+        (those before the epoch's end), its index in the member and the member's epoch, worked out for all
+        at once: the apportionment at each position and the one after it (a member serves the positions
+        its count grows at), then each member's draws."""
+        heads = start + stride * np.arange(runs, dtype=np.int64)
+        n = int(np.clip(self.samples - heads, 0, length).sum())  # the positions in the epoch lead the grid
+        shares: list = [None] * len(self.datasets)
+        _shares(self._tree, heads[:, None] + np.arange(length + 1, dtype=np.int64), shares)
+        plan = _Plan(epoch, start, length, stride, runs, n)
+        for m, held in enumerate(shares):
+            before = held[:, :-1].reshape(-1)[:n]
+            rows = np.flatnonzero(held[:, 1:].reshape(-1)[:n] != before)
+            if len(rows):  # a member's draws ascend along the positions
+                plan.member[rows] = m
+                for mm, e, r, k in self._draws(m, rows, before[rows], epoch, run=True):
+                    plan.index[r], plan.m_epoch[r] = k, e
+                    plan.groups.append((mm, e, r))
+        return plan
+
+    def _addressed(self) -> list[bool]:
+        """Which members have addresses (`addresses` and `fill_addresses`: a token pack's window starts)."""
+        return [hasattr(d, "addresses") and hasattr(d, "fill_addresses") for d in self.datasets]
+
+    def _plan_addresses(self, plan: "_Plan", seed: int) -> np.ndarray:
+        """The addresses of a plan's positions under a Loader of `seed` (each in its member's own terms;
+        members without addresses leave theirs unset), drawn for the whole plan, a call per (member,
+        member epoch), the first time a batch needs them: a draw costs ~20 us a call plus ~7 ns a
+        position, so a plan's costs ~3 us a batch of 256, where a batch's own would cost ~20."""
+        got = plan.addresses.get(seed)
         if got is None:
-            lo, hi = c * CHUNK, min((c + 1) * CHUNK, self.samples)
-            shares: list = [None] * len(self.datasets)
-            _shares(self._tree, np.arange(lo, hi + 1, dtype=np.int64), shares)
-            got = []
-            for m, held in enumerate(shares):
-                rows = np.flatnonzero(held[1:] != held[:-1])  # member m serves the positions its count grows at
-                if len(rows):  # within a run a member's draws are consecutive
-                    rank = np.arange(held[0], held[0] + len(rows), dtype=np.int64)
-                    for mm, e, r, k in self._draws(m, rows, rank, epoch, run=True):
-                        before = np.zeros(hi - lo + 1, np.int32)  # the pair's positions before each position
-                        before[r + 1] = 1
-                        got.append((mm, e, r, np.cumsum(before, out=before), k, None))
-            while len(cache) >= 4:
-                cache.pop(next(iter(cache)))
-            cache[(epoch, c)] = got
+            addressed = self._addressed()
+            got = np.empty(len(plan.member), np.int64)
+            for m, e, rows in plan.groups:
+                if addressed[m]:
+                    got[rows] = self._checked(m, self.datasets[m].addresses(plan.index[rows], e, member_seed(seed, m)))
+            if len(plan.addresses) >= 2:
+                plan.addresses.clear()
+            plan.addresses[seed] = got
         return got
 
-    def _plan(self, epoch: int, c: int, seed: int) -> list:
-        """`_chunk` with room for each pair's addresses under a Loader of `seed` (`addresses` of members
-        that have it: a token pack's window starts): an array per pair and which of its blocks of
-        ADDRESS_BLOCK entries are drawn. `_addresses` draws a block when a batch first needs it, so a rank
-        or worker that serves a few of a chunk's positions draws little more than those."""
-        cache = self.__dict__.setdefault("_plans", {})
-        got = cache.get((epoch, c, seed))
-        if got is None:
-            got = []
-            for m, e, pos, before, index, _ in self._chunk(epoch, c):
-                d = self.datasets[m]
-                has = hasattr(d, "addresses") and hasattr(d, "fill_addresses")
-                room = (np.empty(len(index), np.int64), np.zeros(-(-len(index) // ADDRESS_BLOCK), bool),
-                        d, member_seed(seed, m)) if has else None
-                got.append((m, e, pos, before, index, room))
-            while len(cache) >= 4:
-                cache.pop(next(iter(cache)))
-            cache[(epoch, c, seed)] = got
-        return got
-
-    @staticmethod
-    def _addresses(room, e: int, index: np.ndarray, i0: int, i1: int) -> np.ndarray:
-        """Entries i0..i1-1 of a pair's addresses, drawing the blocks not drawn yet (blocks: a draw of a
-        thousand costs about what one of a batch's few hundred does; numpy's overhead is per call)."""
-        out, drawn, d, seed = room
-        for k in range(i0 // ADDRESS_BLOCK, (i1 - 1) // ADDRESS_BLOCK + 1):
-            if not drawn[k]:
-                lo, hi = k * ADDRESS_BLOCK, min((k + 1) * ADDRESS_BLOCK, len(out))
-                out[lo:hi] = d.addresses(index[lo:hi], e, seed)
-                drawn[k] = True
-        return out[i0:i1]
+    def _checked(self, m: int, addresses: np.ndarray) -> np.ndarray:
+        """Member m's addresses, refused unless they are rows of its windows (where it has them): a joined
+        gather (`_Joined`) must never index past a member's own rows."""
+        d = self.datasets[m]
+        if hasattr(d, "windows") and len(addresses):
+            n = len(d.windows())
+            if int(addresses.min()) < 0 or int(addresses.max()) >= n:
+                raise DataprepError(f"Mixture member {m} ({type(d).__name__}) gave window starts outside its {n} windows "
+                                    f"({int(addresses.min())}..{int(addresses.max())}); nothing is read past them")
+        return addresses
 
     def _draws(self, m: int, rows: np.ndarray, rank: np.ndarray, epoch: int, run: bool):
         """Member m's draws number `rank` (of mixture epoch `epoch`) -> groups of (member, member epoch,
@@ -269,7 +292,7 @@ class Mixture:
 
     def __getstate__(self):
         """Without the caches (worked out again where needed)."""
-        return {k: v for k, v in self.__dict__.items() if k not in ("_chunks", "_plans", "_orders", "_raw_buffer", "_raw_layout")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_plans", "_last", "_orders", "_joined")}
 
     # -- a dataset ------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -311,10 +334,11 @@ class Mixture:
 
     def fill_batch(self, idx, out: dict[str, np.ndarray], request: Request | None = None,
                    rows: np.ndarray | None = None) -> None:
-        """Each member fills its rows of the batch (or of `rows`): a member with addresses (token packs)
-        from its chunk's precomputed ones; the others through `fill_batch`, a contiguous share straight
+        """Fill the batch (or its rows `rows`) with positions `idx` (or a range of them): token members
+        by one gather of their windows through the joined view, at the window starts drawn for the
+        plan; other members each fill their own rows through `fill_batch`, a contiguous share straight
         into the batch, scattered rows in place where the member can (`fills_rows`: tokens, tables,
-        mixtures), else through a buffer of their own. `idx`: positions, or a range of them."""
+        images, mixtures), else through a buffer of their own."""
         r = request or Request()
         if isinstance(idx, range) and idx.step == 1:
             if not len(idx):
@@ -328,10 +352,14 @@ class Mixture:
                 return
             run = self._run(idx)
         if run is not None:
-            parts = self._run_parts(*run, r.epoch, r.seed)
-            if len(parts) > 1 and self._raw is not None and all(p[4] is not None for p in parts):
-                self._fill_raw(parts, run[1] - run[0], out, rows)
+            join = self._join()
+            if join is not None:  # one gather: each position's address, shifted to its member's rows of the view
+                plan, i = self._plan(*run, r.epoch)
+                at = slice(i, i + run[1] - run[0])
+                self.datasets[0].fill_raw(join.view[self._plan_addresses(plan, r.seed)[at] + join.shift[plan.member[at]]],
+                                          out, rows)
                 return
+            parts = self._run_parts(*run, r.epoch, r.seed)
         else:
             parts = [(m, e, mine, index, None) for m, e, mine, index in self._scattered(idx, r.epoch)]
         for m, e, mine, index, addresses in parts:
@@ -355,27 +383,76 @@ class Mixture:
                 for k, v in out.items():
                     v[at] = part[k]
 
-    def _fill_raw(self, parts, n: int, out: dict[str, np.ndarray], rows) -> None:
-        """Members that store samples alike (`raw_layout`: token packs of one context and dtype) read
-        theirs into one buffer in position order, then it is converted into the batch in one pass."""
-        shape, dt = self._raw
-        buf = self.__dict__.get("_raw_buffer")
-        if buf is None or len(buf) < n:
-            buf = self.__dict__["_raw_buffer"] = np.empty((n, *shape), dt)
-        raw = buf[:n]
-        for m, _, at, _, addresses in parts:
-            raw[at] = self.datasets[m].read_addresses(addresses)
-        self.datasets[parts[0][0]].fill_raw(raw, out, rows)
+    def _join(self) -> "_Joined | None":
+        """The members' windows joined into one view (token packs of one context and dtype), or None where
+        they cannot be. Remade if a member's windows are no longer the ones joined (a member reloaded),
+        its addresses then drawn and checked anew; asking each member for its windows also checks that a
+        mapped pack still holds them."""
+        if not hasattr(self.datasets[0], "windows") or not all(self._addressed()):
+            return None
+        windows = [d.windows() for d in self.datasets]
+        got = self.__dict__.get("_joined")
+        if got is None or any(w is not v for w, v in zip(windows, got.windows)):
+            self.__dict__.pop("_plans", None)
+            got = self.__dict__["_joined"] = _Joined(windows)
+        return got if got.view is not None else None
 
-    @property
-    def _raw(self) -> tuple[tuple[int, ...], np.dtype] | None:
-        """The members' common `raw_layout`, or None (one has none, or they differ)."""
-        got = self.__dict__.get("_raw_layout", False)
-        if got is False:
-            lays = [d.raw_layout if hasattr(d, "read_addresses") and hasattr(d, "fill_raw") else None for d in self.datasets]
-            same = lays[0] is not None and all(lay == lays[0] for lay in lays) and len({type(d) for d in self.datasets}) == 1
-            got = self.__dict__["_raw_layout"] = lays[0] if same else None
-        return got
+
+class _Plan:
+    """Positions of one mixture epoch that a process is about to serve, `runs` runs of `length` positions,
+    `stride` apart from `start` (one run for a process that reads in order), those before the epoch's end
+    kept in that order: for each, the member serving it, its index in the member and the member's epoch;
+    the (member, member epoch, positions) groups; addresses per Loader seed, drawn when first needed."""
+
+    __slots__ = ("epoch", "start", "length", "stride", "runs", "member", "index", "m_epoch", "groups", "addresses")
+
+    def __init__(self, epoch: int, start: int, length: int, stride: int, runs: int, n: int):
+        self.epoch, self.start, self.length, self.stride, self.runs = epoch, start, length, stride, runs
+        self.member, self.index, self.m_epoch = np.empty(n, np.intp), np.empty(n, np.int64), np.empty(n, np.int64)
+        self.groups: list[tuple[int, int, np.ndarray]] = []
+        self.addresses: dict[int, np.ndarray] = {}
+
+    def find(self, lo: int, hi: int, epoch: int) -> int | None:
+        """Where positions lo..hi-1 of `epoch` start in the plan, if it holds them all (within one run)."""
+        if epoch != self.epoch or lo < self.start:
+            return None
+        k, j = divmod(lo - self.start, self.stride)
+        if k >= self.runs or j + hi - lo > self.length:
+            return None
+        return k * self.length + j
+
+
+class _Joined:
+    """Members' windows as rows of one view. A token pack's windows are rows of a strided view of its
+    token array (row k starts at id k); members' arrays lie apart in memory, at distances that are whole
+    rows when they hold one dtype (memory is aligned to it). One view that starts at the lowest member's
+    first row and ends at the highest member's last holds them all, member m's row k being row
+    shift[m] + k, so a batch drawn from several members is one gather, as one member's is, instead of a
+    gather per member and a copy of each into the batch's rows (~16 us of a ~250 us batch of 256 windows
+    of 1,024 tokens, measured on this project's 2-core machine).
+    Only members' own rows are ever indexed (`Mixture._checked` refuses other addresses when they are
+    drawn): the memory between members is never read. The view holds the lowest member's array, and the
+    Mixture its members', so none is freed under it. `view` is None where members do not line up."""
+
+    def __init__(self, windows: list[np.ndarray]):
+        self.windows, self.view, self.shift = windows, None, None
+        first = windows[0]
+        if any(w.ndim != 2 or w.dtype != first.dtype or w.shape[1:] != first.shape[1:] or w.strides != first.strides
+               for w in windows) or first.strides[0] <= 0:
+            return
+        step = first.strides[0]
+        at = [w.__array_interface__["data"][0] for w in windows]
+        low = min(at)
+        if any((p - low) % step for p in at):
+            return
+        shift = np.array([(p - low) // step for p in at], np.int64)
+        rows = max(int(s) + len(w) for s, w in zip(shift, windows))
+        try:  # numpy sizes a view as rows x row bytes: members far apart with long windows could overflow that
+            self.view = np.lib.stride_tricks.as_strided(windows[at.index(low)], (rows, *first.shape[1:]), first.strides,
+                                                        writeable=False)
+        except ValueError:
+            return
+        self.shift = shift
 
 
 @lru_cache(maxsize=1024)
@@ -408,7 +485,7 @@ def _ramp(n: int) -> np.ndarray:
 
 def _shares(node, c: np.ndarray, out: list) -> None:
     """Each member's count of the first c positions into out[member]: the tree's roundings, one per node
-    (a list of arrays, so a chunk's counts are arrays under 128 KiB each)."""
+    (a list of arrays, so a plan's counts are arrays under 128 KiB each)."""
     if isinstance(node, int):
         out[node] = c
         return

@@ -184,21 +184,21 @@ class TokenDataset(Dataset):
         """The windows at `starts` into out's first rows (or rows `rows`: a slice or row numbers)."""
         self.fill_raw(self.read_addresses(starts), out, rows)
 
-    @property
-    def raw_layout(self) -> tuple[tuple[int, ...], np.dtype]:
-        """What `read_addresses` gives per sample: a window of context + 1 ids as stored."""
-        return (self.context + 1,), self.data.tokens.dtype
-
-    def read_addresses(self, starts: np.ndarray) -> np.ndarray:
-        """The windows at `starts`, as stored. A Mixture reads its members' into one buffer in position
-        order and converts that into the batch in one pass (`fill_raw`): the scattered copies are of the
-        stored ids, the conversion to the batch's dtype contiguous (faster at long contexts)."""
+    def windows(self) -> np.ndarray:
+        """Every window of context + 1 ids as stored, as rows of one strided view of the tokens (row k starts
+        at id k), after checking that a mapped pack still holds them: what `read_addresses` gathers from,
+        and what a Mixture joins its members' windows into one view from (serve/mixture.py)."""
         if self.data.guard:
             self.data.guard.check()
-        return self._all_windows[starts]
+        return self._all_windows
+
+    def read_addresses(self, starts: np.ndarray) -> np.ndarray:
+        """The windows at `starts`, as stored (a copy for an array of starts)."""
+        return self.windows()[starts]
 
     def fill_raw(self, w: np.ndarray, out: dict[str, np.ndarray], rows=None) -> None:
-        """Windows as `read_addresses` gives them into out's first rows (or rows `rows`)."""
+        """Windows as `read_addresses` gives them (rows of `windows()`) into out's first rows (or rows
+        `rows`), converted to the batch's dtype."""
         at = slice(0, len(w)) if rows is None else rows
         out["x"][at] = w[:, :-1]
         out["y"][at] = w[:, 1:]
