@@ -180,6 +180,31 @@ def test_state_dict_refuses_another_dataset_and_warns_on_changed_augmentation(pa
         plain.load_state_dict(state)
 
 
+def test_a_state_of_version_1_over_a_random_window_mixture_warns_and_newer_ones_are_refused(packs):
+    """Version 1 states may come from a dataprep that shuffled a mixture's random-window members: resuming
+    one over such a mixture says its windows may differ; states of this version, and version 1 states of
+    other Loaders, resume quietly; a newer version than this dataprep reads is refused."""
+    def token_mix(mode):
+        members = [dataprep.TokenDataset(packs["tokens"], context=8, mode=mode, samples=60 if mode == "random" else None)
+                   for _ in range(2)]
+        return Loader(dataprep.Mixture(members, [0.5, 0.5]), 4)
+
+    loader = token_mix("random")
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    assert state["version"] == 2
+    with pytest.warns(UserWarning, match="version 1 over a Mixture with random-window members"):
+        token_mix("random").load_state_dict({**state, "version": 1})
+    token_mix("random").load_state_dict(state)  # filterwarnings=error: any warning fails
+    sequential = token_mix("sequential")
+    sequential.load_state_dict({**sequential.state_dict(), "version": 1})
+    plain = Loader(dataprep.TokenDataset(packs["tokens"], context=8, samples=60), 4, shuffle=True)
+    plain.load_state_dict({**plain.state_dict(), "version": 1})
+    with pytest.raises(DataprepError, match="version 3; this dataprep reads up to 2"):
+        token_mix("random").load_state_dict({**state, "version": 3})
+
+
 @pytest.mark.parametrize("before,after", [(2, 1), (1, 2), (2, 3)])
 def test_a_world_size_change_serves_the_rest_of_the_epoch_once(packs, before, after):
     ds = dataprep.InMemoryImageDataset(packs["index"])

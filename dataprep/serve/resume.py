@@ -11,7 +11,9 @@ from typing import Any
 from ..errors import DataprepError
 from .partition import partition_state
 
-STATE_VERSION = 1
+# 2: a Mixture serves its random-window members (token packs) in index order, unshuffled; states of
+# version 1 may come from a dataprep that shuffled them, whose positions name other windows.
+STATE_VERSION = 2
 
 
 def epoch_samples(loader) -> int:
@@ -54,6 +56,12 @@ def check_state(loader, state: Any) -> int:
                             " a sampler; resume with the same kind of order")
     if loader.sampler is not None and int(state["world_size"]) != 1 and int(state["samples_consumed"]):
         raise DataprepError("a sampler's position is per rank; resume with the same sampler and ranks")
+    if int(state.get("version", 0)) < 2 and any(getattr(d, "independent_samples", False)
+                                                for d in getattr(loader.dataset, "datasets", ())):
+        warnings.warn("a Loader state of version 1 over a Mixture with random-window members: a dataprep that wrote "
+                      "version 1 may have shuffled those members, and then this run serves other windows than the "
+                      "interrupted one would have (random windows all the same, so no sample is favoured, but not "
+                      "the same batches); states saved from now on resume exactly", stacklevel=3)
     for key, ours in (("shuffle", loader.shuffle), ("crop", repr(loader.crop)), ("flip", loader.flip)):
         if state.get(key) != ours:
             warnings.warn(f"resuming a run saved with {key}={state.get(key)!r} with {key}={ours!r}", stacklevel=3)
