@@ -103,7 +103,7 @@ class RandomResizedCrop:
 @lru_cache(maxsize=256)
 def _try_keys(key: tuple[int, ...]) -> np.ndarray:
     """(4, tries) hashes of RandomResizedCrop's streams under `key`: stream 4 a + j at [j, a]."""
-    return np.array([[draws.key_hash((draws.CROP, *key, 4 * a + j)) for a in range(_ATTEMPTS)] for j in range(4)], np.uint64)
+    return draws.key_hashes((draws.CROP, *key), [4 * a + j for j in range(4) for a in range(_ATTEMPTS)]).reshape(4, _ATTEMPTS)
 
 
 class CenterCrop:
