@@ -146,23 +146,30 @@ def test_mixture_orders_crops_and_flips_draw_from_separate_streams():
     assert 0.48 < np.mean(flips((member_seed(0, 0), 0), same) == flips((member_seed(0, 1), 0), same)) < 0.52
 
 
+def assert_rows_are_samples(mix, out, idx, req) -> None:
+    """Every row of `out` is the sample `locate` names for its position: the member's window, drawn with
+    the member's own seed in the member's epoch."""
+    from dataprep.serve.mixture import member_seed
+
+    member, index, m_epoch = mix.locate(np.asarray(idx), req.epoch)
+    for k in range(len(member)):
+        w = mix.datasets[member[k]]._gather(np.array([index[k]]), int(m_epoch[k]), member_seed(req.seed, int(member[k])))
+        assert out["x"][k].tolist() == w[0, :-1].tolist() and out["y"][k].tolist() == w[0, 1:].tolist(), k
+
+
 @pytest.mark.parametrize("chunk", [None, 37])
 def test_members_that_fill_rows_in_place_serve_what_the_buffered_path_serves(tmp_path, monkeypatch, chunk):
-    """Token members fill a run of positions from window starts drawn for a whole chunk (`addresses`),
-    read into one buffer (`read_addresses`) or each into its rows, or write their scattered rows straight
-    into the batch (`fills_rows`); each must give what the buffered path (fill a part, scatter it) gives, and what each member serves for the sample `locate` names, for
-    runs of positions (the Loader's case) and for scattered positions alike."""
+    """Token members fill a run of positions through the joined view at window starts drawn for a whole
+    plan, or each into its rows at those starts, or write their scattered rows straight into the batch
+    (`fills_rows`); each must give what the buffered path (fill a part, scatter it) gives, and what each
+    member serves for the sample `locate` names, for runs of positions (the Loader's case, asked in
+    pieces of 16 that cross plan ends when plans are 37 positions) and scattered positions alike."""
     from dataprep.serve.request import Request
-    from dataprep.tokens.tokenize import TokenizeSettings, tokenize
 
-    packs = []
-    for name, text in (("a", "alpha beta gamma delta " * 300), ("b", "one two three four five " * 300)):
-        (tmp_path / f"{name}.txt").write_text(text)
-        tokenize([str(tmp_path / f"{name}.txt")], tmp_path / name, TokenizeSettings(), train_bpe_vocab=280)
-        packs.append(dataprep.TokenDataset(tmp_path / name, context=8, samples=300))
+    packs = _token_packs(tmp_path, TEXTS)
     import dataprep.serve.mixture as mixture
 
-    chunk = chunk or mixture.CHUNK  # 37: a run crosses chunks, and members restart inside them
+    chunk = chunk or mixture.CHUNK  # 37: runs cross plans, and members restart inside them
     mix = dataprep.Mixture(packs, [0.6, 0.4], seed=5)
     req = Request(epoch=3, seed=7)
 
@@ -171,19 +178,20 @@ def test_members_that_fill_rows_in_place_serve_what_the_buffered_path_serves(tmp
         fresh = dataprep.Mixture(packs, [0.6, 0.4], seed=5)
         joined.append(fresh._join() is not None)
         out = {k: np.full((len(idx), *s), -1, d) for k, (s, d) in fresh.batch_layout(req).items()}
-        fresh.fill_batch(idx, out, req)
+        if idx[1] == idx[0] + 1:  # the run, in the Loader's pieces
+            for a in range(0, len(idx), 16):
+                fresh.fill_batch(range(int(idx[a]), int(idx[a]) + 16), {k: v[a : a + 16] for k, v in out.items()}, req)
+        else:
+            fresh.fill_batch(idx, out, req)
         return out
 
     run, scattered = np.arange(100, 228), np.random.default_rng(1).permutation(len(mix))[:128]
     for idx in (run, scattered):
         joined = []
         direct = batch(idx)
-        member, index, m_epoch = mix.locate(idx, 3)
+        member = mix.locate(idx, 3)[0]
         assert 0 < (member == 0).sum() < len(idx)  # both members appear, interleaved
-        for k in range(len(idx)):  # every row is its member's sample, drawn with the member's own seed
-            ds = packs[member[k]]
-            w = ds._gather(np.array([index[k]]), int(m_epoch[k]), dataprep.serve.mixture.member_seed(7, int(member[k])))
-            assert direct["x"][k].tolist() == w[0, :-1].tolist() and direct["y"][k].tolist() == w[0, 1:].tolist()
+        assert_rows_are_samples(mix, direct, idx, req)
         monkeypatch.setattr(mixture.Mixture, "_join", lambda self: None)  # no joined view: each member its rows
         per_member = batch(idx)
         monkeypatch.delattr(type(packs[0]), "addresses")  # each member's own fill_batch, rows in place
@@ -200,13 +208,12 @@ def test_members_that_fill_rows_in_place_serve_what_the_buffered_path_serves(tmp
 
 
 @pytest.mark.parametrize("exhausted", ["restart", "stop"])
-def test_runs_sliced_from_cached_chunks_locate_what_scattered_positions_do(monkeypatch, exhausted):
-    """A run's apportionment comes from cached chunks of positions; runs that cross chunk boundaries and
-    member epochs (a member restarting inside a chunk) must name the samples the position-by-position
-    path names."""
+def test_runs_sliced_from_plans_locate_what_scattered_positions_do(monkeypatch, exhausted):
+    """A run's apportionment comes from a plan of positions; runs that cross plans' ends and member epochs
+    (a member restarting inside a plan) must name the samples the position-by-position path names."""
     import dataprep.serve.mixture as mixture
 
-    monkeypatch.setattr(mixture, "CHUNK", 37)  # boundaries that no batch size here lines up with
+    monkeypatch.setattr(mixture, "CHUNK", 37)  # plan ends that no run here lines up with
     mix = Mixture([Tagged(0, 300), Tagged(1, 41), Tagged(2, 7)], WEIGHTS, seed=1, exhausted=exhausted,
                   samples=None if exhausted == "stop" else 500)
     for epoch in (0, 1, 3):
@@ -217,19 +224,22 @@ def test_runs_sliced_from_cached_chunks_locate_what_scattered_positions_do(monke
         whole = mix.locate(np.arange(n), epoch)
         assert all((a == b).all() for a, b in zip(whole, truth))
         for lo, hi in ((0, 1), (30, min(80, n)), (36, 38), (n - 50, n)):  # inside, across two or more chunks, the end
-            part = mix.locate(np.arange(lo, hi), epoch)
-            assert all((a == b[lo:hi]).all() for a, b in zip(part, truth))
+            fresh = Mixture([Tagged(0, 300), Tagged(1, 41), Tagged(2, 7)], WEIGHTS, seed=1, exhausted=exhausted,
+                            samples=None if exhausted == "stop" else 500)  # no plan of the whole epoch to answer from
+            for a in range(lo, hi, 16):  # runs of 16 from lo: some cross the plans' ends
+                part = fresh.locate(np.arange(a, min(a + 16, hi)), epoch)
+                assert all((x == t[a : min(a + 16, hi)]).all() for x, t in zip(part, truth))
         if exhausted == "restart":
             assert len(set(whole[2][whole[0] == 2].tolist())) > 1  # member 2 restarted inside this epoch
-    # the chunks are per epoch: a cache that ignored the epoch would serve epoch 0's draws again
+    # plans are per epoch: a cache that ignored the epoch would serve epoch 0's draws again
     assert not (mix.locate(np.arange(len(mix)), 1)[1] == mix.locate(np.arange(len(mix)), 0)[1]).all()
 
 
-@pytest.mark.parametrize("rank,world,workers", [(0, 1, 0), (1, 4, 0), (0, 2, 2)])
-def test_a_process_plans_about_the_positions_it_serves(monkeypatch, rank, world, workers):
+@pytest.mark.parametrize("rank,world", [(0, 1), (1, 4), (0, 2)])
+def test_a_process_plans_about_the_positions_it_serves(monkeypatch, rank, world):
     """A rank (or a worker) serving runs `stride` apart plans its next runs, not every position between
     them: over an epoch a process plans about what it serves (a rank of 4 once planned 4x that). What it
-    serves is each position's sample either way."""
+    serves is each position's sample either way, in process and through 2 workers."""
     import dataprep.serve.mixture as mixture
     from dataprep.serve.request import Request
 
@@ -241,27 +251,30 @@ def test_a_process_plans_about_the_positions_it_serves(monkeypatch, rank, world,
         planned.append(len(plan.member))
         return plan
 
+    def mixed():
+        return Mixture([Tagged(0, 5000), Tagged(1, 3000), Tagged(2, 2000)], WEIGHTS, seed=4)
+
     monkeypatch.setattr(mixture, "CHUNK", 512)
     monkeypatch.setattr(mixture.Mixture, "_make_plan", counted)
-    mix = Mixture([Tagged(0, 5000), Tagged(1, 3000), Tagged(2, 2000)], WEIGHTS, seed=4)
-    loader = Loader(mix, 64, rank=rank, world_size=world, indices=True)
-    rows = [(x.numpy(), i.numpy()) for x, i in loader]
-    served, planning = sum(len(i) for _, i in rows), sum(planned)
-    assert served >= len(mix) // world
-    member, index, m_epoch = mix.locate(np.concatenate([i for _, i in rows]), 0)
-    assert (np.concatenate([x for x, _ in rows]) == np.stack([member, index, m_epoch], 1)).all()
-    if workers == 0:
-        assert planning <= served + 2 * 512, (planning, served)
-    else:  # two workers' parts of each batch, asked for in one process as they would each be
-        truth = np.stack(mix.locate(np.arange(len(mix)), 0), 1)
-        planned.clear()
-        for part in ((0, 32), (32, 64)):
-            fresh = Mixture([Tagged(0, 5000), Tagged(1, 3000), Tagged(2, 2000)], WEIGHTS, seed=4)
-            for b in range(0, len(mix) - 64, 64 * world):
-                out = {"x": np.empty((32, 3), np.int64)}
-                fresh.fill_batch(range(b + part[0], b + part[1]), out, Request())
-                assert (out["x"] == truth[b + part[0] : b + part[1]]).all()
-        assert sum(planned) <= len(mix) // world + 4 * 512, (sum(planned), len(mix))
+    truth = np.stack(mixed().locate(np.arange(10_000)[::-1].copy(), 0), 1)[::-1]  # position by position
+    planned.clear()
+    for workers in (0, 2):
+        loader = Loader(mixed(), 64, rank=rank, world_size=world, num_workers=workers, indices=True)
+        rows = [(x.numpy(), i.numpy()) for x, i in loader]
+        loader.close()
+        served, planning = sum(len(i) for _, i in rows), sum(planned)
+        assert served >= 10_000 // world
+        assert (np.concatenate([x for x, _ in rows]) == truth[np.concatenate([i for _, i in rows])]).all()
+        if not workers:  # (a worker's plans are made in its own process, uncounted here)
+            assert planning <= served + 2 * 512, (planning, served)
+    planned.clear()
+    for part in ((0, 32), (32, 64)):  # what each of two workers asks for: its part of each of this rank's batches
+        fresh = mixed()
+        for b in range(rank * 64, 10_000 - 64, 64 * world):
+            out = {"x": np.empty((32, 3), np.int64)}
+            fresh.fill_batch(range(b + part[0], b + part[1]), out, Request())
+            assert (out["x"] == truth[b + part[0] : b + part[1]]).all()
+    assert sum(planned) <= 10_000 // world + 4 * 512, (sum(planned), 10_000 // world)
 
 
 def _token_packs(tmp_path, names_texts, context=8, samples=300, modes=None):
@@ -354,15 +367,60 @@ def test_token_members_are_rows_of_one_view_that_spans_them(tmp_path):
     assert join.view.flags.writeable is False
 
 
-def test_a_member_drawing_starts_outside_its_windows_is_refused_before_any_read(tmp_path, monkeypatch):
+@pytest.mark.parametrize("past", ["end", "start"])
+def test_a_member_drawing_starts_outside_its_windows_is_refused_before_any_read(tmp_path, monkeypatch, past):
     packs = _token_packs(tmp_path, TEXTS)
     mix = dataprep.Mixture(packs, [0.6, 0.4])
     n = len(packs[1].windows())
-    monkeypatch.setattr(packs[1], "addresses", lambda idx, epoch, seed: np.full(len(idx), n))  # one past its last window
+    bad = n if past == "end" else -1  # one past its last window, one before its first
+    monkeypatch.setattr(packs[1], "addresses", lambda idx, epoch, seed: np.full(len(idx), bad))
     out = {k: np.zeros((16, *s), d) for k, (s, d) in mix.batch_layout().items()}
     with pytest.raises(DataprepError, match=f"member 1 .* outside its {n} windows"):
         mix.fill_batch(range(0, 16), out)
     assert not out["x"].any()  # nothing was served
+
+
+def _serve_all(mix, req) -> dict:
+    out = {k: np.zeros((len(mix), *s), d) for k, (s, d) in mix.batch_layout(req).items()}
+    for a in range(0, len(mix), 24):
+        mix.fill_batch(range(a, min(a + 24, len(mix))), {k: v[a : a + 24] for k, v in out.items()}, req)
+    return out
+
+
+@pytest.mark.parametrize("case", ["ram and mmap", "odd byte offset", "uint16 and uint32", "view too big"])
+def test_members_are_joined_only_where_they_line_up_and_serve_their_samples_either_way(tmp_path, monkeypatch, case):
+    """A member in RAM and one mapped from its files (terabytes apart) are joined; a member whose ids start
+    at an odd byte (rows of the view would cut ids in half), members of two dtypes, or a view numpy cannot
+    size are not, and are served each on its own: every row is its position's sample in every case."""
+    from dataprep.serve.request import Request
+
+    packs = _token_packs(tmp_path, TEXTS, samples=(150, 90))
+    sliding = np.lib.stride_tricks.sliding_window_view
+    if case == "ram and mmap":
+        packs[1] = dataprep.TokenDataset(tmp_path / "b", context=8, samples=90, cache="mmap")
+    elif case == "odd byte offset":
+        ids = packs[1].data.tokens
+        moved = np.frombuffer(bytearray(ids.nbytes + 1), ids.dtype, len(ids), offset=1)
+        moved[:] = ids
+        packs[1].data.tokens, packs[1]._all_windows = moved, sliding(moved, 9)
+    elif case == "uint16 and uint32":
+        wide = packs[1].data.tokens.astype(np.uint32)
+        packs[1].data.tokens, packs[1]._all_windows = wide, sliding(wide, 9)
+    elif case == "view too big":
+        import dataprep.serve.mixture as mixture
+
+        def too_big(*args, **kwargs):
+            raise ValueError("array is too big; `arr.size * arr.dtype.itemsize` is larger than the maximum possible size.")
+
+        monkeypatch.setattr(mixture.np.lib.stride_tricks, "as_strided", too_big)
+    mix = dataprep.Mixture(packs, [0.6, 0.4], seed=2)
+    req = Request(epoch=1, seed=3)
+    joined = mix._join() is not None
+    monkeypatch.undo()
+    assert joined == (case == "ram and mmap")
+    if joined:
+        assert isinstance(packs[1].windows().base, np.memmap) or isinstance(packs[1].data.tokens, np.memmap)
+    assert_rows_are_samples(mix, _serve_all(mix, req), np.arange(len(mix)), req)
 
 
 def test_a_member_whose_windows_change_is_joined_anew(tmp_path):

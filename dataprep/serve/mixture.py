@@ -183,9 +183,10 @@ class Mixture:
     def _plan(self, lo: int, hi: int, epoch: int) -> tuple["_Plan", int]:
         """The plan that holds positions lo..hi-1 of `epoch` (a few of the latest kept), and where they
         start in it. On a miss, the positions this process is about to serve are planned: if its last
-        request in this epoch ended a gap of `stride` positions before this one (a rank's share of each
-        global batch, a worker's part of each batch), the next runs `stride` apart, about CHUNK positions
-        in all, else the next CHUNK positions. What is planned only decides the cost, never a sample."""
+        request in this epoch started `stride` positions before this one, more than a run's length (a gap
+        between them: a rank's share of each global batch, a worker's part of each batch), its next runs
+        `stride` apart, about CHUNK positions in all, else the next CHUNK positions. What is planned only
+        decides the cost, never a sample."""
         plans = self.__dict__.setdefault("_plans", [])
         last, self.__dict__["_last"] = self.__dict__.get("_last"), (epoch, lo, hi)
         for plan in reversed(plans):
@@ -335,10 +336,11 @@ class Mixture:
     def fill_batch(self, idx, out: dict[str, np.ndarray], request: Request | None = None,
                    rows: np.ndarray | None = None) -> None:
         """Fill the batch (or its rows `rows`) with positions `idx` (or a range of them): token members
-        by one gather of their windows through the joined view, at the window starts drawn for the
-        plan; other members each fill their own rows through `fill_batch`, a contiguous share straight
-        into the batch, scattered rows in place where the member can (`fills_rows`: tokens, tables,
-        images, mixtures), else through a buffer of their own."""
+        that line up (one dtype and context, `_Joined`) by one gather of their windows through the joined
+        view, at the window starts drawn for the plan; other members each fill their own rows (token
+        members at the plan's starts), a contiguous share straight into the batch, scattered rows in
+        place where the member can (`fills_rows`: tokens, tables, images, mixtures), else through a
+        buffer of their own."""
         r = request or Request()
         if isinstance(idx, range) and idx.step == 1:
             if not len(idx):
@@ -432,7 +434,10 @@ class _Joined:
     of 1,024 tokens, measured on this project's 2-core machine).
     Only members' own rows are ever indexed (`Mixture._checked` refuses other addresses when they are
     drawn): the memory between members is never read. The view holds the lowest member's array, and the
-    Mixture its members', so none is freed under it. `view` is None where members do not line up."""
+    Mixture its members', so none is freed under it. `view` is None where members do not line up.
+    The view spans whatever lies between members (terabytes of unmapped addresses between a member in
+    RAM and a mapped one): index only members' rows through it; anything that reads it whole (printing
+    it, a reduction, a copy) reads that gap and kills the process."""
 
     def __init__(self, windows: list[np.ndarray]):
         self.windows, self.view, self.shift = windows, None, None
