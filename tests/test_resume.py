@@ -184,10 +184,11 @@ def test_a_state_of_version_1_over_a_random_window_mixture_warns_and_newer_ones_
     """Version 1 states may come from a dataprep that shuffled a mixture's random-window members: resuming
     one over such a mixture says its windows may differ; states of this version, and version 1 states of
     other Loaders, resume quietly; a newer version than this dataprep reads is refused."""
-    def token_mix(mode):
+    def token_mix(mode, shuffle=True, nested=False):
         members = [dataprep.TokenDataset(packs["tokens"], context=8, mode=mode, samples=60 if mode == "random" else None)
                    for _ in range(2)]
-        return Loader(dataprep.Mixture(members, [0.5, 0.5]), 4)
+        mix = dataprep.Mixture(members, [0.5, 0.5], shuffle=shuffle)
+        return Loader(dataprep.Mixture([mix, mix], [0.5, 0.5]) if nested else mix, 4)
 
     loader = token_mix("random")
     it = iter(loader)
@@ -196,7 +197,12 @@ def test_a_state_of_version_1_over_a_random_window_mixture_warns_and_newer_ones_
     assert state["version"] == 2
     with pytest.warns(UserWarning, match="version 1 over a Mixture with random-window members"):
         token_mix("random").load_state_dict({**state, "version": 1})
+    with pytest.warns(UserWarning, match="version 1 over a Mixture"):
+        nested = token_mix("random", nested=True)
+        nested.load_state_dict({**nested.state_dict(), "version": 1})
     token_mix("random").load_state_dict(state)  # filterwarnings=error: any warning fails
+    unshuffled = token_mix("random", shuffle=False)  # no dataprep shuffled these members
+    unshuffled.load_state_dict({**unshuffled.state_dict(), "version": 1})
     sequential = token_mix("sequential")
     sequential.load_state_dict({**sequential.state_dict(), "version": 1})
     plain = Loader(dataprep.TokenDataset(packs["tokens"], context=8, samples=60), 4, shuffle=True)

@@ -56,8 +56,7 @@ def check_state(loader, state: Any) -> int:
                             " a sampler; resume with the same kind of order")
     if loader.sampler is not None and int(state["world_size"]) != 1 and int(state["samples_consumed"]):
         raise DataprepError("a sampler's position is per rank; resume with the same sampler and ranks")
-    if int(state.get("version", 0)) < 2 and any(getattr(d, "independent_samples", False)
-                                                for d in getattr(loader.dataset, "datasets", ())):
+    if int(state.get("version", 0)) < 2 and _shuffles_random_windows(loader.dataset):
         warnings.warn("a Loader state of version 1 over a Mixture with random-window members: a dataprep that wrote "
                       "version 1 may have shuffled those members, and then this run serves other windows than the "
                       "interrupted one would have (random windows all the same, so no sample is favoured, but not "
@@ -66,3 +65,11 @@ def check_state(loader, state: Any) -> int:
         if state.get(key) != ours:
             warnings.warn(f"resuming a run saved with {key}={state.get(key)!r} with {key}={ours!r}", stacklevel=3)
     return total
+
+
+def _shuffles_random_windows(dataset) -> bool:
+    """Whether `dataset` is a Mixture (or holds one) that shuffles random-window members: what a dataprep
+    writing version 1 states may have served otherwise."""
+    members = getattr(dataset, "datasets", ())
+    return any((getattr(dataset, "shuffle", False) and getattr(d, "independent_samples", False))
+               or _shuffles_random_windows(d) for d in members)
