@@ -364,39 +364,39 @@ def test_the_loader_serves_captions_padded_and_truncated_with_their_lengths(toke
     assert got != {j: expected_rows(encoded[j], L, 1, cut=L + 1) for j in range(12)}
 
 
-def test_a_mixture_of_captioned_packs_writes_each_members_rows_in_place(tokenized, monkeypatch):
-    """Image members write their scattered rows of a mixed batch straight into it (`fills_rows`): each row
-    holds the image, label and caption of the sample the mixture names for it, and the bytes equal the
-    path through a buffer per member, with random crops and flips too."""
+def test_a_mixture_of_captioned_packs_fills_each_members_rows_as_the_member_would(tokenized):
+    """Image members fill a mixed batch together (each sample written straight into its row): each row
+    holds the image, label and caption of the sample the mixture names for it, and the bytes equal each
+    member filling its own samples alone with its own request (member epoch, member seed). (Index images
+    are flat: random crops and flips are checked on photos in test_mixture.)"""
     from tokenizers import Tokenizer
 
     from dataprep.images.crops import RandomResizedCrop
     from dataprep.images.dataset import InMemoryImageDataset as Images
     from dataprep.serve.mixture import Mixture
 
+    from .test_mixture import members_alone
+
     pack, tok_path = tokenized
     encoded = [Tokenizer.from_file(str(tok_path)).encode(c).ids for c in CAPTIONS]
     mix = Mixture([Images(pack, caption_length=6), Images(pack, caption_length=6)], [0.6, 0.4], seed=3)
 
-    def batch(req, idx):
-        out = {k: np.full((len(idx), *s), 7, d) for k, (s, d) in mix.batch_layout(req).items()}
-        mix.fill_batch(idx, out, req)
-        return out
+    def empty(req, n):
+        return {k: np.full((n, *s), 7, d) for k, (s, d) in mix.batch_layout(req).items()}
 
     for req in (Request(epoch=1, crop=(32, 32)), Request(epoch=1, seed=4, crop=RandomResizedCrop(16), flip=True)):
-        for idx in (range(3, 20), np.random.default_rng(0).permutation(len(mix))[:17]):
-            direct = batch(req, idx)
-            member, index, _ = mix.locate(np.asarray(idx), 1)
+        for idx in (np.arange(3, 20), np.random.default_rng(0).permutation(len(mix))[:17]):
+            direct = empty(req, len(idx))
+            mix.fill_batch(range(3, 20) if idx[1] == idx[0] + 1 else idx, direct, req)
+            member, index, _ = mix.locate(idx, 1)
             assert 0 < (member == 0).sum() < len(member)  # both members, interleaved
+            alone = members_alone(mix, idx, req)
+            assert all((direct[k] == alone[k]).all() for k in direct)
             if req.crop == (32, 32):  # whole index images: each row says which sample it holds
                 for k in range(len(member)):
                     j = _index(direct["images"][k])
                     assert j == index[k] and direct["labels"][k] == j % 3
                     assert direct["captions"][k].tolist() == expected_rows(encoded[j], 6, 1)[0]
-            monkeypatch.setattr(Images, "fills_rows", False)
-            buffered = batch(req, idx)
-            monkeypatch.undo()
-            assert all((direct[k] == buffered[k]).all() for k in direct)
 
 
 def test_unlabelled_tokenized_batches_are_images_captions_lengths(tmp_path):

@@ -134,6 +134,11 @@ def test_boxes_drawn_in_one_pass_are_the_tries_in_turn(scale, ratio):
     whole = (ours[:, 2] == hh) & (ours[:, 3] == ww)
     assert 0 < whole.mean() < 1  # some boxes are whole images (fallback or a try that covers it), most not
     assert plan.boxes(hh[:0], ww[:0], key, idx[:0]).shape == (0, 4)
+    keys, which = [(7, 2), (8, 2), (7, 3)], rng.integers(0, 3, n)  # a key per sample: each the boxes its own key draws
+    mixed, flipped = plan.boxes(hh, ww, keys, idx, which), flips(keys, idx, which)
+    for j, k in enumerate(keys):
+        assert (mixed[which == j] == plan.boxes(hh[which == j], ww[which == j], k, idx[which == j])).all()
+        assert (flipped[which == j] == flips(k, idx[which == j])).all()
 
 
 def test_the_ks_test_rejects_a_plausible_wrong_implementation():

@@ -349,6 +349,53 @@ def test_a_range_and_its_array_fill_one_batch(tmp_path):
         batch(range(len(mix) - 10, len(mix) + 40))
 
 
+def members_alone(mix, idx, req) -> dict[str, np.ndarray]:
+    """The batch of positions `idx` as each member fills its own samples of it alone, with its own request
+    (member epoch, member seed), each part scattered to its rows."""
+    from dataprep.serve.mixture import member_seed
+    from dataprep.serve.request import Request
+
+    member, index, m_epoch = mix.locate(np.asarray(idx), req.epoch)
+    out = {k: np.zeros((len(member), *s), d) for k, (s, d) in mix.batch_layout(req).items()}
+    for m, e in set(zip(member.tolist(), m_epoch.tolist())):
+        rows = np.flatnonzero((member == m) & (m_epoch == e))
+        part = {k: np.zeros((len(rows), *v.shape[1:]), v.dtype) for k, v in out.items()}
+        mix.datasets[m].fill_batch(index[rows], part, Request(e, member_seed(req.seed, m), None, req.crop, req.flip))
+        for k, v in part.items():
+            out[k][rows] = v
+    return out
+
+
+def test_image_members_fill_a_batch_together_as_each_would_alone(photo_tree, tmp_path):
+    """Image members fill a mixed batch in one call (`fill_parts`: every member's crop boxes and flips
+    drawn in one pass, keyed per member): the bytes equal each member filling its own samples alone with
+    its own request (member epoch, member seed). Photos, not flat colours, so a box or a flip drawn with
+    another member's key shows."""
+    from dataprep.images.build import build_images
+    from dataprep.images.settings import ImageSettings
+    from dataprep.serve.request import Request
+    from dataprep.settings import BuildSettings
+    from dataprep.sources import scan_imagenet
+
+    build_images(scan_imagenet(photo_tree), tmp_path / "p", BuildSettings(shard_size=16), ImageSettings(size=48),
+                 progress=False)
+    mix = Mixture([dataprep.InMemoryImageDataset(tmp_path / "p") for _ in range(3)], [0.5, 0.3, 0.2], seed=6)
+
+    def empty(req, n):
+        return {k: np.zeros((n, *s), d) for k, (s, d) in mix.batch_layout(req).items()}
+
+    for req in (Request(epoch=2, seed=5, crop=dataprep.RandomResizedCrop(24), flip=True),
+                Request(epoch=0, crop=dataprep.CenterCrop(24)), Request(epoch=1, crop=(40, 40), flip=True)):
+        for idx in (np.arange(10, 50), np.random.default_rng(1).permutation(len(mix))[:40]):
+            together = empty(req, len(idx))
+            mix.fill_batch(range(10, 50) if idx[1] == idx[0] + 1 else idx, together, req)
+            member, index, m_epoch = mix.locate(idx, req.epoch)
+            assert len(set(member.tolist())) == 3  # every member in the batch
+            alone = members_alone(mix, idx, req)
+            assert all((together[k] == alone[k]).all() for k in together)
+            assert together["images"].std() > 20  # photos: what a wrong box or flip would change
+
+
 TEXTS = (("a", "alpha beta gamma delta " * 300), ("b", "one two three four five six " * 300))
 
 

@@ -58,13 +58,14 @@ class RandomResizedCrop:
     def __repr__(self) -> str:
         return f"RandomResizedCrop({self.size}, scale={self.scale}, ratio={self.ratio}, interpolation={self.interpolation!r})"
 
-    def boxes(self, heights, widths, key: tuple[int, ...], idx) -> np.ndarray:
+    def boxes(self, heights, widths, key: tuple[int, ...], idx, which: np.ndarray | None = None) -> np.ndarray:
         """(N, 4) int64 boxes (top, left, height, width) for images of the given sizes, drawn from
         (key, index) as torchvision's get_params draws them: up to 10 tries of an area and an aspect, the
         first that fits taken, else the whole image with its ratio clamped. Every try of every sample is
         drawn in one pass (four streams per try, the boxes of trying one after another): try by try cost
         0.2-0.4 ms a batch of up to 256, whatever its size (numpy's overhead per call), one pass 0.06-0.07 ms
-        up to 64 (a Mixture pays it once per member in a batch)."""
+        up to 64. With `which`, `key` is a list of keys and sample k's is key[which[k]] (a Mixture's members
+        drawn in one pass)."""
         hh, ww = np.asarray(heights, np.int64), np.asarray(widths, np.int64)
         idx = np.asarray(idx, np.int64)
         n = len(idx)
@@ -74,7 +75,11 @@ class RandomResizedCrop:
         area = (hh * ww).astype(np.float64)
         lo, hi = math.log(self.ratio[0]), math.log(self.ratio[1])
         # the 4 streams of every (try, sample) in one pass: area, aspect, then top and left of the try taken
-        u = draws.to_uniform(draws.hashed_bits(_try_keys(tuple(int(k) for k in key))[:, :, None], idx))
+        if which is None:
+            keys = _try_keys(tuple(int(k) for k in key))[:, :, None]
+        else:  # each sample its own key's streams
+            keys = np.stack([_try_keys(tuple(int(w) for w in k)) for k in key], -1)[:, :, np.asarray(which)]
+        u = draws.to_uniform(draws.hashed_bits(keys, idx))
         target = area * (self.scale[0] + u[0] * (self.scale[1] - self.scale[0]))
         aspect = np.exp(lo + u[1] * (hi - lo))
         w = np.round(np.sqrt(target * aspect)).astype(np.int64)
@@ -123,15 +128,19 @@ class CenterCrop:
     def __repr__(self) -> str:
         return f"CenterCrop({self.size}, resize={self.resize})"
 
-    def boxes(self, heights, widths, key=None, idx=None) -> np.ndarray:
+    def boxes(self, heights, widths, key=None, idx=None, which=None) -> np.ndarray:
         """The whole image: CenterCrop resizes first, then crops (see `apply`)."""
         hh, ww = np.asarray(heights, np.int64), np.asarray(widths, np.int64)
         return np.stack([np.zeros_like(hh), np.zeros_like(hh), hh, ww], 1)
 
 
-def flips(key: tuple[int, ...], idx) -> np.ndarray:
-    """Which samples are flipped horizontally (p = 0.5), from (key, index)."""
-    return draws.bits((draws.FLIP, *key), idx) >> np.uint64(63) == 1
+def flips(key: tuple[int, ...], idx, which: np.ndarray | None = None) -> np.ndarray:
+    """Which samples are flipped horizontally (p = 0.5), from (key, index); with `which`, `key` is a list
+    of keys and sample k's is key[which[k]]."""
+    if which is None:
+        return draws.bits((draws.FLIP, *key), idx) >> np.uint64(63) == 1
+    hashes = np.array([draws.key_hash((draws.FLIP, *(int(w) for w in k))) for k in key], np.uint64)
+    return draws.hashed_bits(hashes[np.asarray(which)], idx) >> np.uint64(63) == 1
 
 
 def flip_into(row: np.ndarray) -> None:

@@ -337,10 +337,10 @@ class Mixture:
                    rows: np.ndarray | None = None) -> None:
         """Fill the batch (or its rows `rows`) with positions `idx` (or a range of them): token members
         that line up (one dtype and context, `_Joined`) by one gather of their windows through the joined
-        view, at the window starts drawn for the plan; other members each fill their own rows (token
-        members at the plan's starts), a contiguous share straight into the batch, scattered rows in
-        place where the member can (`fills_rows`: tokens, tables, images, mixtures), else through a
-        buffer of their own."""
+        view, at the window starts drawn for the plan; image members all at once (`fill_parts`: their
+        crops and flips drawn in one pass); other members each their own rows (token members at the
+        plan's starts), a contiguous share straight into the batch, scattered rows in place where the
+        member can (`fills_rows`: tokens, tables, mixtures), else through a buffer of their own."""
         r = request or Request()
         if isinstance(idx, range) and idx.step == 1:
             if not len(idx):
@@ -364,6 +364,11 @@ class Mixture:
             parts = self._run_parts(*run, r.epoch, r.seed)
         else:
             parts = [(m, e, mine, index, None) for m, e, mine, index in self._scattered(idx, r.epoch)]
+        many = getattr(type(self.datasets[0]), "fill_parts", None)  # members of one kind filling a batch together
+        if many is not None and len(parts) > 1 and all(p[4] is None for p in parts):
+            many([(self.datasets[m], index, mine if rows is None else np.asarray(rows)[mine],
+                   Request(e, member_seed(r.seed, m), r.resolution, r.crop, r.flip)) for m, e, mine, index, _ in parts], out)
+            return
         for m, e, mine, index, addresses in parts:
             d = self.datasets[m]
             at = mine if rows is None else np.asarray(rows)[mine]
