@@ -331,6 +331,20 @@ def test_loaders_serve_images_with_their_masks(scenes, tmp_path, cache):
     assert torch.equal(got, torch.stack([ds[i][1] for i in range(len(ds))]))
 
 
+def test_a_mixture_of_segmentation_packs_serves_each_image_with_its_mask(scenes, tmp_path):
+    """Members of a mixed batch fill image and mask each (the image kind's joint fill serves no masks)."""
+    from dataprep.serve.mixture import Mixture
+
+    _build(pair_by_stem(*scenes), tmp_path / "p", 64, "center-crop", "raw")
+    ds = SegmentationDataset(tmp_path / "p")
+    mix = Mixture([SegmentationDataset(tmp_path / "p"), SegmentationDataset(tmp_path / "p")], [0.5, 0.5], seed=1)
+    x, y = next(iter(Loader(mix, batch_size=len(mix))))
+    member, index, _ = mix.locate(np.arange(len(mix)), 0)
+    assert len(set(member.tolist())) == 2
+    for k in range(len(mix)):
+        assert torch.equal(x[k], ds[int(index[k])][0]) and torch.equal(y[k], ds[int(index[k])][1])
+
+
 def test_cli_builds_a_segmentation_pack_and_verifies_it(scenes, tmp_path):
     from click.testing import CliRunner
 
