@@ -4,12 +4,15 @@ against the plain Loader, all measured in this run (medians; ratios printed).
 
     .venv/bin/python benchmarks/bench_resume.py [--samples 1000000] [--tokens 24000000] [--workers 2]
 
-The packs are token windows: random windows over a generated text, `samples` windows an epoch. The plain
-Loader reads one pack of the whole text; the mixture reads two packs of its halves, so both read the
-same amount of data (a mixture of two whole-size packs would also pay for twice the data: random
-windows over 96 MB instead of 48 miss the CPU's caches and TLB more, ~10 % of a batch here, which is
-the data's cost, not the mixture's). The text is large enough (by default 48 MB of uint16 ids) that
-no pack fits this machine's last-level cache, as a real corpus does not.
+The packs are token windows (random windows over a generated text, `samples` windows an epoch) and JPEG
+images (4,000 generated photos at 160 px). The plain Loader reads one pack of the whole; the mixture
+reads two packs of its halves, so both read the same amount of data (a mixture of two whole-size packs
+would also pay for twice the data: random windows over 96 MB instead of 48 miss the CPU's caches and TLB
+more, ~10 % of a batch here, which is the data's cost, not the mixture's). The text is large enough (by
+default 48 MB of uint16 ids) that no pack fits this machine's last-level cache, as a real corpus does
+not. The Loader as rank 0 of 2 is compared with the whole Loader, a mixture with one pack served alike
+(sharded: with the sharded Loader of one pack, so that what sharding costs short epochs is not put on
+the mixture).
 
 The resume baselines are the same Loader's first batch at position 0 (what a fresh epoch costs) and
 serving every skipped batch to reach the position (what a resume that replays the epoch costs).
@@ -90,20 +93,40 @@ def rate(make, seconds: float) -> float:
     return n / dt
 
 
+BASELINE = {"rank 0 of 2": "plain", "mixture 0.7/0.3": "plain", "mixture, rank 0/2": "rank 0 of 2"}
+
+
 def compare(cases: dict, seconds: float, rounds: int) -> None:
-    """Interleaved rounds, so drift in the machine's load hits every case alike; each case's rate as a
-    median, and its ratio to the plain Loader as the median of the rounds' ratios (with their range)."""
+    """Each case's rate against its baseline's (BASELINE: a mixture against one pack, served alike), the
+    case measured between two runs of its baseline and its ratio taken against their mean, every round,
+    so the machine's drift (2x here, within seconds) hits both sides of a ratio alike; each case's rate
+    as a median, its ratio as the median of the rounds' ratios (with their range)."""
     rates: dict[str, list[float]] = {k: [] for k in cases}
+    ratios: dict[str, list[float]] = {k: [] for k in BASELINE}
     for _ in range(rounds):
-        for k, make in cases.items():
-            rates[k].append(rate(make, seconds))
-    for k, r in rates.items():
-        ratios = [x / p for x, p in zip(r, rates["plain"])]
-        print(f"  {k:16s} {statistics.median(r):12,.0f} samples/s  {statistics.median(ratios):5.2f}x plain "
-              f"(rounds {min(ratios):.2f}-{max(ratios):.2f}; goal >= 0.95)")
+        last = None  # (case, rate) of the latest run, reused as the next case's first baseline run
+        for k, base in BASELINE.items():
+            if last and last[0] == base:
+                before = last[1]
+            else:
+                before = rate(cases[base], seconds)
+                rates[base].append(before)
+            got, after = rate(cases[k], seconds), rate(cases[base], seconds)
+            rates[k].append(got)
+            rates[base].append(after)
+            ratios[k].append(got / ((before + after) / 2))
+            last = (base, after)
+    print(f"  {'plain':18s} {statistics.median(rates['plain']):12,.0f} samples/s")
+    for k, r in ratios.items():
+        print(f"  {k:18s} {statistics.median(rates[k]):12,.0f} samples/s  {statistics.median(r):5.2f}x {BASELINE[k]} "
+              f"(rounds {min(r):.2f}-{max(r):.2f}; goal >= 0.95)")
 
 
-def image_packs(base: Path) -> list:
+def image_packs(base: Path, photos: int = 4000) -> tuple:
+    """An image pack of `photos` generated photos ("whole") and two packs of its halves, as the token packs
+    are: each half holds every other photo of each class, so both hold photos alike (the mixture serves
+    one more often than the other: halves of different photos would time their decoding, not the
+    mixture) and together the very photos the plain Loader reads."""
     from dataprep.images.build import build_images
     from dataprep.images.dataset import InMemoryImageDataset
     from dataprep.images.settings import ImageSettings
@@ -111,17 +134,23 @@ def image_packs(base: Path) -> list:
     from dataprep.sources import scan_imagenet
     from dataprep.synthetic import write_tree
 
-    out = []
-    for k in range(2):
-        # 1,000 images a pack: epochs of 16 batches, so an epoch's start and its short last batch (what a
-        # rank's half epoch has twice as often) weigh little
-        # 160 px, where FFCV's ImageNet recipe starts its resolution ramp (at 64 px a decode costs so
-        # little that a batch's fixed costs, paid once per member, are what is measured)
-        tree = write_tree(base / f"tree{k}", classes=4, per_class=250, sizes=((192, 256), (256, 192), (224, 224)))
-        build_images(scan_imagenet(tree), base / f"img{k}", BuildSettings(shard_size=256), ImageSettings(size=160),
+    # 4,000 photos: epochs of 63 batches of 64 (a rank's half epoch 32), so an epoch's start (each worker's
+    # first batch of it draws new shuffles and crop keys: ~0.3 ms more for a mixture of two than for one
+    # pack) and its short last batch weigh little, if more than in a real dataset; 160 px, where FFCV's
+    # ImageNet recipe starts its resolution ramp (at 64 px a decode costs so little that a batch's fixed
+    # costs, paid once per member, are what is measured)
+    tree = write_tree(base / "tree", classes=4, per_class=photos // 4, sizes=((192, 256), (256, 192), (224, 224)))
+    photos = sorted((tree / "train").glob("*/*.JPEG"))
+    packs = {}
+    for name, part in (("whole", photos), ("half0", photos[0::2]), ("half1", photos[1::2])):
+        root = base / f"{name}-tree"
+        for photo in part:
+            (root / "train" / photo.parent.name).mkdir(parents=True, exist_ok=True)
+            (root / "train" / photo.parent.name / photo.name).symlink_to(photo)
+        build_images(scan_imagenet(root), base / f"img-{name}", BuildSettings(shard_size=256), ImageSettings(size=160),
                      progress=False)
-        out.append(InMemoryImageDataset(base / f"img{k}"))
-    return out
+        packs[name] = InMemoryImageDataset(base / f"img-{name}")
+    return packs["whole"], [packs["half0"], packs["half1"]]
 
 
 def main() -> None:
@@ -133,7 +162,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=0.5, help="per case and round of the throughput comparison")
-    ap.add_argument("--compare-rounds", type=int, default=21, help="many short rounds: this machine drifts by 2x")
+    ap.add_argument("--compare-rounds", type=int, default=15, help="many short rounds: this machine drifts by 2x")
     a = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="bench-resume-"))
     try:
@@ -185,14 +214,18 @@ def main() -> None:
                 print(f"token windows of {context} (int64; a gather, the cheapest batch there is), {workers} workers:")
                 compare({"plain": lambda: Loader(one, BATCH, shuffle=True, num_workers=workers),
                          "rank 0 of 2": lambda: Loader(one, BATCH, shuffle=True, num_workers=workers, rank=0, world_size=2),
-                         "mixture 0.7/0.3": lambda: Loader(mix, BATCH, num_workers=workers)}, a.seconds, a.compare_rounds)
-        images = image_packs(base)
+                         "mixture 0.7/0.3": lambda: Loader(mix, BATCH, num_workers=workers),
+                         "mixture, rank 0/2": lambda: Loader(mix, BATCH, num_workers=workers, rank=0, world_size=2)},
+                        a.seconds, a.compare_rounds)
+        whole, halves = image_packs(base)
         crop = dict(crop=RandomResizedCrop(128), flip=True)
-        imix = Mixture(images, [0.7, 0.3])
+        imix = Mixture(halves, [0.7, 0.3])
         print(f"JPEG images at 160 px, RandomResizedCrop(128) + flip, batch 64, {a.workers} workers:")
-        compare({"plain": lambda: Loader(images[0], 64, shuffle=True, num_workers=a.workers, **crop),
-                 "rank 0 of 2": lambda: Loader(images[0], 64, shuffle=True, num_workers=a.workers, rank=0, world_size=2, **crop),
-                 "mixture 0.7/0.3": lambda: Loader(imix, 64, num_workers=a.workers, **crop)}, a.seconds, a.compare_rounds)
+        compare({"plain": lambda: Loader(whole, 64, shuffle=True, num_workers=a.workers, **crop),
+                 "rank 0 of 2": lambda: Loader(whole, 64, shuffle=True, num_workers=a.workers, rank=0, world_size=2, **crop),
+                 "mixture 0.7/0.3": lambda: Loader(imix, 64, num_workers=a.workers, **crop),
+                 "mixture, rank 0/2": lambda: Loader(imix, 64, num_workers=a.workers, rank=0, world_size=2, **crop)},
+                a.seconds, a.compare_rounds)
         print(f"load average at the end: {os.getloadavg()[0]:.2f}")
     finally:
         shutil.rmtree(base, ignore_errors=True)
