@@ -226,12 +226,12 @@ class BatchFilling:
         if "labels" in out:
             out["labels"][at] = self._labels[idx]
         if "captions" in out:
-            ids, lengths = out["captions"][at], out["caption_lengths"][at]
-            direct = isinstance(at, slice)  # a slice of out is a view: filled in place
-            if not direct:
-                ids, lengths = np.empty_like(ids), np.empty_like(lengths)
+            if isinstance(at, slice):  # a slice of out is a view: filled in place
+                ids, lengths = out["captions"][at], out["caption_lengths"][at]
+            else:
+                ids, lengths = np.empty((n, *out["captions"].shape[1:]), out["captions"].dtype), np.empty(n, out["caption_lengths"].dtype)
             fill_caption_ids(self._caption_ids, self._caption_offsets, idx, self.caption_pad_id, ids, lengths)
-            if not direct:
+            if not isinstance(at, slice):
                 out["captions"][at], out["caption_lengths"][at] = ids, lengths
         return idx, keys, at, row
 

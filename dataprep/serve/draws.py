@@ -12,8 +12,9 @@ from functools import lru_cache
 
 import numpy as np
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_G, _K1, _K2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB  # SplitMix64's constants
+_GOLDEN, _M1, _M2 = np.uint64(_G), np.uint64(_K1), np.uint64(_K2)
+_MASK, _START = (1 << 64) - 1, 0x243F6A8885A308D3  # 64 bits; the chain's first value
 
 
 # Every consumer of draws leads its key with its own tag, so no two streams ever share bits (a mixture's
@@ -29,20 +30,14 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
-_MASK = (1 << 64) - 1
-
-
-_START = 0x243F6A8885A308D3
-
-
 def _chain(h: int, words) -> int:
     """`h` chained through the finaliser with each word: `_mix` in Python's integers, wrapped to 64 bits."""
     for word in words:
-        x = h ^ (((int(word) & _MASK) + int(_GOLDEN)) & _MASK)
+        x = h ^ (((int(word) & _MASK) + _G) & _MASK)
         x ^= x >> 30
-        x = x * int(_M1) & _MASK
+        x = x * _K1 & _MASK
         x ^= x >> 27
-        x = x * int(_M2) & _MASK
+        x = x * _K2 & _MASK
         h = x ^ (x >> 31)
     return h
 

@@ -14,7 +14,7 @@ The Loader asks for runs of positions (as ranges). A run is served from a plan o
 process is about to serve (about 8,192: the next ones, or its next runs of a rank's or worker's share,
 `stride` apart): which member serves each, its index in the member and, for token members, the window
 start, each worked out for the whole plan at once. Token members' windows are gathered through one view
-that spans every member (`_Joined`), so a mixed batch costs one gather and one conversion, as one pack's
+that spans every member (`Joined`), so a mixed batch costs one gather and one conversion, as one pack's
 does. benchmarks/bench_resume.py compares a mixture's batches with one pack's.
 """
 from __future__ import annotations
@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import DataprepError
 from . import draws
+from .plans import Joined, Plan
 from .request import Request
 
 
@@ -180,7 +181,7 @@ class Mixture:
                     parts.append((int(m), e, mine, index[mine], addr[mine] if addr is not None and addressed[m] else None))
         return parts
 
-    def _plan(self, lo: int, hi: int, epoch: int) -> tuple["_Plan", int]:
+    def _plan(self, lo: int, hi: int, epoch: int) -> tuple[Plan, int]:
         """The plan that holds positions lo..hi-1 of `epoch` (a few of the latest kept), and where they
         start in it. On a miss, the positions this process is about to serve are planned: if its last
         request in this epoch started `stride` positions before this one, more than a run's length (a gap
@@ -204,7 +205,7 @@ class Mixture:
         plans.append(plan)
         return plan, 0
 
-    def _make_plan(self, epoch: int, start: int, length: int, stride: int, runs: int) -> "_Plan":
+    def _make_plan(self, epoch: int, start: int, length: int, stride: int, runs: int) -> Plan:
         """Which member serves each of the positions `runs` runs of `length`, `stride` apart from `start`
         (those before the epoch's end), its index in the member and the member's epoch, worked out for all
         at once: the apportionment at each position and the one after it (a member serves the positions
@@ -213,7 +214,7 @@ class Mixture:
         n = int(np.clip(self.samples - heads, 0, length).sum())  # the positions in the epoch lead the grid
         shares: list = [None] * len(self.datasets)
         _shares(self._tree, heads[:, None] + np.arange(length + 1, dtype=np.int64), shares)
-        plan = _Plan(epoch, start, length, stride, runs, n)
+        plan = Plan(epoch, start, length, stride, runs, n)
         for m, held in enumerate(shares):
             before = held[:, :-1].reshape(-1)[:n]
             rows = np.flatnonzero(held[:, 1:].reshape(-1)[:n] != before)
@@ -228,7 +229,7 @@ class Mixture:
         """Which members have addresses (`addresses` and `fill_addresses`: a token pack's window starts)."""
         return [hasattr(d, "addresses") and hasattr(d, "fill_addresses") for d in self.datasets]
 
-    def _plan_addresses(self, plan: "_Plan", seed: int) -> np.ndarray:
+    def _plan_addresses(self, plan: Plan, seed: int) -> np.ndarray:
         """The addresses of a plan's positions under a Loader of `seed` (each in its member's own terms;
         members without addresses leave theirs unset), drawn for the whole plan, a call per (member,
         member epoch), the first time a batch needs them: a draw costs ~20 us a call plus ~7 ns a
@@ -247,7 +248,7 @@ class Mixture:
 
     def _checked(self, m: int, addresses: np.ndarray) -> np.ndarray:
         """Member m's addresses, refused unless they are rows of its windows (where it has them): a joined
-        gather (`_Joined`) must never index past a member's own rows."""
+        gather (`Joined`) must never index past a member's own rows."""
         d = self.datasets[m]
         if hasattr(d, "windows") and len(addresses):
             n = len(d.windows())
@@ -336,7 +337,7 @@ class Mixture:
     def fill_batch(self, idx, out: dict[str, np.ndarray], request: Request | None = None,
                    rows: np.ndarray | None = None) -> None:
         """Fill the batch (or its rows `rows`) with positions `idx` (or a range of them): token members
-        that line up (one dtype and context, `_Joined`) by one gather of their windows through the joined
+        that line up (one dtype and context, `Joined`) by one gather of their windows through the joined
         view, at the window starts drawn for the plan; image members all at once (`fill_parts`: their
         crops and flips drawn in one pass); other members each their own rows (token members at the
         plan's starts), a contiguous share straight into the batch, scattered rows in place where the
@@ -390,7 +391,7 @@ class Mixture:
                 for k, v in out.items():
                     v[at] = part[k]
 
-    def _join(self) -> "_Joined | None":
+    def _join(self) -> Joined | None:
         """The members' windows joined into one view (token packs of one context and dtype), or None where
         they cannot be. Remade if a member's windows are no longer the ones joined (a member reloaded),
         its addresses then drawn and checked anew; asking each member for its windows also checks that a
@@ -401,68 +402,8 @@ class Mixture:
         got = self.__dict__.get("_joined")
         if got is None or any(w is not v for w, v in zip(windows, got.windows)):
             self.__dict__.pop("_plans", None)
-            got = self.__dict__["_joined"] = _Joined(windows)
+            got = self.__dict__["_joined"] = Joined(windows)
         return got if got.view is not None else None
-
-
-class _Plan:
-    """Positions of one mixture epoch that a process is about to serve, `runs` runs of `length` positions,
-    `stride` apart from `start` (one run for a process that reads in order), those before the epoch's end
-    kept in that order: for each, the member serving it, its index in the member and the member's epoch;
-    the (member, member epoch, positions) groups; addresses per Loader seed, drawn when first needed."""
-
-    __slots__ = ("epoch", "start", "length", "stride", "runs", "member", "index", "m_epoch", "groups", "addresses")
-
-    def __init__(self, epoch: int, start: int, length: int, stride: int, runs: int, n: int):
-        self.epoch, self.start, self.length, self.stride, self.runs = epoch, start, length, stride, runs
-        self.member, self.index, self.m_epoch = np.empty(n, np.intp), np.empty(n, np.int64), np.empty(n, np.int64)
-        self.groups: list[tuple[int, int, np.ndarray]] = []
-        self.addresses: dict[int, np.ndarray] = {}
-
-    def find(self, lo: int, hi: int, epoch: int) -> int | None:
-        """Where positions lo..hi-1 of `epoch` start in the plan, if it holds them all (within one run)."""
-        if epoch != self.epoch or lo < self.start:
-            return None
-        k, j = divmod(lo - self.start, self.stride)
-        if k >= self.runs or j + hi - lo > self.length:
-            return None
-        return k * self.length + j
-
-
-class _Joined:
-    """Members' windows as rows of one view. A token pack's windows are rows of a strided view of its
-    token array (row k starts at id k); members' arrays lie apart in memory, at distances that are whole
-    rows when they hold one dtype (memory is aligned to it). One view that starts at the lowest member's
-    first row and ends at the highest member's last holds them all, member m's row k being row
-    shift[m] + k, so a batch drawn from several members is one gather, as one member's is, instead of a
-    gather per member and a copy of each into the batch's rows (~16 us of a ~250 us batch of 256 windows
-    of 1,024 tokens, measured on this project's 2-core machine).
-    Only members' own rows are ever indexed (`Mixture._checked` refuses other addresses when they are
-    drawn): the memory between members is never read. The view holds the lowest member's array, and the
-    Mixture its members', so none is freed under it. `view` is None where members do not line up.
-    The view spans whatever lies between members (terabytes of unmapped addresses between a member in
-    RAM and a mapped one): index only members' rows through it; anything that reads it whole (printing
-    it, a reduction, a copy) reads that gap and kills the process."""
-
-    def __init__(self, windows: list[np.ndarray]):
-        self.windows, self.view, self.shift = windows, None, None
-        first = windows[0]
-        if any(w.ndim != 2 or w.dtype != first.dtype or w.shape[1:] != first.shape[1:] or w.strides != first.strides
-               for w in windows) or first.strides[0] <= 0:
-            return
-        step = first.strides[0]
-        at = [w.__array_interface__["data"][0] for w in windows]
-        low = min(at)
-        if any((p - low) % step for p in at):
-            return
-        shift = np.array([(p - low) // step for p in at], np.int64)
-        rows = max(int(s) + len(w) for s, w in zip(shift, windows))
-        try:  # numpy sizes a view as rows x row bytes: members far apart with long windows could overflow that
-            self.view = np.lib.stride_tricks.as_strided(windows[at.index(low)], (rows, *first.shape[1:]), first.strides,
-                                                        writeable=False)
-        except ValueError:
-            return
-        self.shift = shift
 
 
 @lru_cache(maxsize=1024)
