@@ -25,6 +25,7 @@ from .kinds import kind_of
 from .pack.backends import read_manifest
 from .serve.gpu import IMAGENET_MEAN, IMAGENET_STD, Normalize
 from .serve.loader import Loader
+from .serve.resume import epoch_left
 
 IMAGE_KINDS = ("images", "segmentation")
 
@@ -38,7 +39,8 @@ class _TrainerLoader(Loader):
         """As Loader's, but a world-size change in the middle of an epoch is refused: Lightning counts the
         restored epoch's steps against a length it read before the restore, so the epoch would end early
         (and samples go untrained) or late. Resume mid-epoch on as many devices, or from an epoch's end."""
-        if isinstance(state, dict) and state.get("samples_consumed") and int(state.get("world_size", 1)) != self.world_size:
+        if isinstance(state, dict) and state.get("format") == "dataprep.Loader" and epoch_left(state, self.drop_last) \
+                and int(state.get("world_size", 1)) != self.world_size:
             raise DataprepError(f"this checkpoint was taken mid-epoch on {state['world_size']} rank(s); resuming it on "
                                 f"{self.world_size} would skip or repeat samples under Lightning: resume on "
                                 f"{state['world_size']} device(s), or from a checkpoint taken at an epoch's end")

@@ -10,10 +10,16 @@ checkpoint can save and a new process resume from mid-epoch.
   carries everything the samples depend on (epoch, seed, resolution, crop, flip): a worker never acts
   on the dataset object as it was when it forked.
 
-Large per-sample fields (images, token windows) are views of their slot and stay valid until the next
-batch is requested: copy them to the GPU (or `.clone()` them) before asking for the next one, as a
-training step does anyway, or pass `copy=True` (or `pin_memory=True` for pinned copies). Small fields
-(labels, targets: at most 1 KiB a sample) are fresh tensors, safe to keep. Workers are forked on the
+Large per-sample fields (images, token windows) are views of their slot, and a batch the caller still
+holds never changes: a slot is refilled only once nothing refers to the tensors served from it (the
+numpy view each tensor was made from has no reference left but the Loader's). The ring has spare
+slots (`hold_bytes`, reserved but untouched until used) for batches a caller keeps, as `list(loader)`,
+a cache or gradient accumulation do; once they are all held, further batches are served as copies,
+with one warning naming `copy=True`. A loop that drops each batch before asking for the next reuses
+the same slots as before and copies nothing. Small fields (labels, targets: at most 1 KiB a sample)
+are fresh tensors. With `pin_memory=True` every large field is copied into a new pinned tensor before
+it is served: a `non_blocking` copy to the GPU reads that tensor, never the ring, and PyTorch's pinned
+allocator does not hand its block out again until the copy's recorded event has completed. Workers are forked on the
 first epoch and kept for the next ones (`close()` stops them; so does garbage collection); each batch
 is split across all workers. Worker deaths and errors reach the caller as exceptions naming the batch
 and samples, within a fraction of a second, and stop the workers; so does Ctrl-C. The shared mapping
@@ -32,6 +38,7 @@ import math
 import mmap
 import multiprocessing as mp
 import os
+import sys
 import threading
 from multiprocessing.connection import wait
 import warnings
@@ -48,6 +55,10 @@ from .workers import rows, serve_requests
 
 
 SMALL_FIELD = 1024  # bytes a sample: fields this small are served as fresh tensors, not slot views
+HOLD_BYTES = 1 << 30  # default bytes of spare ring slots for batches a caller keeps (reserved, not touched)
+# Linux: the spare slots are address space only until written; MAP_NORESERVE keeps strict overcommit from
+# charging them up front (Python exposes the flag only from 3.13).
+_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") else 0)
 
 
 class Loader:
@@ -74,7 +85,10 @@ class Loader:
         schedule: a `Schedule` of resolutions over epochs: each epoch is served at schedule(epoch), the
             output size of a crop plan, or else the stored size of a multi-resolution pack. The ring is
             allocated once for the largest size; persistent workers switch without restarting.
-        copy: large fields (images) as fresh tensors too, for callers who keep batches.
+        copy: large fields (images) as fresh tensors too. Not needed to keep batches (a held batch never
+            changes), but it saves the ring's spare slots and the warning when most batches are kept.
+        hold_bytes: bytes of spare ring slots kept for batches the caller still references (at least one
+            slot); past them, batches are served as copies.
         indices: also yield each batch's sample indices (int64, last), e.g. for dataprep.gpu crops.
         prefetch: batches each worker may have in flight.
 
@@ -88,7 +102,7 @@ class Loader:
                  drop_last: bool = False, sampler: Iterable[int] | None = None, pin_memory: bool = False,
                  layout: str = "nchw", crop: Any = None, flip: bool = False, schedule=None,
                  rank: int | None = None, world_size: int | None = None, copy: bool = False,
-                 indices: bool = False, prefetch: int = 2, timeout: float = 300.0):
+                 indices: bool = False, prefetch: int = 2, timeout: float = 300.0, hold_bytes: int = HOLD_BYTES):
         if not (hasattr(dataset, "batch_layout") and hasattr(dataset, "fill_batch")):
             raise DataprepError(f"Loader serves dataprep datasets (InMemoryImageDataset, TokenDataset, TabularDataset, "
                                 f"Mixture, ...), which fill whole batches; a {type(dataset).__name__} does not: "
@@ -97,8 +111,8 @@ class Loader:
             raise DataprepError("Loader serves uint8 batches and applies no per-sample transform: make the dataset "
                                 "without transform=, crop and flip with Loader(crop=dataprep.RandomResizedCrop(...), "
                                 "flip=True) and normalise on the GPU (dataprep.Normalize); or use torch's DataLoader")
-        if batch_size < 1 or num_workers < 0 or prefetch < 1:
-            raise DataprepError("batch_size and prefetch must be >= 1, num_workers >= 0")
+        if batch_size < 1 or num_workers < 0 or prefetch < 1 or hold_bytes < 0:
+            raise DataprepError("batch_size and prefetch must be >= 1, num_workers and hold_bytes >= 0")
         if layout not in ("nchw", "nhwc"):
             raise DataprepError(f"layout must be 'nchw' or 'nhwc', not {layout!r}")
         if sampler is not None and shuffle:
@@ -124,13 +138,17 @@ class Loader:
         self.dataset, self.batch_size, self.shuffle, self.seed = dataset, batch_size, shuffle, int(seed)
         self.num_workers, self.drop_last, self.sampler, self.pin_memory = num_workers, drop_last, sampler, pin_memory
         self.layout, self.crop, self.flip, self.schedule, self.copy = layout, crop, bool(flip), schedule, copy
-        self.prefetch, self.timeout, self.indices = prefetch, timeout, indices
+        self.prefetch, self.timeout, self.indices, self.hold_bytes = prefetch, timeout, indices, int(hold_bytes)
         self.batch_sampler = None  # DataLoader's attribute, read by tools that inspect loaders (Lightning does)
         self._next_epoch = 0  # the epoch a fresh iter() serves
         self._resume: tuple[int, int] | None = None  # (epoch, samples consumed) a restored state starts from
+        self._restart: tuple[int, int] | None = None  # (epoch, start) of a pass left early, served again next
         self._state = (0, 0)  # (epoch, samples of its order consumed), as state_dict reports it
         self._capacity: dict[str, tuple[int, np.dtype]] = {}  # ring bytes per sample, by key
         self._ring: dict[str, np.ndarray] | None = None
+        self._total = 0  # slots in the ring: those the pipeline cycles through plus the spare ones
+        self._handed: dict[int, list[np.ndarray]] = {}  # slot -> the views its last batch's tensors were made from
+        self._warned_hold = False
         self._procs: list = []
         self._pipes: list = []
         self._outstanding: dict[tuple[int, int, int], tuple[int, np.ndarray]] = {}  # (gen, batch, worker) -> (slot, idx)
@@ -150,9 +168,20 @@ class Loader:
         return self._state[0]
 
     def set_epoch(self, epoch: int) -> None:
-        self._next_epoch, self._resume, self._state, self._resumed_len = int(epoch), None, (int(epoch), 0), None
+        """Make the next iter() serve `epoch` (from its start). After `load_state_dict`, setting the restored
+        epoch keeps the restored position, so a loop that calls `set_epoch(epoch)` every epoch resumes exactly;
+        setting another epoch drops it, with a warning."""
+        epoch = int(epoch)
+        if self._resume is not None and self._resume[0] == epoch:
+            pass  # the loop names the epoch the restored state is in: serve the rest of it
+        else:
+            if self._resume is not None:
+                warnings.warn(f"set_epoch({epoch}) drops the restored position (epoch {self._resume[0]}, "
+                              f"{self._resume[1]} samples consumed): epoch {epoch} is served from its start", stacklevel=2)
+            self._next_epoch, self._resume, self._state, self._resumed_len = epoch, None, (epoch, 0), None
+            self._restart = None
         if hasattr(self.sampler, "set_epoch"):
-            self.sampler.set_epoch(int(epoch))
+            self.sampler.set_epoch(epoch)
 
     def request(self, epoch: int) -> Request:
         """What every batch of `epoch` carries to the workers (and checks the dataset can serve it)."""
@@ -229,11 +258,15 @@ class Loader:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from `state_dict()`'s output: the next iter() serves the rest of that epoch (split over
-        this run's ranks, however many there are), then the epochs after it."""
+        this run's ranks and batch size, however many there are; nothing when the state was saved after
+        the epoch's last batch), then the epochs after it. The saved run's seed replaces this Loader's
+        (the position means something only in its order): a different one warns, as a different
+        shuffle, crop, flip or batch size does (serve/resume.py says what each changes)."""
         total = check_state(self, state)
         self.seed = int(state["seed"])
         epoch, consumed = int(state["epoch"]), int(state["samples_consumed"])
         self._resume, self._state, self._next_epoch = (epoch, consumed), (epoch, consumed), epoch
+        self._restart = None
         if self.sampler is None and consumed:
             done = consumed // (int(state["world_size"]) * int(state["batch_size"]))
             self._resumed_len = done + rank_batch_count(total, consumed, self.world_size, self.batch_size, self.drop_last)
@@ -244,7 +277,12 @@ class Loader:
 
     # -- the ring ---------------------------------------------------------------------------------------
     def _slots(self) -> int:
+        """Slots the pipeline cycles through: the batches in flight plus the one the caller is using."""
         return self.num_workers * self.prefetch + 1 if self.num_workers else 2
+
+    def _spare(self, slot_bytes: int) -> int:
+        """Extra slots for batches the caller keeps: as many as `hold_bytes` buys, at least one."""
+        return max(1, self.hold_bytes // max(slot_bytes, 1))
 
     def _layout(self, req: Request) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         return {k: (tuple(int(v) for v in shape), np.dtype(dt)) for k, (shape, dt) in self.dataset.batch_layout(req).items()}
@@ -279,14 +317,15 @@ class Loader:
                 nbytes = math.prod(shape) * dt.itemsize
                 if k not in self._capacity or self._capacity[k][0] < nbytes:
                     self._capacity[k] = (nbytes, dt)
-            slots = self._slots()
+            slot_bytes = sum(self.batch_size * nb for nb, _ in self._capacity.values())
+            slots = self._total = self._slots() + self._spare(slot_bytes)
             sizes = {k: -(-slots * self.batch_size * nb // 4096) * 4096 for k, (nb, _) in self._capacity.items()}
-            buf = mmap.mmap(-1, max(sum(sizes.values()), 4096), flags=mmap.MAP_SHARED)
+            buf = mmap.mmap(-1, max(sum(sizes.values()), 4096), flags=mmap.MAP_SHARED | _NORESERVE)
             ring, pos = {}, 0
             for k, (nb, _) in self._capacity.items():
                 ring[k] = np.frombuffer(buf, np.uint8, slots * self.batch_size * nb, pos).reshape(slots, -1)
                 pos += sizes[k]
-            self._ring = ring
+            self._ring, self._handed = ring, {}  # batches served from an old ring keep it alive themselves
         return self._ring
 
     def _rows(self, layout: dict, slot: int, start: int, n: int) -> dict[str, np.ndarray]:
@@ -294,38 +333,75 @@ class Loader:
         return rows(self._ring, layout, slot, start, n)
 
     def _view(self, layout: dict, slot: int, n: int) -> tuple[torch.Tensor, ...]:
-        """The batch in `slot`, one tensor per key of the dataset's batch layout (images in `layout`)."""
-        out = []
+        """The batch in `slot`, one tensor per key of the dataset's batch layout (images in `layout`).
+        Large fields are views of the slot unless copying is asked for (`copy`, `pin_memory`) or the
+        spare slots are all held; the views are recorded so the slot is not refilled while any is alive."""
+        held = sum(1 for s in list(self._handed) if s != slot and self._held(s))
+        spill = held > self._total - self._slots()
+        if spill and not (self.copy or self.pin_memory) and not self._warned_hold:
+            self._warned_hold = True
+            warnings.warn(f"{held} served batches are still referenced (kept in a list, a cache, ...): the Loader keeps "
+                          "them intact and serves further batches as copies; pass copy=True to copy every batch, or "
+                          "raise hold_bytes to keep more in its ring", stacklevel=4)
+        out, views = [], []
         for k, a in self._rows(layout, slot, 0, n).items():
             t = torch.from_numpy(a)
             shape, dt = layout[k]
             small = math.prod(shape) * dt.itemsize <= SMALL_FIELD
             if self.pin_memory:
                 t = t.pin_memory() if torch.cuda.is_available() else t.clone()
-            elif small or self.copy:
+            elif small or self.copy or spill:
                 t = t.clone()
+            else:
+                views.append(a)  # torch.from_numpy holds a reference to `a` for as long as any view of t lives
             if k == "images" and self.layout == "nchw":
                 t = t.permute(0, 3, 1, 2)
             out.append(t)
+        if views:
+            self._handed[slot] = views
+        else:
+            self._handed.pop(slot, None)
         return tuple(out)
+
+    def _held(self, slot: int) -> bool:
+        """Whether a tensor served from `slot` (or a view of one, or its storage) is still alive: each
+        recorded view is then referenced by its tensor's storage as well as by the record."""
+        views = self._handed.get(slot)
+        if views is None:
+            return False
+        if any(sys.getrefcount(views[i]) > 2 for i in range(len(views))):  # the list's and the call's own
+            return True
+        del self._handed[slot]
+        return False
+
+    def _free_slot(self, taken) -> int | None:
+        """The lowest slot that no batch in flight uses (`taken`) and no caller still holds."""
+        for s in range(self._total):
+            if s not in taken and not self._held(s):
+                return s
+        return None
 
     # -- iterating --------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
-        """The next epoch (or the rest of a restored one), chosen at the first `next()`, not here: an
-        iterator made and thrown away (Lightning makes one while setting up) uses up no epoch."""
+        """A pass over `self.epoch`, from its start, or the rest of a restored epoch (nothing, when the state
+        was saved after its last batch). The epoch advances once a pass has served its last batch; a pass
+        left early (a peek with `next(iter(loader))`, a `break`) leaves it where it was, so the next
+        iter() serves the same epoch again (call `set_epoch` to move on). The epoch is chosen at the first
+        `next()`, not here: an iterator made and thrown away (Lightning makes one) changes nothing."""
         return self._run()
 
     def _begin(self) -> tuple[int, int]:
-        """(epoch, start position) of the epoch about to be served."""
-        if self._resume is not None:
-            epoch, start = self._resume
-            self._resume = None
-            return epoch, start
+        """(epoch, start position) of the pass about to be served: a restored position, else where the last
+        pass left early had started (its epoch's start, or a restored position), else the next epoch's start."""
+        for pending in ("_resume", "_restart"):
+            if getattr(self, pending) is not None:
+                epoch, start = getattr(self, pending)
+                self._resume = self._restart = None
+                return epoch, start
         return self._next_epoch, 0
 
     def _run(self):
         epoch, start = self._begin()
-        self._next_epoch = epoch + 1
         if hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
         if hasattr(self.dataset, "set_epoch"):
@@ -337,27 +413,38 @@ class Loader:
         else:  # a sampler's order is this rank's already
             batches, after = rank_batches(self.epoch_order(epoch), start, 0, 1, self.batch_size, self.drop_last)
         self._state = (epoch, start)
-        yield from self._serve(epoch, req, layout, batches, after)
+        try:
+            yield from self._serve(epoch, req, layout, batches, after)
+        finally:
+            if self._next_epoch == epoch:  # left before its last batch: the next pass serves the same again
+                self._restart = (epoch, start)
 
     def _serve(self, epoch, req, layout, batches, after):
         ring = self._buffers(layout, epoch)
         runs = self._runs()
         if not self.num_workers:
             for b, idx in enumerate(batches):
-                slot = b % 2
+                slot = self._free_slot(())  # the caller holds at most all spare slots but one: never None
                 self.dataset.fill_batch(as_run(idx) if runs else idx, self._rows(layout, slot, 0, len(idx)), req)
-                self._state = (epoch, after[b])
+                self._served(epoch, after[b], b == len(batches) - 1)
                 if b == 0:
                     self._prefetch(epoch + 1)
                 yield self._view(layout, slot, len(idx)) + ((torch.from_numpy(idx.copy()),) if self.indices else ())
         else:
             for b, view in enumerate(self._with_workers(batches, ring, req, layout, runs)):
-                self._state = (epoch, after[b])
+                self._served(epoch, after[b], b == len(batches) - 1)
                 if b == 0:  # the workers are forked by now: a thread may run
                     self._prefetch(epoch + 1)
                 yield view + ((torch.from_numpy(batches[b].copy()),) if self.indices else ())
-        self._state = (epoch + 1, 0)
+        self._next_epoch, self._state = epoch + 1, (epoch + 1, 0)
         self._resumed_len = None  # the restored epoch is over: whole epochs from here
+
+    def _served(self, epoch: int, position: int, last: bool) -> None:
+        """A batch is about to be served: the state moves past it; after the epoch's last batch the state
+        still reads this epoch, all consumed (until the pass ends), and the next iter() serves the next."""
+        self._state = (epoch, position)
+        if last:
+            self._next_epoch = epoch + 1
 
     # -- workers ------------------------------------------------------------------------------------
     def _start(self, ring: dict[str, np.ndarray]) -> None:
@@ -414,34 +501,37 @@ class Loader:
         batch keeps every worker busy); a batch is ready when all its parts are."""
         self._start(ring)
         self._gen += 1
-        gen, nw = self._gen, len(self._procs)
-        free = [s for s in range(self._slots()) if s not in self._busy_slots()]
+        gen, nw, depth = self._gen, len(self._procs), self._slots() - 1  # depth: batches in flight at most
+        pending: dict[int, int] = {}  # batch sent and not yet served -> its slot
         parts_left: dict[int, int] = {}
         ready: dict[int, tuple[int, int]] = {}
         sent = 0
         try:
             for want in range(len(batches)):
-                while free and sent < len(batches) and sent < want + self._slots() - 1:
-                    slot, idx = free.pop(), batches[sent]
+                while sent < len(batches) and sent < want + depth:
+                    slot = self._free_slot(self._busy_slots() | set(pending.values()))
+                    if slot is None:
+                        break  # every other slot is held or in flight: the next wait frees one
+                    idx = batches[sent]
                     bounds = np.linspace(0, len(idx), nw + 1).astype(int)
                     parts = [(w, a, b) for w, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])) if b > a]
                     for w, a, b in parts:
                         self._pipes[w].send((gen, sent, slot, int(a), as_run(idx[a:b]) if runs else idx[a:b], req, layout))
                         self._outstanding[(gen, sent, w)] = (slot, idx[a:b])
-                    parts_left[sent] = len(parts)
+                    parts_left[sent], pending[sent] = len(parts), slot
                     sent += 1
+                if want >= sent:  # cannot happen while the caller holds no more than the spare slots
+                    raise DataprepError("internal: no ring slot is free to fill the next batch")
                 while want not in ready:
                     for g, b, _w, slot in self._collect(batches):
-                        if g != gen:  # a part of an abandoned epoch: its slot was kept out of this one
-                            if slot not in self._busy_slots() and slot not in free:
-                                free.append(slot)
+                        if g != gen:  # a part of an abandoned epoch: its slot is free once no part is out
                             continue
                         parts_left[b] -= 1
                         if not parts_left[b]:
                             ready[b] = (slot, len(batches[b]))
                 slot, n = ready.pop(want)
-                yield self._view(layout, slot, n)
-                free.append(slot)  # the consumer asked for the next batch: this slot may be refilled
+                del pending[want]
+                yield self._view(layout, slot, n)  # refilled only once the caller drops it (see _held)
         except GeneratorExit:
             raise  # the consumer left the epoch early: workers stay; unfinished parts are waited for later
         except BaseException:

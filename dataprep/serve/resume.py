@@ -1,7 +1,13 @@
 """Resuming: takes a Loader (its position, seed, world and what it serves), gives the state a checkpoint
 saves (torchdata's StatefulDataLoader protocol: `state_dict` / `load_state_dict`), and checks a saved
 state against the Loader it is restored into: the same epoch length, kind of order and partition, or an
-error saying why the position means nothing here; a different shuffle, crop or flip is a warning.
+error saying why the position means nothing here; a different seed, batch size, shuffle, crop or flip is a
+warning that says what the resumed run does.
+
+The state names a position in one epoch: while a pass is served (and after it served its last batch, until
+the pass ends) that epoch and the samples of its order consumed; once a pass has ended, the next epoch at 0.
+A state saved after an epoch's last batch therefore resumes into the rest of that epoch, which is nothing,
+so a training loop that saves its own epoch number beside the state stays in step with the Loader.
 """
 from __future__ import annotations
 
@@ -22,18 +28,21 @@ def epoch_samples(loader) -> int:
 
 
 def loader_state(loader) -> dict[str, Any]:
-    """The Loader's state: the epoch and samples of its order consumed (the next epoch at 0 when nothing of
-    this one is left to serve), and what it was serving."""
+    """The Loader's state: the epoch and samples of its order consumed, and what it was serving."""
     epoch, consumed = loader._resume or loader._state
     total = epoch_samples(loader)
-    g = loader.batch_size * loader.world_size
-    if consumed >= total or (loader.drop_last and total - consumed < g):
-        epoch, consumed = epoch + 1, 0  # nothing of this epoch is left to serve
     return {"format": "dataprep.Loader", "version": STATE_VERSION, "seed": loader.seed, "epoch": int(epoch),
             "samples_consumed": int(consumed), "world_size": loader.world_size, "batch_size": loader.batch_size,
             "length": int(total), "shuffle": loader.shuffle, "sampler": loader.sampler is not None,
             "crop": repr(loader.crop), "flip": loader.flip, "partition": partition_state(loader.dataset),
             "resolution": loader.schedule(epoch) if loader.schedule is not None else getattr(loader.dataset, "resolution", None)}
+
+
+def epoch_left(state: dict[str, Any], drop_last: bool) -> bool:
+    """Whether a state saved mid-epoch leaves any of its epoch to serve (not so after the last batch)."""
+    consumed, total = int(state["samples_consumed"]), int(state["length"])
+    step = int(state["world_size"]) * int(state["batch_size"])
+    return 0 < consumed < total and not (drop_last and total - consumed < step)
 
 
 def check_state(loader, state: Any) -> int:
@@ -61,9 +70,20 @@ def check_state(loader, state: Any) -> int:
                       "version 1 may have shuffled those members, and then this run serves other windows than the "
                       "interrupted one would have (random windows all the same, so no sample is favoured, but not "
                       "the same batches); states saved from now on resume exactly", stacklevel=3)
+    if int(state["seed"]) != loader.seed:
+        warnings.warn(f"resuming a run saved with seed={state['seed']} into a Loader made with seed={loader.seed}: "
+                      f"the saved seed is kept (its order is what the position counts in), so the rest of the epoch "
+                      f"and the epochs after it are the saved run's; make the Loader with seed={state['seed']} to "
+                      "silence this", stacklevel=3)
+    if int(state["batch_size"]) != loader.batch_size and int(state["samples_consumed"]):
+        warnings.warn(f"resuming a run saved with batch_size={state['batch_size']} with batch_size={loader.batch_size}: "
+                      f"the rest of epoch {state['epoch']} is served from sample {state['samples_consumed']} of its "
+                      f"order in batches of {loader.batch_size}, every remaining sample once; len() of that epoch "
+                      "counts the saved run's batches plus this run's", stacklevel=3)
     for key, ours in (("shuffle", loader.shuffle), ("crop", repr(loader.crop)), ("flip", loader.flip)):
         if state.get(key) != ours:
-            warnings.warn(f"resuming a run saved with {key}={state.get(key)!r} with {key}={ours!r}", stacklevel=3)
+            warnings.warn(f"resuming a run saved with {key}={state.get(key)!r} with {key}={ours!r}: the rest is "
+                          f"served with {key}={ours!r}", stacklevel=3)
     return total
 
 
