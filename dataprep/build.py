@@ -76,6 +76,7 @@ class SplitSummary:
     kept_jpeg: int = 0
     shards: int = 0
     reused: int = 0
+    kept: int = 0  # samples of the reused shards: written by an earlier run, not by this one
     counts: Counter = field(default_factory=Counter)  # the kind's tallies (finish_shard's `counts`), summed
     notes: list[str] = field(default_factory=list)  # the kind's lines about this split, printed under it
 
@@ -89,10 +90,20 @@ class BuildSummary:
 
     @property
     def written(self) -> int:
+        """Samples in the pack."""
         return sum(s.written for s in self.splits)
 
+    @property
+    def kept(self) -> int:
+        """Samples of the shards a resumed build kept from an earlier run."""
+        return sum(s.kept for s in self.splits)
+
+    @property
+    def built(self) -> int:
+        """Samples this run wrote: what its rate is over."""
+        return self.written - self.kept
+
     def lines(self) -> list[str]:
-        rate = self.written / self.seconds if self.seconds > 0 else 0.0
         out = [f"pack: {self.out}"]
         for s in self.splits:
             skip = ", ".join(f"{n} {r}" for r, n in sorted(s.skipped.items())) or "none"
@@ -104,8 +115,17 @@ class BuildSummary:
             out.extend(f"  {s.name}: {note}" for note in s.notes)
             if s.reused:
                 out.append(f"  {s.name}: resumed: {s.reused} of {s.shards} shards were finished and intact, {s.shards - s.reused} built")
-        out.append(f"  {self.written} {self.noun} in {self.seconds:.1f} s, {rate:.0f} {self.noun}/s")
+        out.append(self._rate_line())
         return out
+
+    def _rate_line(self) -> str:
+        """How much this run built and how fast; kept shards are said apart (they cost a checksum, not a build)."""
+        built, kept = self.built, self.kept
+        earlier = f"{kept:,} kept from an earlier run"
+        if built and self.seconds > 0:
+            line = f"  {built:,} {self.noun} built in {self.seconds:.1f} s, {built / self.seconds:,.0f} {self.noun}/s"
+            return line + (f"; {earlier}" if kept else "")
+        return f"  {built:,} {self.noun} built" + (f", {earlier}," if kept else "") + f" in {self.seconds:.1f} s"
 
 
 def prepare_output(out: Path, overwrite: bool, resume: bool = False) -> None:
@@ -223,7 +243,9 @@ def build_shards(
     `make_task(split, k, start, stop)` of each on the engine (default: a local pool of `settings.workers`
     processes; a sequential reader's unit is one engine task, `shard_fn(task, samples=...)` for each of
     its shards), clean up, and summarise. The caller writes the manifest (last) from
-    the split entries returned."""
+    the split entries returned. `progress(n)` is told of each finished shard's samples (written or
+    skipped); those of a shard reused by --resume go to `progress.kept(n)` where it has one (a
+    `dataprep.progress.Progress`), so its rate counts only what this run built."""
     for split in splits:
         check_name(split.name, "split", "the source's splits")
     prepare_output(out, settings.overwrite, settings.resume)
@@ -250,10 +272,12 @@ def build_shards(
                 tasks += unit
                 names += [f"{split.name}/{shard_name(k - len(unit) + j)}" for j in range(len(unit))]
 
+    kept = getattr(progress, "kept", progress)
+
     def done(i: int, rec) -> None:
         if progress:
             for r in rec if isinstance(rec, list) else [rec]:
-                progress(r["count"] + len(r["skipped"]))
+                (kept if r.get("reused") else progress)(r["count"] + len(r["skipped"]))
 
     try:
         engine = engine or LocalEngine(settings.workers)
@@ -276,6 +300,7 @@ def build_shards(
         summ.source_bytes = sum(r.pop("source_bytes") for r in recs)
         summ.kept_jpeg = sum(r.pop("kept_jpeg") for r in recs)
         summ.shards = len(recs)
+        summ.kept = sum(r["count"] for r in recs if r["reused"])
         summ.reused = sum(r.pop("reused") for r in recs)
         summ.counts = sum((Counter(r.pop("counts")) for r in recs), Counter())
         summaries.append(summ)

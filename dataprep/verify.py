@@ -15,6 +15,7 @@ from .kinds import kind_of
 from .pack.backends import open_reader
 from .pack.arrays import LoadContext
 from .pack.manifest import MANIFEST, attachment_problems
+from .progress import reporter
 
 
 @dataclass
@@ -31,8 +32,12 @@ class Report:
         return not self.problems
 
 
-def verify_pack(pack: str | os.PathLike, decode: bool = False, progress: Callable[[int], None] | None = None) -> Report:
-    """Check everything about a pack and report every problem rather than stopping at the first."""
+def verify_pack(pack: str | os.PathLike, decode: bool = False, progress: bool | Callable[[int], None] | None = None,
+                what: str | None = None) -> Report:
+    """Check everything about a pack and report every problem rather than stopping at the first. `progress`:
+    True shows the shards checked (a bar on a terminal, lines in a log: dataprep/progress.py), in lines
+    named `what` [default: "verify PACK"]; a callable is told of each (1); None or False shows nothing."""
+    what = what or f"verify {pack}"
     pack = Path(pack)
     rep = Report()
     where = pack / MANIFEST if pack.is_dir() and not (pack / "zarr.json").exists() else pack
@@ -44,20 +49,32 @@ def verify_pack(pack: str | os.PathLike, decode: bool = False, progress: Callabl
         rep.problems.append((str(where), str(e)))
         return rep
     try:
+        bar = reporter(progress, what, _shard_count(m), "shards")
+    except BaseException:
+        reader.close()
+        raise
+    try:
         for split, entry in m["splits"].items():
             counted = 0
             for k, shard in enumerate(entry.get("shards", [])):
                 counted += _verify_shard(pack, reader, fields, split, k, shard, decode, rep)
-                if progress:
-                    progress(1)
+                bar.update(1)
             if counted != entry.get("count"):
                 rep.problems.append((str(pack / split), f"split {split}: shards hold {counted} samples, the split says {entry.get('count')}"))
         if m.get("attachments"):  # files beside the shards (a token pack's tokenizer) have their checksums too
             rep.problems += [(str(pack / name), what) for name, what in attachment_problems(m, reader.attachments())]
             rep.files += len(m["attachments"])
     finally:
+        bar.close()
         reader.close()
     return rep
+
+
+def _shard_count(m: dict) -> int | None:
+    try:
+        return sum(len(entry.get("shards", [])) for entry in m["splits"].values())
+    except (AttributeError, KeyError, TypeError):
+        return None  # counted anyway: the shards' own problems are the report's
 
 
 def _verify_shard(pack: Path, reader, fields: dict, split: str, k: int, shard: dict, decode: bool, rep: Report) -> int:
@@ -112,14 +129,15 @@ def _verify_shard(pack: Path, reader, fields: dict, split: str, k: int, shard: d
     return count
 
 
-def verify_remote(url: str, decode: bool = False) -> tuple[Report, str]:
+def verify_remote(url: str, decode: bool = False, progress: bool | None = None) -> tuple[Report, str]:
     """`verify_pack` for a pack at a URL: every object fetched and checked against the manifest's sha256
     (each damaged, truncated or missing one named by its URL), then the fields' checks on the copy.
-    Returns the report (paths as URLs) and the URL as shown."""
+    Returns the report (paths as URLs) and the URL as shown. `progress` shows the fetch (None: in a log
+    only, as every fetch) and the checks (as verify_pack's)."""
     from .remote.fetch import local_copy
 
-    with local_copy(url, keep_going=True) as (rp, d, bad):
-        rep = verify_pack(d, decode=decode)
+    with local_copy(url, keep_going=True, progress=progress) as (rp, d, bad):
+        rep = verify_pack(d, decode=decode, progress=progress, what=f"verify {rp.shown}")
         lost = {where[len(rp.shown) + 1:] for where, _ in bad}
         prefix = str(d) + os.sep
 

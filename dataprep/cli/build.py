@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import click
@@ -12,6 +11,7 @@ from ..images.settings import IMAGE_MODES
 from .config import config_option
 from .engine import engine_for, engine_options
 from .profile import profile_option
+from .progress import progress_option, shown
 from .storage import staged_output, storage_options
 
 
@@ -60,7 +60,7 @@ def image_build_options(f):
         click.option("--resume", is_flag=True,
                      help="Continue an interrupted build: shards finished with the same inputs and settings, "
                           "and intact by checksum, are kept; the rest are built."),
-        click.option("--progress/--no-progress", default=None, help="Progress bar [default: when stderr is a terminal]."),
+        progress_option,
         config_option,
         profile_option,
     ]
@@ -106,42 +106,41 @@ def build_settings(workers, limit, shard_size, strict, overwrite, resume, **_):
 
 
 def run_build(source, build_fn, settings, out, progress=None, engine="local", address=None, scheduler_file=None,
-              fmt="npy", compress="none") -> None:
+              fmt="npy", compress="none", noun="images") -> None:
     """Run a build (`build_fn(source, out, settings, progress=..., engine=...)`, the kind's own settings
-    bound) on the chosen engine under a progress bar; print the summary; exit 130 on Ctrl-C after saying
+    bound) on the chosen engine, reporting progress on stderr unless `progress` is False (a bar on a
+    terminal, lines in a log: dataprep/progress.py); print the summary; exit 130 on Ctrl-C after saying
     how to resume."""
-    total = source.planned(settings.limit)
-    # default: click shows the bar only on a terminal
-    hidden = (not progress) if progress is not None else not sys.stderr.isatty()
-    with engine_for(engine, settings.workers, address, scheduler_file) as eng, \
-            staged_output(out, fmt, compress, settings.overwrite, eng, settings.resume) as target:
-        with click.progressbar(length=total, label="building", file=sys.stderr, show_pos=True, show_eta=True, hidden=hidden) as bar:
-            if progress:
-                bar.is_hidden = False  # asked for, even when stderr is not a terminal
-            try:
-                summary = build_fn(source, target, settings, progress=bar.update, engine=eng)
-            except KeyboardInterrupt:
-                bar.is_hidden = True
-                click.echo(f"\ninterrupted: workers stopped, finished shards kept in {target}; "
-                           "run the same command with --resume to continue", err=True)
-                click.get_current_context().exit(130)
+    from ..progress import Progress
     from ..remote.urls import is_url, redact
 
+    show = shown(progress)
+    name = redact(str(out)) if is_url(out) else str(out)
+    with engine_for(engine, settings.workers, address, scheduler_file) as eng, \
+            staged_output(out, fmt, compress, settings.overwrite, eng, settings.resume, progress=show) as target:
+        with Progress(f"build {name}", source.planned(settings.limit), noun, show=show, label="building") as bar:
+            try:
+                summary = build_fn(source, target, settings, progress=bar, engine=eng)
+            except KeyboardInterrupt:
+                bar.close(failed=True)
+                click.echo(f"interrupted: workers stopped, finished shards kept in {target}; "
+                           "run the same command with --resume to continue", err=True)
+                click.get_current_context().exit(130)
     summary.out = redact(str(out)) if is_url(out) else Path(out)
     for line in summary.lines():
         click.echo(line)
 
 
-def run_image_build(source, build_fn=None, **opts) -> None:
+def run_image_build(source, build_fn=None, noun="images", **opts) -> None:
     """`run_build` for the commands with the image options: `build_fn(source, out, settings, image, ...)`,
-    the image build by default."""
+    the image build by default; progress counts `noun`."""
     import functools
 
     from ..images.build import build_images
 
     fn = functools.partial(_with_image, build_fn or build_images, image_settings(**opts))
     run_build(source, fn, build_settings(**opts), opts["out"], opts["progress"], opts["engine"], opts["address"],
-              opts["scheduler_file"], opts["fmt"], opts["compress"])
+              opts["scheduler_file"], opts["fmt"], opts["compress"], noun)
 
 
 def _with_image(build_fn, image, source, out, settings, **kw):
@@ -301,7 +300,7 @@ def segmentation(images, masks, pairs, image_suffix, mask_suffix, split, labels,
               else pair_by_stem(images, masks, image_suffix, mask_suffix, split))
     fn = functools.partial(build_segmentation, labels=LabelMap.load(labels) if labels else None,
                            mask_dtype=None if mask_dtype == "auto" else mask_dtype, num_classes=num_classes)
-    run_image_build(source, build_fn=fn, **kw)
+    run_image_build(source, build_fn=fn, noun="pairs", **kw)
 
 
 def _window(ctx, param, value):
@@ -347,7 +346,7 @@ def _dhw(ctx, param, value):
 @click.option("--strict/--skip-bad", default=False, show_default=True, help="Fail on the first unusable file.")
 @click.option("--overwrite", is_flag=True, help="Replace a pack or unfinished build already in --out.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted build, keeping its intact shards.")
-@click.option("--progress/--no-progress", default=None, help="Progress bar [default: when stderr is a terminal].")
+@progress_option
 @config_option
 @profile_option
 @engine_options
@@ -366,4 +365,4 @@ def volumes(src, out, shape, resample, depth, window, masks, mask_dtype, split, 
     source = scan_files(src, split, VOLUME_EXTENSIONS)
     settings = build_settings(workers, limit, shard_size, strict, overwrite, resume)
     fn = functools.partial(build_volumes, volume=vs, masks=masks, mask_dtype=None if mask_dtype == "auto" else mask_dtype)
-    run_build(source, fn, settings, out, progress, engine, address, scheduler_file, fmt, compress)
+    run_build(source, fn, settings, out, progress, engine, address, scheduler_file, fmt, compress, "volumes")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from ..pack.backends import BACKENDS
+from .progress import progress_option, shown
 from .engine import engine_for, engine_options
 from .storage import COMPRESSIONS
 
@@ -16,8 +17,9 @@ from .storage import COMPRESSIONS
               help="hdf5: gzip or lzf; zarr: zstd or blosc (JPEG bytes are stored as they are). Compressed packs cannot be mapped (cache='mmap').")
 @click.option("--overwrite", is_flag=True, help="Replace a pack already at --out.")
 @click.option("--workers", "-j", type=click.IntRange(1), default=1, show_default=True, help="Parallel chunk writers (zarr).")
+@progress_option
 @engine_options
-def convert(pack, to, out, compress, overwrite, workers, engine, address, scheduler_file):
+def convert(pack, to, out, compress, overwrite, workers, engine, address, scheduler_file, progress):
     """Convert a pack between backends without decoding: arrays copied, checksums checked."""
     import time
 
@@ -27,8 +29,12 @@ def convert(pack, to, out, compress, overwrite, workers, engine, address, schedu
 
     t0 = time.perf_counter()
     with engine_for(engine, workers, address, scheduler_file) as eng:
+        show = shown(progress)
         if is_url(pack) or is_url(out):
-            from ..remote.convert import convert_remote as run
-        r = run(pack, out, to, compress, eng, overwrite)
+            from ..remote.convert import convert_remote
+
+            r = convert_remote(pack, out, to, compress, eng, overwrite, progress=show)
+        else:
+            r = run(pack, out, to, compress, eng, overwrite, progress=show)
     click.echo(f"{redact(str(pack))} ({r['from']}) -> {redact(str(out))} ({r['to']}{', ' + compress if compress != 'none' else ''}): "
                f"{r['bytes'] / 1e6:.1f} MB in {time.perf_counter() - t0:.1f} s")

@@ -30,9 +30,11 @@ def storage_options(f=None, *, dest: str = "fmt"):
 
 
 @contextlib.contextmanager
-def staged_output(out, fmt: str, compress: str, overwrite: bool, engine=None, resume: bool = False):
+def staged_output(out, fmt: str, compress: str, overwrite: bool, engine=None, resume: bool = False,
+                  progress: bool | None = None):
     """Yield where the npy build goes; for hdf5/zarr convert it to `out` afterwards (Zarr chunk ranges as
-    tasks on `engine`) and remove the staging directory (kept when the build fails, so --resume continues it)."""
+    tasks on `engine`, progress shown as `convert`'s) and remove the staging directory (kept when the build
+    fails, so --resume continues it)."""
     from ..errors import DataprepError, PackExistsError
 
     from ..remote.urls import is_url
@@ -54,7 +56,7 @@ def staged_output(out, fmt: str, compress: str, overwrite: bool, engine=None, re
     yield staging
     from ..pack.convert import convert
 
-    r = convert(staging, out, fmt, compress, engine, overwrite=True)
+    r = convert(staging, out, fmt, compress, engine, overwrite=True, progress=progress, what=f"store {out} ({fmt})")
     shutil.rmtree(staging)
     click.echo(f"stored as {fmt}{' (' + compress + ')' if compress != 'none' else ''}: {out}, {r['bytes'] / 1e6:.1f} MB")
 

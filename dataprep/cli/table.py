@@ -7,6 +7,7 @@ from ..tables.columns import MISSING
 from ..tables.read import READERS
 from .config import config_option
 from .engine import engine_for, engine_options
+from .progress import progress_option, shown
 from .storage import staged_output, storage_options
 
 
@@ -50,14 +51,17 @@ def _list(value) -> tuple[str, ...]:
 @click.option("--overwrite", is_flag=True)
 @click.option("--workers", "-j", type=click.IntRange(1), default=1, show_default=True,
               help="Processes reading files for the local engine (one file per task), or the local Dask cluster's size.")
+@progress_option
 @config_option
 @engine_options
 @storage_options(dest="store_fmt")
 def table(src, target, out, task, fmt, sep, header, skip_rows, names, target_file, missing, fill_value, float_dtype, dt,
           categorical, numeric, dates, drop, val_fraction, split_column, seed, max_categories, drop_missing_target, keep_ids,
-          overwrite, workers, engine, address, scheduler_file, store_fmt, compress):
+          overwrite, workers, progress, engine, address, scheduler_file, store_fmt, compress):
     """Convert tables to typed arrays: floats, integer codes with vocabularies, statistics, splits."""
-    from ..tables.build import build_table
+    from ..progress import Progress
+    from ..remote.urls import redact
+    from ..tables.build import build_table, input_bytes
     from ..tables.columns import TableSettings
     from ..tables.field import dropped_rows
 
@@ -66,12 +70,13 @@ def table(src, target, out, task, fmt, sep, header, skip_rows, names, target_fil
                              val_fraction=val_fraction, split_column=split_column, seed=seed, max_categories=max_categories,
                              drop_missing_target=drop_missing_target, keep_ids=keep_ids)
     read = {"fmt": fmt, "sep": sep, "header": header, "skip_rows": skip_rows, "names": list(_list(names)) or None}
-    with engine_for(engine, workers, address, scheduler_file) as eng, staged_output(out, store_fmt, compress, overwrite, eng) as target_dir:
-        r = build_table(list(src), target_dir, settings, read, target_file, overwrite, engine=eng)
+    show = shown(progress)
+    with engine_for(engine, workers, address, scheduler_file) as eng, \
+            staged_output(out, store_fmt, compress, overwrite, eng, progress=show) as target_dir:
+        with Progress(f"table {redact(str(out))}", input_bytes(list(src)), "bytes", show=show) as bar:
+            r = build_table(list(src), target_dir, settings, read, target_file, overwrite, engine=eng, progress=bar)
     t = r["target"]
     import numpy as np
-
-    from ..remote.urls import redact
 
     click.echo(f"pack: {redact(str(out))}")
     click.echo("  rows: " + ", ".join(f"{k} {v}" for k, v in r["splits"].items()) + f"; {dropped_rows(r['rows'])}")

@@ -1,11 +1,14 @@
 """`dataprep tokenize SRC... --tokenizer tokenizer.json --out DIR`: text becomes token packs once."""
 from __future__ import annotations
 
+import os
+
 import click
 
 from ..tokens.read import SPLITS
 from .engine import engine_for, engine_options
 from .profile import profile_option
+from .progress import progress_option, shown
 from .storage import staged_output, storage_options
 
 
@@ -28,21 +31,27 @@ from .storage import staged_output, storage_options
               help="Processes for the local engine (the tokenizer already uses every core), or the local Dask cluster's size.")
 @click.option("--task-mb", type=click.IntRange(1), default=64, show_default=True,
               help="Consecutive input files are grouped into tasks of about this much text (the unit of parallelism).")
+@progress_option
 @profile_option
 @engine_options
 @storage_options
 def tokenize(src, out, tokenizer, train_bpe, split_docs, text_field, eot, eot_id, val_fraction, seed, chunk_mb, strict, overwrite,
-             workers, task_mb, engine, address, scheduler_file, fmt, compress):
+             workers, task_mb, progress, engine, address, scheduler_file, fmt, compress):
     """Tokenize text into uint16/uint32 token arrays with a document index."""
     from ..tokens.read import expand
     from ..tokens.tokenize import TokenizeSettings, tokenize as run
 
     settings = TokenizeSettings(split=split_docs, text_field=text_field, eot=eot, eot_id=eot_id, val_fraction=val_fraction,
                                 seed=seed, chunk_bytes=chunk_mb << 20, task_bytes=task_mb << 20, strict=strict)
-    files = expand(list(src))
-    with engine_for(engine, workers, address, scheduler_file) as eng, staged_output(out, fmt, compress, overwrite, eng) as target:
-        r = run(files, target, settings, tokenizer, train_bpe, overwrite, engine=eng)
+    from ..progress import Progress
     from ..remote.urls import redact
+
+    files = expand(list(src))
+    show = shown(progress)
+    with engine_for(engine, workers, address, scheduler_file) as eng, \
+            staged_output(out, fmt, compress, overwrite, eng, progress=show) as target:
+        with Progress(f"tokenize {redact(str(out))}", sum(os.path.getsize(f) for f in files), "bytes", show=show) as bar:
+            r = run(files, target, settings, tokenizer, train_bpe, overwrite, progress=bar, engine=eng)
 
     click.echo(f"pack: {redact(str(out))}")
     for name, (docs, toks) in r["splits"].items():

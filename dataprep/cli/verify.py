@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import click
 
+from .progress import progress_option, shown
+
 
 @click.command()
 @click.argument("pack", type=click.Path())
@@ -13,8 +15,9 @@ import click
                    "stored as that picture, a valid JPEG, and nothing in the pack can tell. Damage the build's decoder "
                    "reports (truncated files, corrupt data) is caught at build time, where the file is skipped with its "
                    "reason (dataprep info --skipped). Packs of decoded pixels hold no JPEG to decode.")
+@progress_option
 @click.pass_context
-def verify(ctx, pack, decode):
+def verify(ctx, pack, decode, progress):
     """Check the manifest, every shard file's sha256, headers, offsets, shapes and label range: that the pack
     holds exactly the bytes its build wrote. The source files are not read: whether a source was intact is
     checked at build time, not here."""
@@ -24,9 +27,9 @@ def verify(ctx, pack, decode):
     if is_url(pack):
         from ..verify import verify_remote
 
-        rep, pack = verify_remote(pack, decode=decode)
+        rep, pack = verify_remote(pack, decode=decode, progress=shown(progress))
     else:
-        rep = verify_pack(pack, decode=decode)
+        rep = verify_pack(pack, decode=decode, progress=shown(progress))
     for path, what in rep.problems:
         click.echo(f"BAD {path}: {what}")
     summary = (f"{rep.shards} shards, {rep.files} files, {rep.bytes / 1e6:.1f} MB, {rep.samples} samples"

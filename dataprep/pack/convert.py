@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataprepError, PackExistsError
+from ..progress import reporter
 from .backends import BACKENDS, detect, is_pack, open_reader
 
 
@@ -22,8 +23,11 @@ def _clear(out: Path, overwrite: bool) -> None:
 
 
 def convert(pack: str | os.PathLike, out: str | os.PathLike, to: str, compression: str = "none", engine=None,
-            overwrite: bool = False) -> dict[str, Any]:
-    """Write the pack at `pack` as a `to` pack at `out`; return {"from", "to", "bytes"}."""
+            overwrite: bool = False, progress=None, what: str | None = None) -> dict[str, Any]:
+    """Write the pack at `pack` as a `to` pack at `out`; return {"from", "to", "bytes"}. `progress`: True
+    shows the bytes of arrays copied (dataprep/progress.py), in lines named `what` [default: "convert
+    PACK"]; a callable is told of them; None or False shows nothing."""
+    what = what or f"convert {pack}"
     pack, out = Path(pack), Path(out)
     if to not in BACKENDS:
         raise DataprepError(f"unknown format {to!r}; choose one of {list(BACKENDS)}")
@@ -39,8 +43,67 @@ def convert(pack: str | os.PathLike, out: str | os.PathLike, to: str, compressio
         if to != "npy":
             m["storage"] = {"backend": to, "compression": compression}
         _clear(out, overwrite)
-        BACKENDS[to].write(reader, out, m, compression, engine)
+        with reporter(progress, what, _array_bytes(m), "bytes") as bar:
+            counted = _Counted(reader, bar)
+            BACKENDS[to].write(counted, out, m, compression, _CountingEngine(engine, bar))
     finally:
         reader.close()
     size = out.stat().st_size if out.is_file() else sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     return {"from": detect(pack), "to": to, "bytes": size}
+
+
+def _array_bytes(manifest: dict[str, Any]) -> int:
+    """The bytes of every shard array the manifest records: what a conversion copies."""
+    import numpy as np
+
+    total = 0
+    for entry in manifest.get("splits", {}).values():
+        for shard in entry.get("shards", []):
+            for name, rec in (shard.get("files") or {}).items():
+                if name.endswith(".npy") and isinstance(rec, dict) and "shape" in rec and "dtype" in rec:
+                    total += int(np.prod(rec["shape"], dtype=np.int64)) * np.dtype(rec["dtype"]).itemsize
+    return total
+
+
+def _reader_of(reader):
+    return reader
+
+
+class _Counted:
+    """A backend reader whose shard arrays, as a writer reads them, are counted as copied (`progress(nbytes)`).
+    It pickles as the reader itself: tasks that reopen it elsewhere are counted by `_CountingEngine`."""
+
+    def __init__(self, reader, progress):
+        self._reader, self._progress = reader, progress
+
+    def shard_array(self, *args, **kw):
+        arr = self._reader.shard_array(*args, **kw)
+        self._progress(int(arr.nbytes))
+        return arr
+
+    def __getattr__(self, name):
+        return getattr(self._reader, name)
+
+    def __reduce__(self):
+        return _reader_of, (self._reader,)
+
+
+class _CountingEngine:
+    """An engine (default: this process) whose tasks' byte counts (a writer task's result) are told to `progress`."""
+
+    def __init__(self, engine, progress):
+        from ..engine import LocalEngine
+
+        self._engine, self._progress = engine or LocalEngine(1), progress
+
+    def map(self, fn, tasks, on_result=None, names=None):
+        def told(i, result):
+            if isinstance(result, int):
+                self._progress(result)
+            if on_result:
+                on_result(i, result)
+
+        return self._engine.map(fn, tasks, told, names=names)
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)

@@ -14,20 +14,22 @@ from .upload import upload_pack
 from .urls import is_url, redact
 
 
-def convert_remote(pack, out, to: str, compression: str = "none", engine=None, overwrite: bool = False) -> dict:
+def convert_remote(pack, out, to: str, compression: str = "none", engine=None, overwrite: bool = False,
+                   progress: bool | None = None) -> dict:
+    """`convert` where either side is a URL; `progress` shows the fetch and the conversion (as convert's)."""
     if is_url(out) and (to != "npy" or compression != "none"):
         raise DataprepError(f"{redact(str(out))}: packs at URLs are npy packs; convert with --to npy")
     if is_url(pack):
-        with local_copy(str(pack)) as (rp, local, _):
-            r = _to(local, out, to, compression, engine, overwrite)
+        with local_copy(str(pack), progress=progress) as (rp, local, _):
+            r = _to(local, out, to, compression, engine, overwrite, progress, f"convert {rp.shown}")
             r["from"] = f"npy at {rp.shown}"
             return r
-    return _to(Path(pack), out, to, compression, engine, overwrite)
+    return _to(Path(pack), out, to, compression, engine, overwrite, progress, f"convert {pack}")
 
 
-def _to(local: Path, out, to: str, compression: str, engine, overwrite: bool) -> dict:
+def _to(local: Path, out, to: str, compression: str, engine, overwrite: bool, progress=None, what: str | None = None) -> dict:
     if not is_url(out):
-        return convert(local, out, to, compression, engine, overwrite)
+        return convert(local, out, to, compression, engine, overwrite, progress, what)
     from ..pack.backends import detect
 
     if detect(local) == "npy":
@@ -35,7 +37,7 @@ def _to(local: Path, out, to: str, compression: str, engine, overwrite: bool) ->
         return {"from": "npy", "to": f"npy at {redact(str(out))}", "bytes": r["bytes"]}
     staging = Path(tempfile.mkdtemp(prefix="convert-", dir=cache_root()))
     try:
-        c = convert(local, staging / "pack", "npy", "none", engine)
+        c = convert(local, staging / "pack", "npy", "none", engine, progress=progress, what=what)
         r = upload_pack(staging / "pack", str(out), overwrite)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -32,6 +32,7 @@ import numpy as np
 
 from ..errors import DataprepError, PackError
 from ..pack.manifest import MANIFEST, check_manifest
+from ..progress import Progress, reporter
 from .store import Store
 from .urls import RemoteError, redact
 
@@ -134,8 +135,11 @@ def fetch_files(store: Store, items: list[tuple[str, dict]], dest: Path, concurr
     each object's ranges are appended and hashed in order as they arrive, so its `.part` always holds a
     verified-length prefix to resume from. Returns (object URL, what is wrong) for each object that could
     not be fetched whole; with `keep_going` every object is tried (verify reports them all), else the
-    first failure stops the rest."""
+    first failure stops the rest. `progress(n)` is told of each range's bytes as it arrives, and
+    `progress.kept(n)` (where it has one: a `dataprep.progress.Progress`) of those an interrupted fetch
+    left in a `.part`."""
     objects = [_Object(store, rel, rec, dest / rel) for rel, rec in items if not _present(dest / rel, rec)]
+    resumed = getattr(progress, "kept", None)
     problems: list[tuple[str, str]] = []
     stop = threading.Event()
     if not objects:
@@ -166,6 +170,8 @@ def fetch_files(store: Store, items: list[tuple[str, dict]], dest: Path, concurr
         def start(obj: "_Object") -> None:
             """Begin an attempt; an object with no range left to fetch (empty, or resumed whole) ends now."""
             obj.begin()
+            if resumed and obj.attempt == 1 and obj.have_from_start:
+                resumed(obj.have_from_start)
             if obj.outstanding:
                 submit(obj)
             else:
@@ -256,9 +262,10 @@ class _Object:
         return [(a, min(self.size, a + BLOCK)) for a in range(self.start, self.size, BLOCK)]
 
     def arrived(self, start: int, end: int, data: bytes, progress) -> None:
+        got = len(data)  # told to `progress`: `data` is rebound below as waiting ranges are written
         with self.lock:
             self.outstanding -= 1
-            self.received += len(data)
+            self.received += got
             if len(data) != end - start:
                 self.short = True  # the object ends early (or the store answered short): truncated
             self.waiting[start] = (end, data)
@@ -268,7 +275,7 @@ class _Object:
                 self.sha.update(data)
                 self.pos = end
             if progress:
-                progress(len(data))
+                progress(got)
 
     def skipped(self, stopped: bool) -> None:
         with self.lock:
@@ -380,31 +387,48 @@ def origin(pack_dir: Path) -> tuple[RemotePack | None, bool]:
     return rp, keep
 
 
+def missing_bytes(items: list[tuple[str, dict]], dest: Path) -> int:
+    """The bytes of the objects `fetch_files` would fetch into `dest`: those not there under their own name."""
+    total = 0
+    for rel, rec in items:
+        if not _present(dest / rel, rec):
+            try:
+                total += int(rec["bytes"])
+            except (KeyError, TypeError, ValueError):
+                pass
+    return total
+
+
 def fetch_kept(pack_dir: Path, remote: RemotePack, rels: list[tuple[str, dict]]) -> None:
     """The shard files a load of a kept copy (`disk:DIR`) needs, fetched into it under its lock (one fetcher
-    per directory and node; the others find the files there, verified)."""
+    per directory and node; the others find the files there, verified); progress lines when stderr is a log
+    and the fetch is long (dataprep/progress.py)."""
     t0 = time.perf_counter()
     with _locked(pack_dir):
-        problems = fetch_files(remote.store, rels, pack_dir)
+        with Progress(f"fetch {remote.shown}", missing_bytes(rels, pack_dir), "bytes", show=None) as bar:
+            problems = fetch_files(remote.store, rels, pack_dir, progress=bar)
     if problems:
         raise RemoteError(": ".join(problems[0]))
     total = sum(int(r.get("bytes", 0)) for _, r in rels)
-    if total >= (1 << 30) and time.perf_counter() - t0 > 1:
+    if total >= (1 << 30) and time.perf_counter() - t0 > 1 and not bar.shown:
         print(f"fetched {redact(remote.url)}: {total / 1e9:.2f} GB in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 
 
 @contextlib.contextmanager
 def local_copy(url: str, keep_going: bool = False, storage_options: dict | None = None,
-               which: Callable[[str], bool] | None = None):
+               which: Callable[[str], bool] | None = None, progress=None):
     """(the remote pack, a temporary local copy of it, the objects that could not be fetched whole) for
     verify, convert and plan: every shard file, or those whose object names `which` takes; the copy is
-    removed afterwards. Without `keep_going` the first bad object is the error."""
+    removed afterwards. Without `keep_going` the first bad object is the error. `progress`: True shows the
+    bytes fetched (a bar on a terminal, lines in a log), False nothing, None lines in a log only; a
+    callable is told of them."""
     rp = RemotePack(url, storage_options)
     d = Path(tempfile.mkdtemp(prefix="copy-", dir=cache_root()))
     try:
         rp.stage(d)
         files = [(rel, rec) for rel, rec in rp.shard_files() if which is None or which(rel)]
-        problems = fetch_files(rp.store, files, d, keep_going=keep_going)
+        with reporter(progress, f"fetch {rp.shown}", missing_bytes(files, d), "bytes", default=None) as bar:
+            problems = fetch_files(rp.store, files, d, keep_going=keep_going, progress=bar)
         if problems and not keep_going:
             raise RemoteError(": ".join(problems[0]))
         yield rp, d, problems

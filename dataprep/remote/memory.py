@@ -6,7 +6,9 @@ Objects are fetched in the order the load will most likely ask for them, `concur
 time (a large object's byte ranges in parallel), at most `window` bytes ahead of the load; an object the
 load asks for out of turn is fetched at once. A dropped range is retried with backoff; a damaged or
 truncated object is fetched again once, then is an error naming it; a missing object is an error naming
-it. What a load has consumed is released immediately, so memory holds the cache plus the window.
+it. What a load has consumed is released immediately, so memory holds the cache plus the window. The
+bytes fetched are reported on stderr when it is a log and the fetch is long (dataprep/progress.py); on a
+terminal the cache's own loading line says how far the load is.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import numpy as np
 
 from ..errors import PackError
 from ..pack.shard import npy_header_bytes
+from ..progress import reporter
 from . import fetch
 from .fetch import CONCURRENCY, _read_range
 from .store import Store
@@ -35,7 +38,9 @@ class MemoryFetch:
     fetched bytes (the local reader's other hooks are the staged directory's)."""
 
     def __init__(self, store: Store, root: Path, items: list[tuple[str, dict]], local_reader,
-                 concurrency: int = CONCURRENCY, window: int = WINDOW):
+                 concurrency: int = CONCURRENCY, window: int = WINDOW, progress=None):
+        """`progress`: True shows the bytes fetched (a bar on a terminal, lines in a log), False nothing,
+        None lines in a log only; a callable is told of them."""
         self.store, self.root, self.local = store, Path(root), local_reader
         # small files first: the load reads them field by field, one per shard (a round trip each if not ahead)
         self.items = sorted(items, key=lambda it: int(it[1].get("bytes", 0)) > SMALL)
@@ -48,6 +53,8 @@ class MemoryFetch:
         self._cond = threading.Condition()
         self._objects = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="dataprep-fetch")
         self._ranges = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="dataprep-range")
+        total = sum(int(rec.get("bytes", 0)) for _, rec in self.items if isinstance(rec.get("bytes", 0), int))
+        self.progress = reporter(progress, f"fetch {store.shown}", total, "bytes", default=None)
         # nothing is fetched before the load asks (a segment already filled needs nothing)
 
     def __getattr__(self, name):  # plans, shard_array, attachments, ... as the staged directory's reader has them
@@ -84,7 +91,7 @@ class MemoryFetch:
         except (KeyError, TypeError, ValueError) as e:
             raise RemoteError(f"{self.store.where(rel)}: the manifest's record of it is unusable ({e})") from None
         for attempt in (1, 2):
-            parts = [self._ranges.submit(_read_range, self.store, rel, a, min(size, a + fetch.BLOCK)) for a in range(0, size, fetch.BLOCK)]
+            parts = [self._ranges.submit(self._range, rel, a, min(size, a + fetch.BLOCK)) for a in range(0, size, fetch.BLOCK)]
             data = b"".join(p.result() for p in parts) if len(parts) != 1 else parts[0].result()
             if len(data) == size and hashlib.sha256(data).hexdigest() == want:
                 return data
@@ -93,6 +100,11 @@ class MemoryFetch:
             if attempt == 2:
                 raise RemoteError(f"{self.store.where(rel)}: {what} (fetched twice)")
         raise AssertionError("unreachable")
+
+    def _range(self, rel: str, start: int, end: int) -> bytes:
+        data = _read_range(self.store, rel, start, end)
+        self.progress(len(data))
+        return data
 
     def _take(self, rel: str) -> bytes:
         with self._cond:
@@ -128,6 +140,7 @@ class MemoryFetch:
     def close(self) -> None:
         self._objects.shutdown(wait=True, cancel_futures=True)
         self._ranges.shutdown(wait=True, cancel_futures=True)
+        self.progress.close()
         self.local.close()
 
 

@@ -7,7 +7,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .. import __version__
 from ..build import prepare_output
@@ -17,14 +17,51 @@ from .columns import VOCAB_FILE, TableSettings, convert
 from .read import read_tables
 
 
+def input_bytes(paths: list[str]) -> int:
+    """The bytes of the table files (a directory: the files under it) that `build_table`'s progress counts."""
+    return sum(_size(p) for p in paths)
+
+
+def _size(path) -> int:
+    p = Path(path)
+    try:
+        if p.is_dir():
+            return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+        return p.stat().st_size
+    except OSError:
+        return 0  # read_tables names the file and the reason
+
+
+class _Told:
+    """An engine (default: this process) that tells `progress` of each file read, by its bytes (`input_bytes`)."""
+
+    def __init__(self, engine, paths: list[str], progress):
+        from ..engine import LocalEngine
+
+        self.engine, self.paths, self.progress = engine or LocalEngine(1), paths, progress
+
+    def map(self, fn, tasks, on_result=None, names=None):
+        def told(i, result):
+            self.progress(_size(self.paths[i]))
+            if on_result:
+                on_result(i, result)
+
+        return self.engine.map(fn, tasks, told, names=names)
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+
 def build_table(paths: list[str], out: str | os.PathLike, settings: TableSettings, read: dict[str, Any],
-                target_file: str | None = None, overwrite: bool = False, engine=None) -> dict[str, Any]:
+                target_file: str | None = None, overwrite: bool = False, engine=None,
+                progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Read (one task per file on `engine`: parsing is the slow part), convert (vocabularies and
     statistics need every row, so in this process) and write; return {"splits": {name: rows}, "rows": {"read":
-    N, "dropped": {reason: rows}}, "columns": {column: what it became}, ...}."""
+    N, "dropped": {reason: rows}}, "columns": {column: what it became}, ...}. `progress(n)` is told of
+    each file read, by its bytes (`input_bytes`)."""
     t0 = time.perf_counter()
     out = Path(out)
-    df = read_tables(paths, **read, engine=engine)
+    df = read_tables(paths, **read, engine=_Told(engine, paths, progress) if progress else engine)
     if target_file:
         from ..errors import SourceError
 
