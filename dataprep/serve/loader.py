@@ -19,9 +19,10 @@ with one warning naming `copy=True`. A loop that drops each batch before asking 
 the same slots as before and copies nothing. Small fields (labels, targets: at most 1 KiB a sample)
 are fresh tensors. With `pin_memory=True` every large field is copied into a new pinned tensor before
 it is served: a `non_blocking` copy to the GPU reads that tensor, never the ring, and PyTorch's pinned
-allocator does not hand its block out again until the copy's recorded event has completed. Workers are forked on the
-first epoch and kept for the next ones (`close()` stops them; so does garbage collection); each batch
-is split across all workers. Worker deaths and errors reach the caller as exceptions naming the batch
+allocator does not hand its block out again until the copy's recorded event has completed.
+
+Workers are forked on the first epoch and kept for the next ones (`close()` stops them; so does garbage
+collection); each batch is split across all workers. Worker deaths and errors reach the caller as exceptions naming the batch
 and samples, within a fraction of a second, and stop the workers; so does Ctrl-C. The shared mapping
 goes with the processes. Leaving an epoch early is fine: its unfinished parts are waited for before
 their slots are reused. Linux (fork) only for workers.
@@ -393,12 +394,9 @@ class Loader:
     def _begin(self) -> tuple[int, int]:
         """(epoch, start position) of the pass about to be served: a restored position, else where the last
         pass left early had started (its epoch's start, or a restored position), else the next epoch's start."""
-        for pending in ("_resume", "_restart"):
-            if getattr(self, pending) is not None:
-                epoch, start = getattr(self, pending)
-                self._resume = self._restart = None
-                return epoch, start
-        return self._next_epoch, 0
+        pending = self._resume or self._restart
+        self._resume = self._restart = None
+        return pending if pending is not None else (self._next_epoch, 0)
 
     def _run(self):
         epoch, start = self._begin()
