@@ -294,6 +294,7 @@ def build_shards(
         recs = [r for (name, _), r in zip(plan, records) if name == split.name]
         skipped = [s for r in recs for s in r.pop("skipped")] + split.skipped_before()
         summ = SplitSummary(split.name, len(split.paths) + len(split.skipped_before()))
+        summ.notes = list(getattr(split, "notes", []))
         summ.written = sum(r["count"] for r in recs)
         summ.skipped = Counter(s["reason"] for s in skipped)
         summ.bytes = sum(f["bytes"] for r in recs for f in r["files"].values())

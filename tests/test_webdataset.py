@@ -195,12 +195,48 @@ def test_labels_and_captions_from_json_fields(tmp_path, wds, field, value, class
     assert m["label_field"] == field and m["caption_field"] == "text.caption"
 
 
-def test_cls_wins_over_the_label_field_and_txt_is_the_default_caption(tmp_path):
+def test_a_named_label_field_wins_over_cls_and_the_summary_counts_disagreements(tmp_path):
+    # .cls says i % 3 for every sample; the .json's names agree for samples 0-2 (ant=0, bee=1, cat=2 once sorted)
+    # and disagree for 3-5: an option the user names wins, and the summary says where the two differ
+    names = ["ant", "bee", "cat", "cat", "ant", "bee"]
+    write_tar(tmp_path / "a.tar", [members(i, js={"label": names[i]}) for i in range(6)])
+    out = tmp_path / "pack"
+    r = run("build", "webdataset", tmp_path / "a.tar", "--label-field", "label", "--out", out, *BUILD)
+    assert r.exit_code == 0, r.output
+    ds, captions = read_pack(out)
+    assert ds.classes == ["ant", "bee", "cat"] and ds.labels.tolist() == [0, 1, 2, 2, 0, 1]
+    assert captions == [f"caption {i}: ünïcode" for i in range(6)]  # .txt stays the default caption
+    assert "--label-field label and .cls disagree on 3 of 6 samples" in r.output, r.output
+    assert "a.tar:000003: label 'cat' (class 2), .cls 0" in r.output, r.output
+    assert read_manifest(out)["source"]["label_disagreements"] == 3
+
+
+def test_integer_label_field_wins_and_agreeing_cls_says_nothing(tmp_path):
+    write_tar(tmp_path / "a.tar", [members(i, js={"label": 7 if i == 1 else i % 3}) for i in range(4)])
+    out = tmp_path / "pack"
+    r = run("build", "webdataset", tmp_path / "a.tar", "--label-field", "label", "--out", out, *BUILD)
+    assert r.exit_code == 0, r.output
+    assert read_pack(out)[0].labels.tolist() == [0, 7, 2, 0]
+    assert "disagree on 1 of 4" in r.output and "a.tar:000001: label 7, .cls 1" in r.output, r.output
+    write_tar(tmp_path / "b.tar", [members(i, js={"label": i % 3}) for i in range(4)])
+    r = run("build", "webdataset", tmp_path / "b.tar", "--label-field", "label", "--out", tmp_path / "p2", *BUILD)
+    assert r.exit_code == 0 and "disagree" not in r.output, r.output
+
+
+def test_without_the_named_field_a_sample_has_no_label_even_with_cls(tmp_path):
+    samples = [members(i, js={"label": "x"}) for i in range(4)]
+    samples[2] = members(2, js={"other": 1})  # a .cls but no `label`: the user asked for `label`
+    write_tar(tmp_path / "a.tar", samples)
+    out = tmp_path / "pack"
+    r = run("build", "webdataset", tmp_path / "a.tar", "--label-field", "label", "--out", out, *BUILD)
+    assert r.exit_code == 0 and "3 of 4" in r.output and "1 no label" in r.output, r.output
+
+
+def test_cls_labels_when_no_field_is_named(tmp_path):
     write_tar(tmp_path / "a.tar", [members(i, js={"label": 7}) for i in range(4)])
     out = tmp_path / "pack"
-    assert run("build", "webdataset", tmp_path / "a.tar", "--label-field", "label", "--out", out, *BUILD).exit_code == 0
-    ds, captions = read_pack(out)
-    assert ds.labels.tolist() == [0, 1, 2, 0] and captions == [f"caption {i}: ünïcode" for i in range(4)]
+    assert run("build", "webdataset", tmp_path / "a.tar", "--out", out, *BUILD).exit_code == 0
+    assert read_pack(out)[0].labels.tolist() == [0, 1, 2, 0]
 
 
 def test_unlabelled_and_uncaptioned_tars_build_without_those_fields(tmp_path):

@@ -211,8 +211,9 @@ def folder(src, split, allow_empty_classes, allow_split_named_classes, **kw):
 @click.argument("tars", nargs=-1, required=True)
 @click.option("--split", default="train", show_default=True, help="Name of the split to write.")
 @click.option("--label-field", default=None,
-              help="Label from this field of each sample's .json (dotted for nested: meta.label) when it has no .cls; "
-                   "integers, or class names (classes are then the sorted names).")
+              help="Label from this field of each sample's .json (dotted for nested: meta.label), over any .cls "
+                   "(the summary counts samples where they disagree); integers, or class names (classes are then the "
+                   "sorted names)  [default: the .cls member].")
 @click.option("--caption-field", default=None, help="Caption from this field of the .json [default: the .txt member].")
 @tokenize_option
 @image_build_options

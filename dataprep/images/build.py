@@ -202,7 +202,7 @@ def build_images(
         split_entries[summ.name]["undersized"] = {
             str(size): {"kept": summ.counts[f"undersized@{size}"], "upscaled": summ.counts[f"upscaled@{size}"]}
             for size in image.all_sizes}
-        summ.notes = undersized_notes(summ, image)
+        summ.notes += undersized_notes(summ, image)
     if tok is not None:  # written last but for the manifest, as token packs do
         (out / TOKENIZER_FILE).write_bytes(tok_bytes)
     write_manifest(

@@ -140,6 +140,7 @@ class SplitSource:
     locators: list[Any] | None = None
     units: np.ndarray | None = None
     skipped: list[dict] = field(default_factory=list)  # samples the listing already could not use, with reasons
+    notes: list[str] = field(default_factory=list)  # what the listing found worth saying, printed under the split's summary
 
     def limited(self, limit: int | None) -> "SplitSource":
         """A deterministic sample of `limit` samples in which every class shows up (`spread_by_class`)."""

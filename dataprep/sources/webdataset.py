@@ -200,13 +200,17 @@ def _no_end(f, offset: int) -> str | None:
 
 def scan_webdataset(patterns: Sequence[str], split: str = "train", label_field: str | None = None,
                     caption_field: str | None = None, root: str | os.PathLike | None = None, strict: bool = False) -> Source:
-    """List tar shards into one split. Labels: a `.cls` member (an integer), else `label_field` of the
-    `.json` member (an integer, or a class name: classes are then the sorted names). Captions: `.txt`, or
-    `caption_field` of the `.json`. A split where no sample has a label is unlabelled (as flat folders are).
-    `strict` (the build's --strict): the first sample the listing would skip refuses the tars instead."""
+    """List tar shards into one split. Labels: `label_field` of the `.json` member when one is named (an
+    integer, or a class name: classes are then the sorted names), else a `.cls` member (an integer). A
+    field the user names wins over `.cls`: a sample whose `.json` lacks it has no label (and is skipped
+    when others have one), and where both exist and disagree the split's summary says how often. Captions:
+    `caption_field` of the `.json` when named, else `.txt`. A split where no sample has a label is
+    unlabelled (as flat folders are). `strict` (the build's --strict): the first sample the listing would
+    skip refuses the tars instead."""
     tars = expand(patterns, "tar file")
     base = Path(root) if root is not None else Path(os.path.commonpath([str(p.resolve().parent) for p in tars]))
     refs, locators, units, raw_labels, captions, skipped = [], [], [], [], [], []
+    cls_of: dict[str, int] = {}  # ref -> its .cls, where --label-field gave the label: to count disagreements
     first_json = None  # (sample, bytes) of the first .json member: its keys name what a misspelled field missed
     for u, tar in enumerate(tars):
         rel = os.path.relpath(tar.resolve(), base.resolve())
@@ -247,12 +251,14 @@ def scan_webdataset(patterns: Sequence[str], split: str = "train", label_field: 
             if first_json is None and "json" in meta:
                 first_json = (ref, meta["json"])
             try:
-                label, caption = _label_caption(meta, label_field, caption_field)
+                label, caption, cls = _label_caption(meta, label_field, caption_field)
             except ValueError as e:
                 skip(skipped, {"source": ref, "reason": "bad metadata", "detail": str(e)}, strict)
                 continue
             _, name, offset, size, _ = images[0]
             refs.append(ref)
+            if cls is not None and label is not None:
+                cls_of[ref] = cls
             locators.append((rel, name, int(offset), int(size), gz))
             units.append(u)
             raw_labels.append(label)
@@ -268,14 +274,36 @@ def scan_webdataset(patterns: Sequence[str], split: str = "train", label_field: 
     for option, field, values in (("--label-field", label_field, raw_labels), ("--caption-field", caption_field, captions)):
         if field and all(v is None for v in values):  # a misspelled field would give an unlabelled or uncaptioned pack
             raise SourceError(f"{', '.join(map(str, patterns))}: no sample's .json has {option} {field!r}"
-                              + ("" if option == "--caption-field" else " (nor a .cls label)") + "; " + _json_keys(first_json))
+                              + "; " + _json_keys(first_json))
     source = labelled_split("webdataset", base, split, refs, raw_labels, captions, skipped,
                          {"tars": [os.path.relpath(t.resolve(), base.resolve()) for t in tars],
                           **({"label_field": label_field} if label_field else {}),
                           **({"caption_field": caption_field} if caption_field else {})},
                          reader=TarReader(), locators=locators,
                          units=np.asarray(units, np.int64), strict=strict)
+    if cls_of:
+        _note_disagreements(source, label_field, cls_of)
     return source
+
+
+def _note_disagreements(source: Source, label_field: str, cls_of: dict[str, int]) -> None:
+    """Where a sample has both a `.cls` and the named `label_field`, and the class `.cls` names is not the
+    one the field gave: say how many, and an example, under the split's summary (and in the manifest)."""
+    split = source.splits[0]
+    both = wrong = 0
+    first = None
+    for ref, label in zip(split.paths, split.labels.tolist()):
+        if ref in cls_of:
+            both += 1
+            if cls_of[ref] != label:
+                wrong += 1
+                first = first or (ref, label, cls_of[ref])
+    source.details["label_disagreements"] = wrong
+    if wrong:
+        ref, label, cls = first
+        name = f"{source.classes[label]!r} (class {label})" if source.classes and source.classes[label] != str(label) else str(label)
+        split.notes.append(f"--label-field {label_field} and .cls disagree on {wrong:,} of {both:,} samples that have both "
+                           f"(the first: {ref}: {label_field} {name}, .cls {cls}); labels follow --label-field")
 
 
 def _json_keys(first: tuple[str, bytes] | None) -> str:
@@ -299,16 +327,21 @@ def _label_caption(meta: dict[str, bytes], label_field: str | None, caption_fiel
             doc = json.loads(meta["json"].decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ValueError(f".json does not parse ({e})") from None
+    cls = None
     if "cls" in meta:
         text = meta["cls"].decode("utf-8", "replace").strip()
         try:
-            label = int(text)
+            cls = int(text)
         except ValueError:
-            raise ValueError(f".cls holds {text[:40]!r}, not an integer") from None
-    elif label_field and doc is not None:
-        label = _value(doc, label_field)
-        if label is not None and not isinstance(label, (int, str)) or isinstance(label, bool):
-            raise ValueError(f"{label_field} is {label!r}, not an integer or a class name")
+            if not label_field:  # with a named field, .cls is only compared, never used
+                raise ValueError(f".cls holds {text[:40]!r}, not an integer") from None
+    if label_field:
+        if doc is not None:
+            label = _value(doc, label_field)
+            if label is not None and not isinstance(label, (int, str)) or isinstance(label, bool):
+                raise ValueError(f"{label_field} is {label!r}, not an integer or a class name")
+    else:
+        label = cls
     if caption_field and doc is not None:
         caption = _value(doc, caption_field)
         if caption is not None and not isinstance(caption, str):
@@ -318,4 +351,4 @@ def _label_caption(meta: dict[str, bytes], label_field: str | None, caption_fiel
             caption = meta["txt"].decode("utf-8")
         except UnicodeDecodeError as e:
             raise ValueError(f".txt is not UTF-8 ({e})") from None
-    return label, caption
+    return label, caption, cls
