@@ -281,8 +281,9 @@ def pick_device(name: str) -> torch.device:
 
 
 def batch_log(path: str | None, append: bool):
-    """The --log-batches file (appended to by a resumed run), or nothing."""
-    return open(path, "a" if append else "w") if path else contextlib.nullcontext()
+    """The --log-batches file (appended to by a resumed run), or nothing. Line-buffered: a killed run's
+    log holds every step it trained on."""
+    return open(path, "a" if append else "w", buffering=1) if path else contextlib.nullcontext()
 
 
 def train_step(net: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, labels: torch.Tensor, lr: float, autocast) -> torch.Tensor:

@@ -23,19 +23,26 @@ def serve_requests(dataset, ring: dict[str, np.ndarray], conn, parent_ends: list
     if hasattr(dataset, "worker_init"):
         dataset.worker_init()  # e.g. OpenCV's own thread pool off, for datasets that decode with it
     torch.set_num_threads(1)
+    # A closed or reset pipe means the parent is gone (SIGKILLed, crashed) or closing: there is no one to
+    # report to, so the worker just ends, with no traceback in the log the trainer's output shares.
+    # (ConnectionResetError: the parent died with our results unread; BrokenPipeError: sending to it.)
     while True:
         try:
             msg = conn.recv()
-        except EOFError:
+        except (EOFError, OSError):
             return
         if msg is None:
             return
         gen, b, slot, start, idx, req, layout = msg
         try:
             dataset.fill_batch(idx, rows(ring, layout, slot, start, len(idx)), req)
-            conn.send(("ok", gen, b))
+            reply = ("ok", gen, b)
         except Exception as e:  # reported with the batch; the main process raises it
-            conn.send(("err", gen, b, f"{type(e).__name__}: {e} (samples {np.asarray(idx[:8]).tolist()})"))
+            reply = ("err", gen, b, f"{type(e).__name__}: {e} (samples {np.asarray(idx[:8]).tolist()})")
+        try:
+            conn.send(reply)
+        except OSError:
+            return
 
 
 def rows(ring: dict[str, np.ndarray], layout: dict, slot: int, start: int, n: int) -> dict[str, np.ndarray]:
