@@ -323,6 +323,8 @@ def main(argv=None) -> None:
     with batch_log(args.log_batches, args.resume) as log:
         while step < stop:
             epoch = train.epoch  # after a resume, the interrupted epoch: its rest comes first
+            if train.schedule is not None:  # --progressive: say the crop size this epoch trains at
+                print(f"epoch {epoch}: crops of {train.schedule(epoch)} px (progressive, up to {args.size} px)", flush=True)
             for images, labels in meter.batches(train):
                 if log:
                     log.write(f"{step + 1} {batch_digest(images, labels)}\n")

@@ -57,6 +57,7 @@ class Run:
     cpu: dict[str, float]  # process -> CPU seconds per second
     pss_bytes: int
     wait_fraction: float  # of the main process's time, spent waiting for the next batch
+    window_rates: list[float] = field(default_factory=list)  # samples/s in each of WINDOWS equal parts of the timed run
 
 
 @dataclass
@@ -67,6 +68,7 @@ class Report:
     limits: dict[str, float] = field(default_factory=dict)
     verdicts: dict[str, dict[str, Any]] = field(default_factory=dict)
     machine: dict[str, Any] = field(default_factory=dict)
+    pick: dict[str, Any] = field(default_factory=dict)  # the overall pick and how sure it is (`overall_pick`)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "runs": [asdict(r) for r in self.runs]}
@@ -102,13 +104,15 @@ def measure(ds, path: str, workers: int, batch: int, seconds: float, warmup: flo
         pids = [os.getpid(), *(p.pid for p in loader._procs)]
         cpu0 = [cpu_seconds(p) for p in pids]
         n, wait = 0, 0.0
+        marks = []  # (time, samples so far) after each batch: the spread of the rate within the run
         t0 = time.perf_counter()
         while True:
             tw = time.perf_counter()
             b = next(gen)
             wait += time.perf_counter() - tw
             n += len(b[-1])
-            if time.perf_counter() - t0 >= seconds:
+            marks.append((time.perf_counter() - t0, n))
+            if marks[-1][0] >= seconds:
                 break
         wall = time.perf_counter() - t0
         cpu = {("main" if i == 0 else f"worker{i - 1}"): (cpu_seconds(p) - c0) / wall for i, (p, c0) in enumerate(zip(pids, cpu0))}
@@ -116,7 +120,55 @@ def measure(ds, path: str, workers: int, batch: int, seconds: float, warmup: flo
     finally:
         gen.close()
         loader.close()
-    return Run(path, workers, batch, n / wall, n * nbytes / wall / 1e6, cpu, pss, wait / wall)
+    return Run(path, workers, batch, n / wall, n * nbytes / wall / 1e6, cpu, pss, wait / wall, window_rates(marks))
+
+
+WINDOWS = 5  # parts of a timed run whose rates give its spread
+
+
+def window_rates(marks: list[tuple[float, int]]) -> list[float]:
+    """Samples/s over each of WINDOWS consecutive parts of a run, cut at the batch ends nearest to equal
+    times (fewer parts when the run served fewer batches): how steady the rate was while it was timed."""
+    if not marks:
+        return []
+    times = np.asarray([0.0] + [t for t, _ in marks])
+    counts = np.asarray([0] + [c for _, c in marks])
+    cuts = np.unique(np.searchsorted(times, np.linspace(0, times[-1], WINDOWS + 1)[1:], side="left"))
+    edges = [0, *cuts.tolist()]
+    return [float((counts[b] - counts[a]) / (times[b] - times[a])) for a, b in zip(edges[:-1], edges[1:]) if times[b] > times[a]]
+
+
+def overall_pick(runs: list[Run], load: tuple[float, ...], cores: int) -> dict[str, Any]:
+    """The fastest setting over every path, and how sure the run is of it. Each setting's rate has a
+    range (the slowest and fastest of its timed windows); the pick is "clear" when its slowest window beat
+    every other setting's fastest, else the settings whose ranges overlap its own are named as ties (a
+    rerun may order them either way). A busy machine (load above half its cores) is said too: other
+    work moves every figure."""
+    if not runs:
+        return {}
+    ranked = sorted(runs, key=lambda r: r.samples_s, reverse=True)
+    best = ranked[0]
+    lo = min(best.window_rates or [best.samples_s])
+    ties = [r for r in ranked[1:] if max(r.window_rates or [r.samples_s]) >= lo]
+    busy = max(load) > cores / 2 if load else False
+    if not ties:
+        confidence = "clear"
+        why = (f"its slowest timed window ({lo:,.0f} samples/s) beat every other setting's fastest"
+               + (f" (next: {describe(ranked[1])}, {ranked[1].samples_s:,.0f})" if len(ranked) > 1 else ""))
+    else:
+        confidence = "within noise"
+        why = (f"{len(ties)} other setting(s) reached its range ({lo:,.0f}-{max(best.window_rates or [best.samples_s]):,.0f}"
+               f" samples/s): " + ", ".join(f"{describe(r)} {r.samples_s:,.0f}" for r in ties[:3])
+               + (" ..." if len(ties) > 3 else "") + "; a rerun may order them differently")
+    if busy:
+        why += f"; the machine was busy (load {max(load):.1f} on {cores} cores): rerun on a quiet machine to be sure"
+    return {"path": best.path, "workers": best.workers, "batch": best.batch, "samples_s": best.samples_s,
+            "confidence": confidence, "why": why, "ties": [describe(r) for r in ties], "busy": busy}
+
+
+def describe(r: Run) -> str:
+    """One setting, as the pick names it."""
+    return f"{r.path} workers={r.workers} batch={r.batch}"
 
 
 def fill_rate(ds, batch: int, crop, seconds: float = 0.3) -> float:
@@ -349,6 +401,7 @@ def run_bench(pack: str | os.PathLike, workers: list[int] | None = None, batches
             v = verdict(path, runs, rep.limits, cores, cache)
         rep.verdicts[path] = v
     rep.machine["load_after"] = os.getloadavg()
+    rep.pick = overall_pick(rep.runs, (*rep.machine["load"][:1], *rep.machine["load_after"][:1]), cores)
     return rep
 
 
@@ -381,4 +434,8 @@ def table(rep: Report) -> list[str]:
             lines.append(f"{path}: best {v['best_samples_s']:,.0f} samples/s = {v['fraction_of_limit']:.0%} of its limit, "
                          f"{v['limit_what']} ({v['limit_samples_s']:,.0f}): {v['bound']}. Use {v['recommend']}")
         lines += [f"  {n}" for n in v.get("notes", [])]
+    p = rep.pick
+    if p:
+        lines.append(f"pick: {p['path']} with Loader(num_workers={p['workers']}, batch_size={p['batch']}), "
+                     f"{p['samples_s']:,.0f} samples/s; {p['confidence']}: {p['why']}")
     return lines

@@ -291,3 +291,30 @@ class Strings:
 
     def __iter__(self):
         return (self[i] for i in range(len(self)))
+
+    def __eq__(self, other) -> bool:
+        """Equal by value, as a list of the same strings is: `ds.sources == other.sources` compares what the
+        two packs hold, not which objects they are (and a list or tuple of str compares too)."""
+        if isinstance(other, Strings):
+            if len(self) != len(other):
+                return False
+            a, b = self._span(), other._span()
+            if a is not None and b is not None:
+                return bool(np.array_equal(a[1], b[1]) and np.array_equal(a[0], b[0]))
+            return all(x == y for x, y in zip(self, other))
+        if isinstance(other, (list, tuple)):
+            return len(self) == len(other) and all(x == y for x, y in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # equal by value, as a list is, and so unhashable as a list is
+
+    def _span(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(the bytes of every item, offsets from 0) when both are plain arrays: equality without decoding."""
+        if not (isinstance(self._blob, np.ndarray) and isinstance(self._offsets, np.ndarray)):
+            return None
+        offs = np.asarray(self._offsets, np.int64)
+        return np.asarray(self._blob[offs[0] : offs[-1]]), offs - offs[0]
+
+    def __repr__(self) -> str:
+        head = ", ".join(repr(x) for x in self[:3])
+        return f"Strings([{head}{', ...' if len(self) > 3 else ''}], {len(self)} items)"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import os
+import shlex
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -254,7 +255,10 @@ def tokenize(inputs: list[str], out: str | os.PathLike, settings: TokenizeSettin
         names = [settings.eot] if settings.eot else list(EOT_CANDIDATES)
         eot_id = next((tok.token_to_id(n) for n in names if tok.token_to_id(n) is not None), None)
         if eot_id is None:
-            raise DataprepError(f"{tok_path}: has none of {names} as a token; choose the end-of-text id with --eot-id")
+            special = _special_tokens(tok)
+            example = shlex.quote(special[0] if special else "<EOT>")
+            raise DataprepError(f"{tok_path}: has none of {names} as a token; name the end-of-text token with --eot "
+                                f"(e.g. --eot {example}) or give its id with --eot-id" + _special_list(special))
     dtype = token_dtype(vocab)
     if not 0 <= eot_id <= np.iinfo(dtype).max:  # checked here: a long document's last piece appends it in `dtype`
         raise DataprepError(f"end-of-text id {eot_id} does not fit in {dtype} (vocabulary {vocab})")  # never truncate
@@ -301,3 +305,19 @@ def tokenize(inputs: list[str], out: str | os.PathLike, settings: TokenizeSettin
     write_manifest(out, manifest)
     return {"documents": doc_no, "tokens": sum(sp["tokens"] for sp in splits.values()), "dtype": dtype.str,
             "splits": {n: (sp["count"], sp["tokens"]) for n, sp in splits.items()}, "seconds": seconds, "replaced": replaced}
+
+
+def _special_tokens(tok) -> list[str]:
+    """The tokenizer's added (special) tokens, by id: the likely end-of-text names an error can suggest."""
+    try:
+        added = tok.get_added_tokens_decoder()
+    except AttributeError:  # an older tokenizers
+        return []
+    return [t.content for _, t in sorted(added.items())]
+
+
+def _special_list(names: list[str]) -> str:
+    """'; its special tokens: ...' for the no-EOT error, at most 8 named."""
+    if not names:
+        return "; it has no special tokens"
+    return "; its special tokens: " + ", ".join(names[:8]) + (f" (+{len(names) - 8} more)" if len(names) > 8 else "")
