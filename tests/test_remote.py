@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import gc
 import json
+import re
 import logging
 import os
 import socket
@@ -403,6 +404,9 @@ def test_cli_build_to_the_store_then_info_verify_and_load(store, tree, local_pac
     r = cli_build(tree, url)
     assert r.exit_code == 0, r.output
     assert f"uploaded to {url}" in r.output and "manifest last" in r.output
+    up = re.search(r"uploaded to \S+: (\d+) objects \((\d+) files the manifest records, as `dataprep info` counts them, "
+                   r"(\d+) shard records, the manifest\)", r.output)
+    assert up, r.output
     # the store holds exactly the pack the library builds with the same settings, byte for byte
     want = pack_files(local_pack)
     assert store.listing(url) == set(want)
@@ -416,6 +420,10 @@ def test_cli_build_to_the_store_then_info_verify_and_load(store, tree, local_pac
     assert r.exit_code == 0, r.output
     assert f"pack:      {url}" in r.output and "split train: 24 samples in 3 shards" in r.output
     assert "objects, with their recorded sizes: all present" in r.output
+    # the upload's figures add up to what the store holds, and its file count is the one info checks
+    objects, files, records = map(int, up.groups())
+    assert objects == len(store.listing(url)) == files + records + 1
+    assert f"files:     {files:,} objects, with their recorded sizes" in r.output, r.output
     r = cli("verify", url)
     assert r.exit_code == 0, r.output
     assert r.output.startswith(f"ok: {url}: 4 shards") and "30 samples" in r.output

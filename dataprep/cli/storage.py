@@ -86,5 +86,6 @@ def _published(url: str, fmt: str, compress: str, overwrite: bool, resume: bool 
         pub.abandon()
         raise
     shutil.rmtree(staging, ignore_errors=True)
-    click.echo(f"uploaded to {store.shown}: {r['objects']} objects, {r['bytes'] / 1e6:.1f} MB, manifest last "
-               f"({r['seconds']:.1f} s from the first shard)")
+    click.echo(f"uploaded to {store.shown}: {r['objects']} objects ({r['files']} files the manifest records, as "
+               f"`dataprep info` counts them, {r['shard_records']} shard records, the manifest), {r['bytes'] / 1e6:.1f} MB, "
+               f"manifest last ({r['seconds']:.1f} s from the first shard)")

@@ -116,7 +116,7 @@ class Publisher:
 
     def finish(self) -> dict:
         """Upload what is left (the build is over and its manifest written locally), remove objects the pack
-        does not have, then write the manifest. Returns {bytes, objects, seconds}."""
+        does not have, then write the manifest. Returns {bytes, objects, files, shard_records, seconds}."""
         self._stop.set()
         if self._watcher:
             self._watcher.join()
@@ -147,7 +147,10 @@ class Publisher:
         self.store.write(MANIFEST, data)
         self.bytes += len(data)
         self._pool.shutdown()
-        return {"bytes": self.bytes, "objects": len(self._sent) + 1, "seconds": time.perf_counter() - self.t0}
+        # what the store now holds under the pack: the files the manifest records (what `dataprep info` counts),
+        # one shard record per shard, and the manifest
+        return {"bytes": self.bytes, "objects": len(wanted), "files": len(records),
+                "shard_records": len(wanted) - len(records) - 1, "seconds": time.perf_counter() - self.t0}
 
     def _wait(self) -> None:
         for _, f in list(self._sent.values()):
