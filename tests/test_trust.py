@@ -671,11 +671,11 @@ def test_cache_list_and_clean_show_and_remove_this_users_segments(pack, index_tr
     line = next(ln for ln in r.output.splitlines() if ds.segment in ln)
     assert f"used by pid {os.getpid()}" in line and str(pack.resolve()) in line and "complete" in line
     assert "unused" in next(ln for ln in r.output.splitlines() if str(left) + " " in ln)
-    r = CliRunner().invoke(main, ["cache", "clean"])
+    r = CliRunner().invoke(main, ["cache", "clean", "-v"])
     assert r.exit_code == 0 and f"removed {left}\n" in r.output and f"removed {half}" in r.output, r.output
     assert Path(ds.segment).exists() and not left.exists() and not half.exists()
     assert not (shm_mod.segment_dir() / f"{left.name}.users").exists()  # its locks went with it
-    r = CliRunner().invoke(main, ["cache", "clean", "--all-mine"])
+    r = CliRunner().invoke(main, ["cache", "clean", "--all-mine", "-v"])
     assert f"removed {ds.segment}" in r.output and not Path(ds.segment).exists()
     assert ds.labels.sum() >= 0  # this process keeps what it mapped
     del ds

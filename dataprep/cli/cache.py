@@ -24,11 +24,16 @@ def list_() -> None:
 
 @cache.command()
 @click.option("--all-mine", is_flag=True, help="Also remove segments in use (their processes keep what they mapped).")
-def clean(all_mine: bool) -> None:
-    """Remove unused segments, abandoned half-filled ones, and lock files whose segment is gone."""
+@click.option("-v", "--verbose", is_flag=True, help="Also list each file removed or kept.")
+def clean(all_mine: bool, verbose: bool) -> None:
+    """Remove unused segments, abandoned half-filled ones, and lock files whose segment is gone; never what a
+    live process is filling or (without --all-mine) using. Prints a summary."""
     from ..serve.shm import clean as run
 
-    removed = run(all_mine)
-    for p in removed:
-        click.echo(f"removed {p}")
-    click.echo(f"{len(removed)} file(s) removed")
+    done = run(all_mine)
+    if verbose:
+        for p in done.removed:
+            click.echo(f"removed {p}")
+        for p in done.kept:
+            click.echo(f"kept {p} (in use)")
+    click.echo(done.summary())

@@ -2,8 +2,13 @@
 rank of one user maps. Two lock files per segment: "fill" is held exclusively, briefly, to check for the
 segment and fill it if missing (a temporary file, published by rename); "users" is held shared by every
 process attached. The last user to leave (its exclusive try on "users", under "fill") removes the
-segment. A segment a crash left behind is complete (it was renamed only when full) and is reused; a
-half-filled temporary one is replaced.
+segment and then both lock files, so they do not pile up: "users" first, "fill" last and while still
+holding it. Whoever takes "fill" checks after the flock that the file it locked is still the one at that
+path (same inode) and opens it again if not, so a lock file being removed is never locked by two; "users"
+is opened only under a checked "fill". A segment a crash left behind is complete (it was renamed only
+when full), keeps its one pair of lock files and is reused; a half-filled temporary one is replaced.
+`clean` removes only what no live process holds (a non-blocking "fill", then "users", and no mapping of
+the segment) and reports counts, not files.
 
 Other local users are not trusted. Segments and their locks live in a directory of this user's own,
 `SHM_DIR/dataprep-UID` (mode 0700), so nobody else can read a segment, plant one, truncate one or hold
@@ -14,6 +19,7 @@ against the manifest's checksums on attach, not only when filling. Lock waits ti
 (DATAPREP_SHM_TIMEOUT seconds, default 600) with a message naming the holder's pid. Sharing one segment
 between users is an explicit opt-in: DATAPREP_SHM_GROUP=<group> puts segments in `dataprep-g<GID>`
 (mode 2770), readable and writable by that group's members, trusted as far as they are.
+DATAPREP_SHM_DIR (read at import; tests set `SHM_DIR` itself) moves the whole tree elsewhere.
 """
 from __future__ import annotations
 
@@ -161,6 +167,84 @@ def _say_holder(fd: int) -> None:
     os.pwrite(fd, str(os.getpid()).encode(), 0)
 
 
+def _is_at(fd: int, path: Path) -> bool:
+    """Whether the open file is still the one at `path` (not unlinked, not replaced, since it was opened)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    own = os.fstat(fd)
+    return (own.st_dev, own.st_ino) == (st.st_dev, st.st_ino)
+
+
+def _take_fill(path: Path, timeout: float | None = None, wait: bool = True) -> int | None:
+    """A descriptor of the segment's "fill" lock file (made if missing), held exclusively, of the file at its
+    path now: the last user of a segment removes the file while holding it, so one locked after a wait may
+    be gone or replaced, and is then let go and opened again. None: it is held and not `wait`."""
+    lock = path.parent / f"{path.name}.fill"
+    while True:
+        fd = _open_lock(lock)
+        try:
+            if wait:
+                _lock(fd, fcntl.LOCK_EX, path, lock, timeout)
+            else:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    return None
+            if _is_at(fd, lock):
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # removed (or replaced) by its last user while we waited: take the one there now
+
+
+def _nobody_uses(path: Path) -> int | None:
+    """Under the fill lock: a descriptor of "users" held exclusively when no process holds it (-1: there is
+    no "users" file, so nobody can), None when some process does."""
+    try:
+        fd = os.open(path.parent / f"{path.name}.users", os.O_RDWR | _OPEN)
+    except FileNotFoundError:
+        return -1
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+    except OSError:
+        os.close(fd)
+        return None
+
+
+def _drop_locks(path: Path) -> int:
+    """Under the fill lock and with "users" free: remove both lock files, "fill" last (an opener that took
+    the old one notices it went, see `_take_fill`); the number removed."""
+    n = 0
+    for suffix in (".users", ".fill"):
+        try:
+            (path.parent / f"{path.name}{suffix}").unlink()
+            n += 1
+        except FileNotFoundError:
+            pass
+    return n
+
+
+def _leave_if_last(path: Path, remove_segment: bool = True) -> None:
+    """Under the fill lock: when no process uses the segment, remove it (with `remove_segment`) and, once it
+    is gone, its lock files."""
+    users = _nobody_uses(path)
+    if users is None:
+        return  # somebody still uses it
+    try:
+        if remove_segment:
+            path.unlink(missing_ok=True)  # nobody else holds it: we were the last user
+        if not os.path.lexists(path):
+            _drop_locks(path)
+    finally:
+        if users >= 0:
+            os.close(users)
+
+
 def segment_name(manifest: dict[str, Any], split: str) -> str:
     """Named after the manifest (which holds every shard's checksum): the same pack content gives the
     same segment, whatever its backend or path; a rebuilt pack a new one."""
@@ -177,6 +261,7 @@ class ShmSegment:
     users_fd: int
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     created: bool = False
+    _finalizer: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
     def attach(cls, pack: Path, manifest: dict[str, Any], split: str, plan: list,
@@ -189,24 +274,35 @@ class ShmSegment:
         path = d / name
         digest = _digest(manifest, split)
         offsets, total = _offsets(plan)
-        fill_fd = _open_lock(d / f"{name}.fill")
-        users_fd = _open_lock(d / f"{name}.users")
+        created, users_fd = False, -1
+        fill_fd = _take_fill(path)  # one process checks or fills at a time
         try:
-            created = False
-            _lock(fill_fd, fcntl.LOCK_EX, path, d / f"{name}.fill")  # one process checks or fills at a time
-            try:
-                _say_holder(fill_fd)
+            _say_holder(fill_fd)
+            seg_fd = _open_complete(path, total, digest)
+            if seg_fd is None:
+                _create(path, pack, split, plan, offsets, total, fill, digest)
+                created = True
                 seg_fd = _open_complete(path, total, digest)
-                if seg_fd is None:
-                    _create(path, pack, split, plan, offsets, total, fill, digest)
-                    created = True
-                    seg_fd = _open_complete(path, total, digest)
-                    if seg_fd is None:  # pragma: no cover - we just made it
-                        raise DataprepError(f"{path}: the segment just filled does not check out")
+                if seg_fd is None:  # pragma: no cover - we just made it
+                    raise DataprepError(f"{path}: the segment just filled does not check out")
+            try:
+                # opened only under a checked fill lock: nobody removes "users" meanwhile
+                users_fd = _open_lock(d / f"{name}.users")
                 _lock(users_fd, fcntl.LOCK_SH, path)  # a user until released: the segment stays
+            except BaseException:
+                os.close(seg_fd)
+                raise
+        except BaseException:
+            if users_fd >= 0:
+                os.close(users_fd)
+            try:
+                _leave_if_last(path, remove_segment=False)  # a failed fill leaves no lock files behind
             finally:
-                fcntl.flock(fill_fd, fcntl.LOCK_UN)
                 os.close(fill_fd)
+            raise
+        fcntl.flock(fill_fd, fcntl.LOCK_UN)
+        os.close(fill_fd)
+        try:
             try:
                 arrays = _views(mmap.mmap(seg_fd, 0, prot=mmap.PROT_READ), plan, offsets)
             finally:
@@ -214,15 +310,21 @@ class ShmSegment:
             if verify and not created:
                 _verify(arrays, manifest, shard_split or split.split("/")[0], path)
         except BaseException:
-            os.close(users_fd)
+            _release(users_fd, path, os.getpid())  # the last user of a segment that failed takes it away
             raise
         seg = cls(path, users_fd, arrays, created)
         _USER_FDS.add(users_fd)
         # multiprocessing's Finalize, not weakref.finalize: it also runs when a DataLoader or Loader
         # worker (a multiprocessing child, which never runs atexit) exits, so a segment attached in a
         # worker (a resolution switched to there) is released too.
-        mp_util.Finalize(seg, _release, (users_fd, path, os.getpid()), exitpriority=10)
+        seg._finalizer = mp_util.Finalize(seg, _release, (users_fd, path, os.getpid()), exitpriority=10)
         return seg
+
+    def close(self) -> None:
+        """Stop using the segment now (the last user removes it and its lock files); the arrays already
+        taken stay valid. Otherwise this happens when the object is collected or the process exits."""
+        if self._finalizer is not None:
+            self._finalizer()
 
 
 def _offsets(plan) -> tuple[dict[str, int], int]:
@@ -348,31 +450,28 @@ os.register_at_fork(after_in_child=_forget_inherited_locks)
 
 
 def _release(users_fd: int, path: Path, pid: int) -> None:
-    """Drop this process's use of the segment; the last user removes it.
+    """Drop this process's use of the segment; the last user removes it and then its lock files.
 
     Lock order is the same as in `attach` (fill, then users), so a process attaching at this moment
-    either sees the segment before it goes or fills a new one after.
+    either sees the segment before it goes or fills a new one after (with new lock files).
     """
     if os.getpid() != pid:
         return  # a forked child inherited the object: the parent owns the lock
+    _USER_FDS.discard(users_fd)
     try:
-        _USER_FDS.discard(users_fd)
         os.close(users_fd)
-        fill_fd = os.open(path.parent / f"{path.name}.fill", os.O_RDWR | _OPEN)
     except OSError:
         return
     try:
-        _lock(fill_fd, fcntl.LOCK_EX, path, path.parent / f"{path.name}.fill", timeout=5.0)
-        users = os.open(path.parent / f"{path.name}.users", os.O_RDWR | _OPEN)
-        try:
-            fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            path.unlink(missing_ok=True)  # nobody else holds it: we were the last user
-        except OSError:
-            pass  # somebody still uses it
-        finally:
-            os.close(users)
+        # made again if missing: another user may have removed it with the segment after we let go (then
+        # this finds nothing to do and removes it again), or someone removed it by hand
+        fill_fd = _take_fill(path, timeout=5.0)
     except DataprepError:
-        pass  # at exit a stuck peer must not hang us; the segment stays for `dataprep cache clean`
+        return  # at exit a stuck peer must not hang us; the segment stays for `dataprep cache clean`
+    try:
+        _leave_if_last(path)
+    except OSError:
+        pass  # at exit: whatever is left is for `dataprep cache clean`
     finally:
         os.close(fill_fd)
 
@@ -431,32 +530,77 @@ def describe_segments() -> list[dict[str, Any]]:
     return out
 
 
-def clean(all_mine: bool = False) -> list[str]:
+@dataclass
+class Cleaned:
+    """What `clean` did: (path, bytes) of each segment removed, by kind; lock files removed; what it kept."""
+    unused: list[tuple[str, int]] = field(default_factory=list)  # complete (or damaged) segments nobody used
+    half: list[tuple[str, int]] = field(default_factory=list)  # half-filled temporaries no live process fills
+    in_use: list[tuple[str, int]] = field(default_factory=list)  # removed though in use (`all_mine`)
+    locks: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)  # in use, or being filled or left right now
+
+    @property
+    def removed(self) -> list[str]:
+        return [p for p, _ in self.unused + self.half + self.in_use] + self.locks
+
+    def summary(self) -> str:
+        def mb(items):
+            return f"{sum(b for _, b in items) / 1e6:,.1f} MB"
+
+        out = (f"removed {len(self.unused)} unused segment(s) ({mb(self.unused)}), {len(self.half)} half-filled "
+               f"segment(s) left by a killed run ({mb(self.half)}), ")
+        if self.in_use:
+            out += f"{len(self.in_use)} segment(s) in use ({mb(self.in_use)}), "
+        return out + f"{len(self.locks)} stale lock file(s); kept {len(self.kept)} segment(s) in use"
+
+
+def clean(all_mine: bool = False) -> Cleaned:
     """Remove this user's segments nobody uses (every one with `all_mine`: processes that map one keep their
-    mapping), half-filled temporaries no process is filling, and lock files whose segment is gone; give
-    what was removed."""
+    mapping), half-filled temporaries no process is filling, and lock files no process holds whose segment
+    is gone. Nothing a live process holds is touched: a segment whose fill lock is held (being filled, or
+    its last user leaving) is skipped, and one with a holder of its users lock, or a process mapping it, is
+    kept (its lock files always, the segment too unless `all_mine`)."""
+    done = Cleaned()
     d = _segment_path()
     if not d.is_dir():
-        return []
-    removed = []
-    for s in describe_segments():
-        p = Path(s["path"])
-        base = p.name.split(".tmp-")[0]
-        fill_fd = _open_lock(d / f"{base}.fill")
+        return done
+    bases = sorted({n.split(".tmp-")[0].removesuffix(".fill").removesuffix(".users")
+                    for n in os.listdir(d) if n.startswith("dataprep-")})
+    mapped = _mappers(list_segments())
+    for base in bases:
+        path = d / base
+        fill_was_there = os.path.lexists(d / f"{base}.fill")
+        fill_fd = _take_fill(path, wait=False)
+        if fill_fd is None:  # a live process is filling it or leaving it now
+            done.kept += [str(p) for p in [path, *d.glob(base + ".tmp-*")] if os.path.lexists(p)]
+            continue
         try:
+            for tmp in sorted(d.glob(base + ".tmp-*")):  # its filler would hold the fill lock: it died
+                done.half.append((str(tmp), _size(tmp)))
+                tmp.unlink(missing_ok=True)
+            users = _nobody_uses(path)
             try:
-                fcntl.flock(fill_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody is filling or leaving it now
-            except BlockingIOError:
-                continue
-            if s["users"] and not all_mine:
-                continue
-            p.unlink(missing_ok=True)
-            removed.append(str(p))
+                if os.path.lexists(path):
+                    in_use = users is None or bool(mapped.get(str(path)))
+                    if in_use and not all_mine:
+                        done.kept.append(str(path))
+                    else:
+                        (done.in_use if in_use else done.unused).append((str(path), _size(path)))
+                        path.unlink(missing_ok=True)
+                if users is not None and not os.path.lexists(path):
+                    done.locks += [str(d / f"{base}{x}") for x in (".users", ".fill")
+                                   if os.path.lexists(d / f"{base}{x}") and (x == ".users" or fill_was_there)]
+                    _drop_locks(path)
+            finally:
+                if users is not None and users >= 0:
+                    os.close(users)
         finally:
             os.close(fill_fd)
-    live = {p.name for p in list_segments()}
-    for lock in sorted(d.glob("dataprep-*.fill")) + sorted(d.glob("dataprep-*.users")):
-        if lock.name.rsplit(".", 1)[0] not in live and not any(n.startswith(lock.name.rsplit(".", 1)[0] + ".tmp-") for n in live):
-            lock.unlink(missing_ok=True)
-            removed.append(str(lock))
-    return removed
+    return done
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.lstat(path).st_size
+    except FileNotFoundError:
+        return 0
