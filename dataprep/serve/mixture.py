@@ -53,14 +53,28 @@ class Mixture:
             windows are (`independent_samples`), are served in index order either way: in order, their
             samples are as random as shuffled, and no shuffle is drawn for them.
 
-    `passes` gives each member's epochs per mixture epoch. The Loader serves it with shuffle=False (the
-    order is the mixture's own), sharded, resumed and scheduled like any dataset.
+        labels: how members whose class lists differ share one label space (members of one class list,
+            or none, need nothing: `classes` is that list, or None). Refused (`ClassListsDiffer`, naming
+            each member and its first classes) unless said:
+            "by_name": `classes` is every member's names, first seen first (member 0's in its order, then
+                each new name as the members list it); each member's labels are renumbered to them, so
+                "cat" is one label whichever pack it came from;
+            "offset": member k's labels are shifted by the classes of the members before it; `classes`
+                is their lists concatenated, names as they are (a name two members share is there twice,
+                two labels);
+            "as_is": the labels served as each member stores them (`classes` is None: no list names them).
+            A member without labels (or without names for them) cannot be renumbered: mixed with labelled
+            ones it is refused, unless "as_is". Labels in segmentation masks are never renumbered.
+
+    `passes` gives each member's epochs per mixture epoch; `classes` the names of the labels it serves (None
+    where it serves none, or the members' lists differ and labels="as_is"). The Loader serves it with
+    shuffle=False (the order is the mixture's own), sharded, resumed and scheduled like any dataset.
     """
 
     ordered = True  # the Loader must not shuffle it: the interleaving is the point
 
     def __init__(self, datasets: Sequence, weights: Sequence[float], seed: int = 0, samples: int | None = None,
-                 exhausted: str = "restart", shuffle: bool = True):
+                 exhausted: str = "restart", shuffle: bool = True, labels: str | None = None):
         self.datasets = list(datasets)
         if len(self.datasets) < 1:
             raise DataprepError("a Mixture needs at least one dataset")
@@ -79,6 +93,7 @@ class Mixture:
         kinds = {type(d).__name__ for d in self.datasets}
         if len(kinds) > 1:
             raise DataprepError(f"a Mixture mixes datasets of one kind, not {sorted(kinds)}")
+        self._classes, self._label_key, self._luts = _label_space(self.datasets, labels)
         self.weights = w / w.sum()
         self.seed, self.exhausted, self.shuffle = int(seed), exhausted, shuffle
         self.lengths = np.array([len(d) for d in self.datasets], np.int64)
@@ -105,6 +120,12 @@ class Mixture:
         cand = np.arange(max(1, guess - 4 * len(self.datasets) - 64), guess + 2, dtype=np.int64)
         ok = (self.counts(cand) <= self.lengths[:, None]).all(0)
         return int(cand[ok].max()) if ok.any() else 0
+
+    @property
+    def classes(self) -> list | None:
+        """The names of the labels this mixture serves (label i is classes[i]), or None: its members serve
+        no labels, or labels="as_is" over members whose lists differ."""
+        return None if self._classes is None else list(self._classes)
 
     @property
     def passes(self) -> list[float]:
@@ -314,7 +335,7 @@ class Mixture:
         req = Request(epoch=self.epoch)
         out = {k: np.empty((1, *shape), np.dtype(dt)) for k, (shape, dt) in self.batch_layout(req).items()}
         self.fill_batch(np.array([int(i) % self.samples]), out, req)
-        return tuple(torch.from_numpy(v[0]) for v in out.values())
+        return tuple(torch.from_numpy(v[0, ...]) for v in out.values())  # [0, ...]: a label a 0-d array, not a scalar
 
     def worker_init(self) -> None:
         for d in self.datasets:
@@ -365,6 +386,26 @@ class Mixture:
             parts = self._run_parts(*run, r.epoch, r.seed)
         else:
             parts = [(m, e, mine, index, None) for m, e, mine, index in self._scattered(idx, r.epoch)]
+        self._fill_parts(parts, out, r, rows)
+        if self._luts is not None and self._label_key in out:
+            self._relabel(parts, out[self._label_key], rows)
+
+    def _relabel(self, parts, labels: np.ndarray, rows) -> None:
+        """Each member's labels in the batch renumbered into the mixture's classes (labels="by_name" or
+        "offset"), once the member has filled its rows."""
+        for m, _, mine, _, _ in parts:
+            lut = self._luts[m]
+            if lut is None:
+                continue
+            at = mine if rows is None else np.asarray(rows)[mine]
+            got = labels[at]
+            if got.size and (int(got.min()) < 0 or int(got.max()) >= len(lut)):
+                raise DataprepError(f"Mixture member {m} ({_name(self.datasets[m], m)}) served label "
+                                    f"{int(got.min()) if int(got.min()) < 0 else int(got.max())} outside its {len(lut)} classes")
+            labels[at] = lut[got]
+
+    def _fill_parts(self, parts, out: dict[str, np.ndarray], r: Request, rows) -> None:
+        """The members' parts of a batch, each into its rows (fill_batch's cases)."""
         many = getattr(type(self.datasets[0]), "fill_parts", None)  # members of one kind filling a batch together
         if many is not None and len(parts) > 1 and all(p[4] is None for p in parts):
             many([(self.datasets[m], index, mine if rows is None else np.asarray(rows)[mine],
@@ -404,6 +445,88 @@ class Mixture:
             self.__dict__.pop("_plans", None)
             got = self.__dict__["_joined"] = Joined(windows)
         return got if got.view is not None else None
+
+
+class ClassListsDiffer(DataprepError, ValueError):
+    """A Mixture's members name their labels differently, and the Mixture was not told how to mix them."""
+
+
+def _name(d, m: int) -> str:
+    """A member as an error names it: its pack (and split), else its kind."""
+    pack = getattr(d, "pack", None)
+    if pack is None:
+        return type(d).__name__
+    split = getattr(d, "split", None)
+    return f"{pack}" + (f", {split}" if split else "")
+
+
+def _labels_of(d) -> tuple[str | None, list | None]:
+    """(the batch key a member serves its class labels under, or None where it serves none; their names,
+    or None where it has none)."""
+    if isinstance(d, Mixture):
+        return d._label_key, d.classes
+    if "segmentation" in (getattr(d, "kinds", None) or ()):  # class labels are mask values
+        return "masks", list(d.classes) if getattr(d, "classes", None) else None
+    target = getattr(d, "target_info", None)
+    if isinstance(target, dict):  # a table pack: a classification target
+        return ("target", list(target.get("classes") or []) or None) if target.get("task") == "classification" else (None, None)
+    classes = list(getattr(d, "classes", None) or []) or None
+    if hasattr(d, "labelled"):  # image packs: unlabelled ones serve no labels
+        return ("labels", classes) if d.labelled else (None, None)
+    if hasattr(d, "_labels"):  # volumes
+        return ("labels", classes) if d._labels is not None else (None, None)
+    return ("labels", classes) if classes else (None, None)
+
+
+def _label_space(datasets: list, how: str | None) -> tuple[list | None, str | None, list | None]:
+    """The mixture's (classes, label key, per-member int64 lookup tables from a member's labels to the
+    mixture's, None each where a member's are the mixture's, or None for all) under labels=`how`."""
+    if how not in (None, "by_name", "offset", "as_is"):
+        raise DataprepError(f"labels is 'by_name', 'offset' or 'as_is' (or left out), not {how!r}")
+    specs = [_labels_of(d) for d in datasets]
+    keys = {k for k, _ in specs if k is not None}
+    if not keys:  # nothing labelled: nothing to name
+        return None, None, None
+    key = keys.pop() if len(keys) == 1 else None
+    lists = [c for _, c in specs]
+    same = key is not None and all(k is not None for k, _ in specs) and lists[0] is not None \
+        and all(c == lists[0] for c in lists[1:])
+    if same and how != "offset":
+        return list(lists[0]), key, None
+    if how is None:
+        def line(m, d, k, c):
+            if k is None:
+                return f"  member {m} ({_name(d, m)}): no labels"
+            if c is None:
+                return f"  member {m} ({_name(d, m)}): labels without class names"
+            return f"  member {m} ({_name(d, m)}): {len(c)} classes: " + ", ".join(map(str, c[:5])) + (", ..." if len(c) > 5 else "")
+
+        raise ClassListsDiffer(
+            "a Mixture's members have different class lists, so one label number would mean different classes; "
+            "say how to mix them:\n" + "\n".join(line(m, d, k, c) for m, (d, (k, c)) in enumerate(zip(datasets, specs)))
+            + "\nMixture(..., labels=\"by_name\") (one list of every name; each member's labels renumbered to it), "
+              "labels=\"offset\" (member k's labels shifted past the classes of the members before it; the lists "
+              "concatenated) or labels=\"as_is\" (the numbers as stored; Mixture.classes is None)")
+    if how == "as_is":
+        return (list(lists[0]) if same else None), key, None
+    missing = [m for m, (k, c) in enumerate(specs) if k is None or c is None]
+    if missing:
+        raise DataprepError(f"labels={how!r} renumbers each member's labels by its class names; member(s) "
+                            + ", ".join(f"{m} ({_name(datasets[m], m)})" for m in missing)
+                            + " have no labels or no names for them (mix them with labels='as_is', or serve them alone)")
+    if key == "masks":
+        raise DataprepError(f"labels={how!r}: segmentation masks are served as stored, never renumbered; "
+                            "remap the masks' values when building, or use labels='as_is'")
+    if how == "offset":
+        starts = np.cumsum([0] + [len(c) for c in lists[:-1]])
+        return [n for c in lists for n in c], key, [np.arange(len(c), dtype=np.int64) + int(s) for c, s in zip(lists, starts)]
+    union: dict = {}
+    for c in lists:
+        for n in c:
+            union.setdefault(n, len(union))
+    luts = [np.array([union[n] for n in c], np.int64) for c in lists]
+    luts = [None if np.array_equal(t, np.arange(len(t))) else t for t in luts]
+    return list(union), key, (luts if any(t is not None for t in luts) else None)
 
 
 @lru_cache(maxsize=1024)
