@@ -247,3 +247,16 @@ def test_a_fetch_into_memory_reports_in_a_log(url, cache_dir, monkeypatch, capsy
     err = capsys.readouterr().err
     lines = lines_of(err, f"fetch {url}")
     assert len(lines) >= 2 and re.fullmatch(r"fetch .*: [\d.]+/[\d.]+ kB in [\d.]+ s, [\d.]+ [kMG]?B/s", lines[-1]), err
+
+
+def test_loading_a_pack_prints_plain_lines_in_a_log(pack, monkeypatch, capfd):
+    """progress=True while loading a split into RAM: off a terminal, lines (never a carriage return), and
+    the final one with the rate."""
+    import dataprep
+
+    monkeypatch.setenv("DATAPREP_PROGRESS_EVERY", "0")
+    dataprep.InMemoryImageDataset(pack, progress=True)
+    err = capfd.readouterr().err
+    assert "\r" not in err, repr(err)
+    lines = lines_of(err, f"loading {pack}/train (ram)")
+    assert lines and re.fullmatch(r"loading .*: [\d.,]+/[\d.,]+ (kB|MB|B) in [\d.]+ s(, [\d.,]+ (kB|MB|GB|B)/s)?", lines[-1]), err

@@ -16,8 +16,6 @@ memory, one copy per machine. It knows no pack kind: each field says what it loa
 from __future__ import annotations
 
 import os
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -27,6 +25,7 @@ from ..errors import DataprepError, PackError
 from ..pack.backends import open_reader
 from ..pack.arrays import LoadContext
 from ..pack.fields import Field
+from ..progress import Progress
 from .shm import ShmSegment, _nbytes
 
 CACHE_MODES = ("ram", "mmap", "shm")
@@ -78,8 +77,9 @@ def open_split(pack: str | os.PathLike, split: str, fields_of: Callable[[dict[st
     total = sum(_nbytes(s, d) for _, s, d in plan)
     if cache == "ram":
         _check_ram(pack, total)
-    report = _Progress(f"{pack}/{split}", cache, total) if (progress or (progress is None and total >= PROGRESS_BYTES)) else None
-    ctx = LoadContext(verify=verify, mapped=cache == "mmap", progress=report.add if report else None, reader=reader)
+    report = Progress(f"loading {pack}/{split} ({cache})", total, "bytes", show=True) \
+        if (progress or (progress is None and total >= PROGRESS_BYTES)) else None  # a bar on a terminal, lines in a log
+    ctx = LoadContext(verify=verify, mapped=cache == "mmap", progress=report.update if report else None, reader=reader)
 
     from ..remote.fetch import fetch_kept, origin  # here: `dataprep --help` reads CACHE_MODES from this module
 
@@ -105,7 +105,7 @@ def open_split(pack: str | os.PathLike, split: str, fields_of: Callable[[dict[st
         if remote and not keep:
             reader.close()  # its fetch threads
     if report:
-        report.done()
+        report.close()
     for a in arrays.values():
         a.setflags(write=False)  # the cache is shared: nobody may scribble on it
     n = m["splits"][split]["count"] if held is None else sum(int(s["count"]) for s in shards)
@@ -156,25 +156,3 @@ def _check_ram(pack: Path, total: int) -> None:
             f"{pack}: loading it with cache='ram' needs {total / 1e9:.2f} GB, but only {free / 1e9:.2f} GB are "
             "available; use cache='mmap' (the page cache holds what fits and shares it) or free memory"
         )
-
-
-class _Progress:
-    def __init__(self, what: str, cache: str, total: int):
-        self.what, self.cache, self.total = what, cache, max(total, 1)
-        self.got = 0
-        self.t0 = self.last = time.perf_counter()
-
-    def add(self, n: int) -> None:
-        self.got += n
-        now = time.perf_counter()
-        if now - self.last >= 0.5:
-            self.last = now
-            self._line(now)
-
-    def _line(self, now: float, end: str = "\r") -> None:
-        rate = self.got / max(now - self.t0, 1e-9)
-        print(f"loading {self.what} ({self.cache}): {self.got / 1e6:,.0f} of {self.total / 1e6:,.0f} MB "
-              f"({100 * min(self.got, self.total) / self.total:.0f}%), {rate / 1e9:.2f} GB/s", end=end, file=sys.stderr, flush=True)
-
-    def done(self) -> None:
-        self._line(time.perf_counter(), end="\n")
