@@ -55,17 +55,20 @@ class Progress:
 
     `show`: True shows a bar on a terminal and lines in a log; None (a library's default where no caller
     asked) lines in a log only; False nothing. `forward(n)` is also told of every count (a caller's own
-    callback). `label` is the bar's text [default: `what`]. Use it as a context manager, or `close()` it:
+    callback). `label` is the bar's text [default: `what`]. `final`: in a log, print the final line even
+    after work too quick for any other (a caller asked for progress by name). Use it as a context manager, or `close()` it:
     that prints the final line (not after a failure: the error follows instead). It is callable as
     `update`, so it serves where a `progress(n)` callback is taken."""
 
     def __init__(self, what: str, total: int | None = None, unit: str = "items", show: bool | None = True, *,
                  label: str | None = None, every: float | None = None, stream: TextIO | None = None,
-                 forward: Callable[[int], None] | None = None, clock: Callable[[], float] = time.monotonic):
+                 forward: Callable[[int], None] | None = None, clock: Callable[[], float] = time.monotonic,
+                 final: bool = False):
         self.what, self.total, self.unit = what, (int(total) if total is not None else None), unit
         self.stream = stream if stream is not None else sys.stderr
         self.every = every_seconds() if every is None else float(every)
         self.forward, self.clock = forward, clock
+        self.final = final  # lines: print the final line even when the work was too quick for any other
         self.done = self.earlier = 0
         self.shown = False  # a line was printed
         self.closed = False
@@ -128,7 +131,7 @@ class Progress:
             self.closed = True
             if self._bar is not None:
                 self._bar.render_finish()
-            elif self.mode == "lines" and self.shown and not failed:
+            elif self.mode == "lines" and (self.shown or self.final) and not failed:
                 self._print(self.line(self.clock(), final=True))
 
     def __enter__(self) -> "Progress":

@@ -77,7 +77,7 @@ def open_split(pack: str | os.PathLike, split: str, fields_of: Callable[[dict[st
     total = sum(_nbytes(s, d) for _, s, d in plan)
     if cache == "ram":
         _check_ram(pack, total)
-    report = Progress(f"loading {pack}/{split} ({cache})", total, "bytes", show=True) \
+    report = Progress(f"loading {pack}/{split} ({cache})", total, "bytes", show=True, final=bool(progress)) \
         if (progress or (progress is None and total >= PROGRESS_BYTES)) else None  # a bar on a terminal, lines in a log
     ctx = LoadContext(verify=verify, mapped=cache == "mmap", progress=report.update if report else None, reader=reader)
 
