@@ -262,7 +262,8 @@ class Loader:
         this run's ranks and batch size, however many there are; nothing when the state was saved after
         the epoch's last batch), then the epochs after it. The saved run's seed replaces this Loader's
         (the position means something only in its order): a different one warns, as a different
-        shuffle, crop, flip or batch size does (serve/resume.py says what each changes)."""
+        shuffle, crop, flip or batch size does (serve/resume.py says what each changes). Every value is
+        checked before any is used, and a state from another pack of the same length is refused."""
         total = check_state(self, state)
         self.seed = int(state["seed"])
         epoch, consumed = int(state["epoch"]), int(state["samples_consumed"])

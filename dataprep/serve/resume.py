@@ -1,7 +1,8 @@
 """Resuming: takes a Loader (its position, seed, world and what it serves), gives the state a checkpoint
 saves (torchdata's StatefulDataLoader protocol: `state_dict` / `load_state_dict`), and checks a saved
-state against the Loader it is restored into: the same epoch length, kind of order and partition, or an
-error saying why the position means nothing here; a different seed, batch size, shuffle, crop or flip is a
+state against the Loader it is restored into: every value of the right type and range, the same pack
+(a digest of its shard checksums), epoch length, kind of order and partition, or an error saying why the
+position means nothing here; a different seed, batch size, shuffle, crop or flip is a
 warning that says what the resumed run does.
 
 The state names a position in one epoch: while a pass is served (and after it served its last batch, until
@@ -11,8 +12,12 @@ so a training loop that saves its own epoch number beside the state stays in ste
 """
 from __future__ import annotations
 
+import hashlib
+import numbers
 import warnings
 from typing import Any
+
+import numpy as np
 
 from ..errors import DataprepError
 from .partition import partition_state
@@ -35,7 +40,53 @@ def loader_state(loader) -> dict[str, Any]:
             "samples_consumed": int(consumed), "world_size": loader.world_size, "batch_size": loader.batch_size,
             "length": int(total), "shuffle": loader.shuffle, "sampler": loader.sampler is not None,
             "crop": repr(loader.crop), "flip": loader.flip, "partition": partition_state(loader.dataset),
-            "resolution": loader.schedule(epoch) if loader.schedule is not None else getattr(loader.dataset, "resolution", None)}
+            "resolution": loader.schedule(epoch) if loader.schedule is not None else getattr(loader.dataset, "resolution", None),
+            "pack": pack_identity(loader.dataset)}
+
+
+def pack_identity(dataset) -> str | None:
+    """What the position counts in: a digest of the split's shard checksums (the manifest records them), so
+    another pack of the same length is told apart while a byte-identical rebuild is not; a Mixture's
+    combines its members'. None for a dataset that is no pack's (nothing to compare)."""
+    members = getattr(dataset, "datasets", None)
+    if members is not None and not hasattr(dataset, "manifest"):
+        ids = [pack_identity(d) for d in members]
+        return None if any(i is None for i in ids) else _digest("mixture", *ids)
+    m, split = getattr(dataset, "manifest", None), getattr(dataset, "split", None)
+    if not isinstance(m, dict) or split not in m.get("splits", {}):
+        return None
+    shards = m["splits"][split].get("shards", [])
+    sums = [f"{s.get('name')}:{name}:{rec.get('sha256')}" for s in shards for name, rec in sorted(s.get("files", {}).items())]
+    return _digest(m.get("kind", ""), split, *sums)
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\0".join(map(str, parts)).encode()).hexdigest()[:32]
+
+
+# key -> (type(s), what it must be): checked before any is used, so a hand-edited or foreign state is an
+# error naming the key, not a ZeroDivisionError, KeyError or an epoch that serves duplicates or nothing
+_FIELDS = {"seed": (int, "an integer"), "epoch": (int, "an integer of 0 or more"),
+           "samples_consumed": (int, "an integer from 0 to the epoch's length"),
+           "world_size": (int, "an integer of 1 or more"), "batch_size": (int, "an integer of 1 or more"),
+           "length": (int, "an integer of 0 or more"), "sampler": (bool, "true or false")}
+
+
+def _check_fields(state: dict[str, Any]) -> None:
+    for key, (kind, what) in _FIELDS.items():
+        if key not in state:
+            raise DataprepError(f"a Loader state without {key!r}: not one Loader.state_dict() made (or cut short)")
+        v = state[key]
+        # numpy's integers and bools count (a state passed through numpy or torch keeps them so); a float never does
+        ok = isinstance(v, (bool, np.bool_)) if kind is bool else (isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_)))
+        if not ok:
+            raise DataprepError(f"a Loader state whose {key} is {v!r} ({type(v).__name__}), not {what}")
+    for key, low in (("epoch", 0), ("world_size", 1), ("batch_size", 1), ("length", 0)):
+        if int(state[key]) < low:
+            raise DataprepError(f"a Loader state whose {key} is {state[key]}, not {_FIELDS[key][1]}")
+    if not 0 <= int(state["samples_consumed"]) <= int(state["length"]):
+        raise DataprepError(f"a Loader state whose samples_consumed is {state['samples_consumed']}, outside its epoch of "
+                            f"{state['length']} samples: resuming there would serve samples twice or none")
 
 
 def epoch_left(state: dict[str, Any], drop_last: bool) -> bool:
@@ -50,12 +101,21 @@ def check_state(loader, state: Any) -> int:
     epoch's length."""
     if not isinstance(state, dict) or state.get("format") != "dataprep.Loader":
         raise DataprepError("not a dataprep Loader state (from Loader.state_dict())")
-    if int(state.get("version", 0)) > STATE_VERSION:
+    version = state.get("version", 0)
+    if not isinstance(version, numbers.Integral) or isinstance(version, (bool, np.bool_)):
+        raise DataprepError(f"a Loader state whose version is {version!r}, not an integer")
+    if version > STATE_VERSION:
         raise DataprepError(f"a Loader state of version {state['version']}; this dataprep reads up to {STATE_VERSION}")
+    _check_fields(state)
     total = epoch_samples(loader)
     if int(state["length"]) != total:
         raise DataprepError(f"the saved run served {state['length']} samples an epoch, this Loader {total}: "
                             "not the same dataset (or sampler), so its position means nothing here")
+    saved, ours = state.get("pack"), pack_identity(loader.dataset)
+    if saved is not None and ours is not None and saved != ours:
+        raise DataprepError(f"the saved run served another pack of the same length (identity {str(saved)[:12]}..., this "
+                            f"Loader's {ours[:12]}...): its position names other samples here; restore a state saved "
+                            "from this pack (a state without 'pack', as older dataprep saved, is not checked)")
     mine = partition_state(loader.dataset)
     if state.get("partition") != mine:
         raise DataprepError(f"the saved run's partitioned cache was {state.get('partition')}, this one is "
