@@ -489,10 +489,9 @@ def _label_space(datasets: list, how: str | None) -> tuple[list | None, str | No
         return None, None, None
     key = keys.pop() if len(keys) == 1 else None
     lists = [c for _, c in specs]
-    same = key is not None and all(k is not None for k, _ in specs) and lists[0] is not None \
-        and all(c == lists[0] for c in lists[1:])
-    if same and how != "offset":
-        return list(lists[0]), key, None
+    same = key is not None and all(k is not None for k, _ in specs) and all(c == lists[0] for c in lists[1:])
+    if same and how != "offset":  # one list (or labels without names everywhere: no list says they differ)
+        return (None if lists[0] is None else list(lists[0])), key, None
     if how is None:
         def line(m, d, k, c):
             if k is None:
@@ -508,7 +507,7 @@ def _label_space(datasets: list, how: str | None) -> tuple[list | None, str | No
               "labels=\"offset\" (member k's labels shifted past the classes of the members before it; the lists "
               "concatenated) or labels=\"as_is\" (the numbers as stored; Mixture.classes is None)")
     if how == "as_is":
-        return (list(lists[0]) if same else None), key, None
+        return (list(lists[0]) if same and lists[0] is not None else None), key, None
     missing = [m for m, (k, c) in enumerate(specs) if k is None or c is None]
     if missing:
         raise DataprepError(f"labels={how!r} renumbers each member's labels by its class names; member(s) "
