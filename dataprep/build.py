@@ -24,9 +24,10 @@ from . import __version__
 from .engine import Engine, LocalEngine
 from .errors import PackExistsError
 from .pack.backends import is_pack
-from .pack.manifest import FORMAT_VERSION, MANIFEST, MANIFEST_TMP
+from .pack.manifest import FORMAT_VERSION, KEPT_BESIDE, MANIFEST, MANIFEST_TMP, attachment_tmp
 from .pack.names import check_name, inside
 from .pack.shard import remove_temporaries, reusable_shard, shard_name, write_shard
+from .safe_paths import check_dir, make_dir
 from .settings import BuildSettings
 
 
@@ -128,15 +129,24 @@ class BuildSummary:
         return f"  {built:,} {self.noun} built" + (f", {earlier}," if kept else "") + f" in {self.seconds:.1f} s"
 
 
+TASK_RECORDS = ".task-records"  # a build's records of its finished tasks (token packs' --resume), removed once it is a pack
+
+
 def prepare_output(out: Path, overwrite: bool, resume: bool = False) -> None:
-    """Refuse to clobber a pack or foreign files. `overwrite` empties a pack or unfinished build;
-    `resume` keeps its shards for reuse. Either way the old manifest goes first, so a crash during
-    the rebuild never leaves a directory that claims to be complete."""
+    """Refuse to clobber a pack or foreign files, and to write where other users could interfere: an `out`
+    (or the directory it is created in) that others can write, or that is not ours, is refused before
+    anything is written (safe_paths.check_dir). `overwrite` empties a pack or unfinished build; `resume`
+    keeps its shards for reuse. Either way the old manifest goes first (with the files kept beside it and
+    any temporaries), so a crash during the rebuild never leaves a directory that claims to be complete.
+    Nothing in `out` is followed when removed: a symlink is unlinked, never emptied."""
+    if out.is_symlink() and not out.exists():
+        raise PackExistsError(f"{out}: is a dangling symlink; choose another --out")
     if out.exists() and not out.is_dir():
         raise PackExistsError(f"{out}: exists and is not a directory")
+    if out.exists():
+        check_dir(out, "output directory")
     if out.is_dir() and any(out.iterdir()):
-        ours = is_pack(out) or all((p.is_dir() and _looks_like_split(p)) or (p.is_file() and p.name.startswith(MANIFEST_TMP))
-                                   for p in out.iterdir())
+        ours = is_pack(out) or all(_ours(p) for p in out.iterdir())
         if not ours:
             raise PackExistsError(f"{out}: holds files that are not a dataprep pack; refusing to write into it")
         if not (overwrite or resume):
@@ -146,27 +156,56 @@ def prepare_output(out: Path, overwrite: bool, resume: bool = False) -> None:
                 f"{out}: holds an unfinished build; pass --resume to continue it, or --overwrite to start again"
             )
         (out / MANIFEST).unlink(missing_ok=True)
-        for stale in out.glob(MANIFEST_TMP + "*"):  # a manifest whose writing was cut short
-            stale.unlink(missing_ok=True)
+        for p in out.iterdir():  # a manifest whose writing was cut short, the files beside it and theirs
+            if _beside_manifest(p.name) and (p.is_symlink() or not p.is_dir()):
+                p.unlink()
         if overwrite:
             for p in out.iterdir():
-                shutil.rmtree(p) if p.is_dir() else p.unlink()
-    out.mkdir(parents=True, exist_ok=True)
+                remove_entry(p)
+    make_dir(out, "output directory")
+
+
+def _beside_manifest(name: str) -> bool:
+    return name.startswith(MANIFEST_TMP) or name in KEPT_BESIDE or any(name.startswith(attachment_tmp(k)) for k in KEPT_BESIDE)
+
+
+def _ours(p: Path) -> bool:
+    """Whether an entry of an unfinished build's directory is one a build writes: a split directory of shards,
+    a file kept beside the manifest (or a temporary of one), a build's task records. A symlink is ours only
+    under a file's name (it is unlinked, never followed); a split directory that is a symlink is not."""
+    if _beside_manifest(p.name):
+        return p.is_symlink() or p.is_file()
+    if p.is_symlink() or not p.is_dir():
+        return False
+    if p.name == TASK_RECORDS:
+        return all(c.is_file() and not c.is_symlink() for c in p.iterdir())
+    return _looks_like_split(p)
 
 
 def _looks_like_split(p: Path) -> bool:
-    return all(c.is_dir() and (c.name.isdigit() or c.name.startswith(".tmp-")) for c in p.iterdir())
+    return all(not c.is_symlink() and c.is_dir() and (c.name.isdigit() or c.name.startswith(".tmp-")) for c in p.iterdir())
+
+
+def remove_entry(p: Path) -> None:
+    """Remove a file, a symlink (itself, never what it points at) or a directory tree (rmtree follows no symlink)."""
+    if p.is_symlink() or not p.is_dir():
+        p.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(p)
 
 
 def _remove_unplanned(out: Path, planned: dict[str, int]) -> None:
     """After a resumed build: drop shards and splits an earlier plan made that this one does not have."""
     for split_dir in out.iterdir():
-        if not split_dir.is_dir():
+        if split_dir.is_symlink() or not split_dir.is_dir() or split_dir.name == TASK_RECORDS:
             continue
         n = planned.get(split_dir.name)
         for shard in split_dir.iterdir():
             if n is None or not shard.name.isdigit() or int(shard.name) >= n:
-                shutil.rmtree(shard, ignore_errors=True)
+                try:
+                    remove_entry(shard)
+                except OSError:
+                    pass
         if n is None:
             shutil.rmtree(split_dir, ignore_errors=True)
 

@@ -26,7 +26,10 @@ from .storage import staged_output, storage_options
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--chunk-mb", type=click.IntRange(1), default=8, show_default=True, help="Text encoded per batch (bounds memory).")
 @click.option("--strict", is_flag=True, help="Fail on bytes that are not UTF-8 instead of replacing and counting them.")
-@click.option("--overwrite", is_flag=True)
+@click.option("--overwrite", is_flag=True, help="Replace a pack or unfinished run already in --out.")
+@click.option("--resume", is_flag=True,
+              help="Continue an interrupted run: tasks finished with the same inputs and settings, and intact by checksum, "
+                   "are kept; the rest are tokenized.")
 @click.option("--workers", "-j", type=click.IntRange(1), default=1, show_default=True,
               help="Processes for the local engine (the tokenizer already uses every core), or the local Dask cluster's size.")
 @click.option("--task-mb", type=click.IntRange(1), default=64, show_default=True,
@@ -36,7 +39,7 @@ from .storage import staged_output, storage_options
 @engine_options
 @storage_options
 def tokenize(src, out, tokenizer, train_bpe, split_docs, text_field, eot, eot_id, val_fraction, seed, chunk_mb, strict, overwrite,
-             workers, task_mb, progress, engine, address, scheduler_file, fmt, compress):
+             resume, workers, task_mb, progress, engine, address, scheduler_file, fmt, compress):
     """Tokenize text into uint16/uint32 token arrays with a document index."""
     from ..tokens.read import expand
     from ..tokens.tokenize import TokenizeSettings, tokenize as run
@@ -49,13 +52,20 @@ def tokenize(src, out, tokenizer, train_bpe, split_docs, text_field, eot, eot_id
     files = expand(list(src))
     show = shown(progress)
     with engine_for(engine, workers, address, scheduler_file) as eng, \
-            staged_output(out, fmt, compress, overwrite, eng, progress=show) as target:
+            staged_output(out, fmt, compress, overwrite, eng, resume, progress=show) as target:
         with Progress(f"tokenize {redact(str(out))}", sum(os.path.getsize(f) for f in files), "bytes", show=show) as bar:
-            r = run(files, target, settings, tokenizer, train_bpe, overwrite, progress=bar, engine=eng)
+            try:
+                r = run(files, target, settings, tokenizer, train_bpe, overwrite, progress=bar, engine=eng, resume=resume)
+            except KeyboardInterrupt:
+                bar.close(failed=True)
+                click.echo(f"interrupted: finished shards kept in {target}; run the same command with --resume to continue", err=True)
+                click.get_current_context().exit(130)
 
     click.echo(f"pack: {redact(str(out))}")
     for name, (docs, toks) in r["splits"].items():
         click.echo(f"  {name}: {docs:,} documents, {toks:,} tokens ({r['dtype']})")
+    if r.get("reused"):
+        click.echo(f"  resumed: {r['reused']} of {r['tasks']} tasks were finished and intact, {r['tasks'] - r['reused']} tokenized")
     if r["replaced"]:
         click.echo("  bytes that were not UTF-8, replaced: " + ", ".join(f"{k}: {v}" for k, v in r["replaced"].items()))
     click.echo(f"  {r['tokens']:,} tokens from {len(files)} files in {r['seconds']:.1f} s ({r['tokens'] / max(r['seconds'], 1e-9):,.0f} tokens/s)")

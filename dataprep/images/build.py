@@ -26,7 +26,7 @@ from ..build import (BuildSummary, SplitSummary, build_shards, finish_shard, pac
 from ..engine import Engine
 from ..errors import DataprepError, ImageDecodeError
 from ..pack.fields import LabelField, StringsField
-from ..pack.manifest import attachment_record, write_manifest
+from ..pack.manifest import attachment_record, write_attachment, write_manifest
 from ..settings import BuildSettings
 from ..sources import FILES, FileReader, Source
 from . import resize
@@ -187,8 +187,8 @@ def build_images(
         if all(sp.captions is None for sp in source.splits):
             raise DataprepError(f"--tokenize {tokenizer}: the source has no captions to tokenize")
         tok, tok_bytes, tok_record = caption_tokenizer(tokenizer)  # read before --overwrite empties `out`, which may hold it
-    prepare_output(out, settings.overwrite, settings.resume)  # build_shards does too; the old manifest must go first
-    (out / TOKENIZER_FILE).unlink(missing_ok=True)  # a previous pack's copy: an unfinished build holds only shards
+    # build_shards does too; the old manifest must go first, and a previous pack's tokenizer copy with it
+    prepare_output(out, settings.overwrite, settings.resume)
 
     def make_task(split, k: int, start: int, stop: int) -> ShardTask:
         return ShardTask(str(source.root), str(out / split.name), k, tuple(split.paths[start:stop]),
@@ -203,8 +203,8 @@ def build_images(
             str(size): {"kept": summ.counts[f"undersized@{size}"], "upscaled": summ.counts[f"upscaled@{size}"]}
             for size in image.all_sizes}
         summ.notes += undersized_notes(summ, image)
-    if tok is not None:  # written last but for the manifest, as token packs do
-        (out / TOKENIZER_FILE).write_bytes(tok_bytes)
+    if tok is not None:  # written last but for the manifest, as token packs do (atomically; a full disk says what to do)
+        write_attachment(out, TOKENIZER_FILE, tok_bytes)
     write_manifest(
         out,
         {

@@ -13,37 +13,61 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FormatVersionError, PackError
+from ..safe_paths import atomic_write, create_excl
 from .names import check_manifest_names
 
 FORMAT = "dataprep-pack"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
-MANIFEST_TMP = f".{MANIFEST}.tmp-"  # + pid: a manifest being written
+MANIFEST_TMP = f".{MANIFEST}.tmp-"  # + pid + random hex: a manifest being written (O_EXCL, never a guessable name)
+# Files a pack keeps beside its manifest (text.TOKENIZER_FILE, tables.columns.VOCAB_FILE), written just before it: an
+# unfinished build may hold them (and their temporaries, `attachment_tmp`), and --resume / --overwrite know them.
+KEPT_BESIDE = ("tokenizer.json", "vocab.json")
+
+
+def attachment_tmp(name: str) -> str:
+    """The prefix of `write_attachment`'s temporaries for `name` (safe_paths.atomic_write's)."""
+    return f".{name}.tmp-"
+
+
+def _full_disk_hint(e: OSError) -> str:
+    if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return "; the disk is full or a file-size limit was reached: free space, then rerun with --resume (every shard is kept)"
+    return ""
 
 
 def write_manifest(pack_dir: str | os.PathLike, manifest: dict[str, Any]) -> Path:
-    """Write `manifest.json` atomically (tmp file, fsync, rename, fsync of the directory)."""
+    """Write `manifest.json` atomically: a temporary of a random name created with O_EXCL | O_NOFOLLOW (a file or
+    symlink another user planted at a name is never written through), fsync, rename, fsync of the directory."""
     pack_dir = Path(pack_dir)
     body = {"format": FORMAT, "format_version": FORMAT_VERSION, **manifest}
-    tmp = pack_dir / f"{MANIFEST_TMP}{os.getpid()}"
+    fd, tmp = create_excl(pack_dir, MANIFEST_TMP, 0o644)
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(body, f, indent=1, sort_keys=False)
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())
+        final = pack_dir / MANIFEST
+        os.replace(tmp, final)
     except OSError as e:
         tmp.unlink(missing_ok=True)  # a full disk must not leave a file that makes --resume and --overwrite refuse
-        hint = "; the disk is full: free space, then rerun with --resume (every shard is kept)" if e.errno in (
-            errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else ""
-        raise PackError(f"{pack_dir / MANIFEST}: cannot write the manifest ({e.strerror or e}){hint}") from None
+        raise PackError(f"{pack_dir / MANIFEST}: cannot write the manifest ({e.strerror or e}){_full_disk_hint(e)}") from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    final = pack_dir / MANIFEST
-    os.replace(tmp, final)
     fsync_dir(pack_dir)
     return final
+
+
+def write_attachment(pack_dir: str | os.PathLike, name: str, data: bytes) -> Path:
+    """A file the pack keeps beside its manifest (one of KEPT_BESIDE), written atomically through an O_EXCL
+    temporary (never through a symlink); a full disk is a PackError naming the file and saying how to continue."""
+    path = Path(pack_dir) / name
+    try:
+        return atomic_write(path, data, 0o644)
+    except OSError as e:
+        raise PackError(f"{path}: cannot write ({e.strerror or e}){_full_disk_hint(e)}") from None
 
 
 def fsync_dir(path: Path) -> None:

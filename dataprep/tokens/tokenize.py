@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import json
 import os
 import shlex
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,10 +24,11 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 from .. import __version__
-from ..build import prepare_output
+from ..build import TASK_RECORDS, prepare_output, remove_entry, task_fingerprint
 from ..errors import DataprepError, SourceError
-from ..pack.manifest import attachment_record, write_manifest
-from ..pack.shard import remove_temporaries, write_shard
+from ..pack.manifest import attachment_record, write_attachment, write_manifest
+from ..pack.shard import remove_temporaries, reusable_shard, write_shard
+from ..safe_paths import open_nofollow
 from ..text import check_ids as _check_ids, encode, token_dtype, tokenizer_file as _tokenizer_file  # noqa: F401 (token_dtype re-exported)
 from .field import TOKENIZER_FILE, TokensField, tokenizer_from_json
 from .read import PIECE_CHARS, ReadStats, documents, pieces
@@ -129,8 +132,9 @@ class _SplitWriter:
     waiting; shard names are the task's number and a part number (TTTTTPPPP), so tasks can run in
     any order, on any engine, and give the same shards."""
 
-    def __init__(self, out: Path, name: str, dtype: np.dtype, shard_tokens: int, task_no: int):
+    def __init__(self, out: Path, name: str, dtype: np.dtype, shard_tokens: int, task_no: int, fingerprint: str = ""):
         self.dir, self.name, self.dtype, self.limit, self.task_no = out / name, name, dtype, shard_tokens, task_no
+        self.fingerprint = fingerprint  # the task's: in every shard.json, so --resume checks a shard as image builds do
         self.parts: list[np.ndarray] = []
         self.lengths: list[int] = []
         self.waiting = 0
@@ -154,7 +158,7 @@ class _SplitWriter:
         self.parts = []
         name = f"{self.task_no:05d}{len(self.shards):04d}"
         arrays = TokensField(self.dtype.str).shard_arrays(tokens, self.lengths)
-        files = write_shard(self.dir, name, arrays, {"count": len(self.lengths)})
+        files = write_shard(self.dir, name, arrays, {"count": len(self.lengths), "fingerprint": self.fingerprint})
         self.shards.append({"name": name, "count": len(self.lengths), "tokens": int(len(tokens)), "files": files})
         self.docs += len(self.lengths)
         self.tokens += len(tokens)
@@ -173,15 +177,82 @@ class FileTask:
     eot_id: int
     dtype: str
     settings: TokenizeSettings
+    resume: bool = False  # keep the task's shards when an earlier run finished them with the same inputs and settings
+
+    def fingerprint(self) -> str:
+        """A digest of everything the task's shards depend on: its files (paths, sizes, mtimes), its number, the
+        tokenizer, the end-of-text id, the dtype and the settings."""
+        head = ["tokens", self.task_no, hashlib.sha256(self.tokenizer_json.encode("utf-8")).hexdigest(), self.eot_id,
+                self.dtype, asdict(self.settings)]
+        return task_fingerprint(head, (_stamp(p) for p in self.paths))
+
+
+def _stamp(path: str) -> tuple:
+    try:
+        st = os.stat(path)
+        return os.path.abspath(path), st.st_size, st.st_mtime_ns
+    except OSError:
+        return os.path.abspath(path), -1, -1
+
+
+def _task_record(out: Path, task_no: int) -> Path:
+    return out / TASK_RECORDS / f"{task_no:05d}.json"
+
+
+def _finished(task: FileTask, fp: str) -> dict[str, Any] | None:
+    """The record an earlier run left of this task when it finished it with the same fingerprint and every one of
+    its shards is still intact by checksum; else None."""
+    out = Path(task.out)
+    try:
+        with os.fdopen(open_nofollow(_task_record(out, task.task_no)), encoding="utf-8") as f:
+            rec = json.load(f)
+        if rec.get("fingerprint") != fp:
+            return None
+        rec = rec["record"]
+        for n, sp in rec["splits"].items():
+            for sh in sp["shards"]:
+                got = reusable_shard(out / n, sh["name"], fp)
+                if got is None or got.get("files") != sh["files"]:
+                    return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return rec
+
+
+def _drop_shards_of(out: Path, task_no: int) -> None:
+    """An unfinished (or stale) run's shards of this task: its shards are named after its number (TTTTTPPPP)."""
+    prefix = f"{task_no:05d}"
+    for n in ("train", "val"):
+        d = out / n
+        if d.is_dir() and not d.is_symlink():
+            for p in d.iterdir():
+                if len(p.name) == 9 and p.name.isdigit() and p.name.startswith(prefix):
+                    remove_entry(p)
 
 
 def tokenize_file(task: FileTask) -> dict[str, Any]:
-    """Tokenize the task's documents into its shards; return their records and the statistics."""
+    """Tokenize the task's documents into its shards (with `resume`, keep them when an earlier run finished the
+    task with the same inputs and settings); return their records and the statistics, `reused` saying which."""
+    fp = task.fingerprint()
+    out = Path(task.out)
+    if task.resume:
+        rec = _finished(task, fp)
+        if rec is not None:
+            return {**rec, "reused": True}
+        _drop_shards_of(out, task.task_no)
+    rec = _tokenize(task, fp)
+    record = _task_record(out, task.task_no)
+    record.parent.mkdir(mode=0o755, exist_ok=True)
+    write_attachment(record.parent, record.name, json.dumps({"fingerprint": fp, "record": rec}).encode("utf-8"))
+    return {**rec, "reused": False}
+
+
+def _tokenize(task: FileTask, fp: str) -> dict[str, Any]:
     tok = tokenizer_from_json(task.tokenizer_json, task.paths[0])
     s, dtype = task.settings, np.dtype(task.dtype)
     limit = int(np.iinfo(dtype).max)
     names = ["train", "val"] if s.val_fraction else ["train"]
-    writers = {n: _SplitWriter(Path(task.out), n, dtype, s.shard_tokens, task.task_no) for n in names}
+    writers = {n: _SplitWriter(Path(task.out), n, dtype, s.shard_tokens, task.task_no, fp) for n in names}
     stats = ReadStats()
     pending = _LongDocument()
     stream = pieces(list(task.paths), s.split, s.text_field, s.strict, stats, min(PIECE_CHARS, s.chunk_bytes))
@@ -231,9 +302,11 @@ def _groups(paths: list[str], target: int) -> list[tuple[str, ...]]:
 
 def tokenize(inputs: list[str], out: str | os.PathLike, settings: TokenizeSettings, tokenizer: str | None = None,
              train_bpe_vocab: int | None = None, overwrite: bool = False,
-             progress: Callable[[int], None] | None = None, engine=None) -> dict[str, Any]:
+             progress: Callable[[int], None] | None = None, engine=None, resume: bool = False) -> dict[str, Any]:
     """Tokenize documents from `inputs` (files) into a token pack, one task per file on `engine` (default:
-    this process); return a summary. `progress(n)` is told of n more bytes of input."""
+    this process); return a summary. `progress(n)` is told of n more bytes of input (those of tasks a resumed
+    run kept go to `progress.kept(n)` where it has one). `resume` continues an unfinished run in `out`: the tasks
+    it finished with the same inputs and settings, shards intact by checksum, are kept (summary's `reused`)."""
     from ..engine import LocalEngine
 
     out = Path(out)
@@ -241,14 +314,14 @@ def tokenize(inputs: list[str], out: str | os.PathLike, settings: TokenizeSettin
     if (tokenizer is None) == (train_bpe_vocab is None):
         raise DataprepError("give a tokenizer file or --train-bpe VOCAB (one of the two)")
     if train_bpe_vocab:
-        prepare_output(out, overwrite)
+        prepare_output(out, overwrite, resume)
         tok_path = out / TOKENIZER_FILE
         tok = train_bpe(documents(inputs, settings.split, settings.text_field, settings.strict), train_bpe_vocab)
         tok_bytes = tok.to_str(pretty=True).encode("utf-8")
     else:
         tok_path = Path(tokenizer)
         tok_bytes, tok = _tokenizer_file(tok_path)  # read before --overwrite empties `out`, which may hold it
-        prepare_output(out, overwrite)
+        prepare_output(out, overwrite, resume)
     vocab = tok.get_vocab_size(with_added_tokens=True)
     eot_id = settings.eot_id
     if eot_id is None:
@@ -263,20 +336,24 @@ def tokenize(inputs: list[str], out: str | os.PathLike, settings: TokenizeSettin
     if not 0 <= eot_id <= np.iinfo(dtype).max:  # checked here: a long document's last piece appends it in `dtype`
         raise DataprepError(f"end-of-text id {eot_id} does not fit in {dtype} (vocabulary {vocab})")  # never truncate
     tok_json = tok.to_str()
-    tasks = [FileTask(group, k, str(out), tok_json, int(eot_id), dtype.str, settings)
+    tasks = [FileTask(group, k, str(out), tok_json, int(eot_id), dtype.str, settings, resume)
              for k, group in enumerate(_groups(inputs, settings.task_bytes))]
+    kept = getattr(progress, "kept", progress)
 
     def done(i: int, rec: dict) -> None:
         if progress:
-            progress(rec["bytes"])
+            (kept if rec.get("reused") else progress)(rec["bytes"])
 
     try:
         recs = (engine or LocalEngine(1)).map(tokenize_file, tasks, done, names=[os.path.basename(t.paths[0]) for t in tasks])
     finally:
         for split in ("train", "val"):
             remove_temporaries(out / split)
+    reused = sum(bool(r.pop("reused", False)) for r in recs)
+    names = ["train", "val"] if settings.val_fraction else ["train"]
+    _remove_unrecorded(out, names, recs)
     splits: dict[str, dict[str, Any]] = {}
-    for n in ["train", "val"] if settings.val_fraction else ["train"]:
+    for n in names:
         parts = [r["splits"][n] for r in recs]
         splits[n] = {"count": sum(p["docs"] for p in parts), "tokens": sum(p["tokens"] for p in parts),
                      "shards": [sh for p in parts for sh in p["shards"]]}
@@ -284,9 +361,9 @@ def tokenize(inputs: list[str], out: str | os.PathLike, settings: TokenizeSettin
     if doc_no == 0:
         raise SourceError(f"{', '.join(inputs[:3])}: the corpus holds no documents")
     replaced = {k: v for r in recs for k, v in r["replaced"].items()}
-    # The tokenizer travels with the pack (its datasets decode with it), written last but for the manifest: a
-    # build that stops before leaves only split directories, which --overwrite recognises as an unfinished build.
-    (out / TOKENIZER_FILE).write_bytes(tok_bytes)
+    # The tokenizer travels with the pack (its datasets decode with it), written last but for the manifest, atomically:
+    # a build that stops before or after leaves an unfinished build that --resume and --overwrite recognise.
+    write_attachment(out, TOKENIZER_FILE, tok_bytes)
     seconds = time.perf_counter() - t0
     manifest = {
         "kind": "tokens",
@@ -303,8 +380,25 @@ def tokenize(inputs: list[str], out: str | os.PathLike, settings: TokenizeSettin
         "attachments": {TOKENIZER_FILE: attachment_record(tok_bytes)},
     }
     write_manifest(out, manifest)
+    shutil.rmtree(out / TASK_RECORDS, ignore_errors=True)  # a pack now: what --resume needed is done with
     return {"documents": doc_no, "tokens": sum(sp["tokens"] for sp in splits.values()), "dtype": dtype.str,
-            "splits": {n: (sp["count"], sp["tokens"]) for n, sp in splits.items()}, "seconds": seconds, "replaced": replaced}
+            "splits": {n: (sp["count"], sp["tokens"]) for n, sp in splits.items()}, "seconds": seconds, "replaced": replaced,
+            "tasks": len(tasks), "reused": reused}
+
+
+def _remove_unrecorded(out: Path, names: list[str], recs: list[dict]) -> None:
+    """After the tasks: drop shards and splits an earlier (resumed) run left that this run's records do not have."""
+    recorded = {(n, sh["name"]) for r in recs for n, sp in r["splits"].items() for sh in sp["shards"]}
+    for n in ("train", "val"):
+        d = out / n
+        if d.is_symlink() or not d.is_dir():
+            continue
+        if n not in names:
+            remove_entry(d)
+            continue
+        for p in d.iterdir():
+            if (n, p.name) not in recorded:
+                remove_entry(p)
 
 
 def _special_tokens(tok) -> list[str]:

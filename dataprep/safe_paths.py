@@ -1,0 +1,178 @@
+"""Writing where another local user could interfere: the rules every place dataprep writes follows.
+
+A directory another user can write (a shared /scratch, a 0777 cache directory) lets that user plant
+files dataprep would trust (a shard of the right size), symlinks it would follow (a `.lock` or a
+temporary pointing at a file of the victim's: root writing through it clobbers that file), or swap
+a file between a check and its use. So:
+
+- `check_dir(path, what)`: a directory is used only if it is ours or root's and nobody else may write
+  it, unless it is sticky and ours to write in (as /tmp and /dev/shm are: others cannot remove or
+  rename what we create there, and we create only with O_EXCL). Every parent up to / follows the same
+  rule where it could be replaced under us (a parent writable by others and not sticky).
+- Group-writable counts as writable by others (a group is many users), unless DATAPREP_TRUST_GROUP=1
+  says the group is trusted (a team's shared project space).
+- `make_dir(path, what)`: a directory created (each missing level 0755 less the umask) only where the
+  directory it goes in passes the parent rule, then checked as `check_dir` does.
+- `create_excl(dir, prefix)`: a temporary with a random name, created with O_CREAT | O_EXCL |
+  O_NOFOLLOW (never an existing file, never through a symlink), mode 0600 unless asked.
+- `open_nofollow(path, flags)`: opening a file that must not be a symlink; the caller checks the
+  descriptor (fstat), never the path.
+- `atomic_write(path, data)`: a whole file replaced atomically: an O_EXCL temporary beside it,
+  fsync, rename over the final name, fsync of the directory.
+"""
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from .errors import DataprepError
+
+
+class UnsafeDirectory(DataprepError):
+    """A directory other users can write (or not ours), where dataprep refuses to write or trust files."""
+
+
+def _others_may_write(st: os.stat_result) -> bool:
+    return bool(st.st_mode & (stat.S_IWOTH | stat.S_IWGRP))
+
+
+def check_dir(path: str | os.PathLike, what: str = "directory", *, group_ok: bool = False) -> Path:
+    """`path` (an existing directory) if dataprep may write and trust files in it, else UnsafeDirectory
+    naming it and why. Owned by us (or root), not writable by other users (nor by the group unless
+    `group_ok`), and the same for each parent that is not sticky. A sticky directory writable by others
+    (/tmp) is accepted as a parent: what we create in it cannot be replaced by others."""
+    p = Path(path)
+    uid = os.geteuid()
+    try:
+        st = os.stat(p)
+    except OSError as e:
+        raise UnsafeDirectory(f"{p}: cannot use this {what} ({e.strerror or e})") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeDirectory(f"{p}: this {what} is not a directory")
+    if st.st_uid not in (uid, 0):
+        raise UnsafeDirectory(f"{p}: this {what} belongs to uid {st.st_uid}, not to you (uid {uid}); "
+                              "files another user controls are never trusted or written through: choose a directory of your own")
+    if _writable_by_others(st, group_ok) and not (st.st_mode & stat.S_ISVTX and st.st_uid == uid):
+        raise UnsafeDirectory(f"{p}: other users can write this {what} (mode {stat.S_IMODE(st.st_mode):o}), so they could "
+                              "plant files or symlinks in it; use a directory only you can write (chmod go-w)"
+                              + _group_hint(st))
+    _check_parents(p, p.resolve().parent, what, group_ok)
+    return p
+
+
+TRUST_GROUP_ENV = "DATAPREP_TRUST_GROUP"  # "1": directories your group can write are trusted (a team's project space)
+
+
+def _group_trusted(group_ok: bool) -> bool:
+    return group_ok or os.environ.get(TRUST_GROUP_ENV) == "1"
+
+
+def _writable_by_others(st: os.stat_result, group_ok: bool) -> bool:
+    return bool(st.st_mode & stat.S_IWOTH) or (not _group_trusted(group_ok) and bool(st.st_mode & stat.S_IWGRP))
+
+
+def _group_hint(st: os.stat_result) -> str:
+    """For a directory only the group (not the world) can write: how to trust the group."""
+    if st.st_mode & stat.S_IWGRP and not st.st_mode & stat.S_IWOTH:
+        return f"; or, if everyone in its group may be trusted with your files, set {TRUST_GROUP_ENV}=1"
+    return ""
+
+
+def _check_parents(p: Path, parent: Path, what: str, group_ok: bool) -> None:
+    """UnsafeDirectory unless `parent` (resolved) and each directory above it is sticky or not writable by others."""
+    seen: set[Path] = set()
+    while parent not in seen:
+        seen.add(parent)
+        try:
+            pst = os.stat(parent)
+        except OSError:
+            break
+        if _writable_by_others(pst, group_ok) and not (pst.st_mode & stat.S_ISVTX):
+            raise UnsafeDirectory(f"{p}: its parent {parent} can be written by other users (mode "
+                                  f"{stat.S_IMODE(pst.st_mode):o}, not sticky), so they could replace this {what}"
+                                  + _group_hint(pst))
+        parent = parent.parent
+
+
+def make_dir(path: str | os.PathLike, what: str = "directory", mode: int = 0o755, *, group_ok: bool = False) -> Path:
+    """`path` created where missing, then checked as `check_dir` does. Nothing is created unless the existing
+    directory the new ones go in (and each above it) is sticky or writable only by us: elsewhere another
+    user could rename what we create away and plant their own in its place. Each missing level is made with
+    `mode` (less the umask), so what dataprep creates only it can write, whatever the umask's group bits."""
+    p = Path(path)
+    missing = []
+    base = p
+    while not os.path.lexists(base) and base != base.parent:
+        missing.append(base)
+        base = base.parent
+    if missing:
+        try:
+            st = os.stat(base)
+        except OSError as e:
+            raise UnsafeDirectory(f"{p}: cannot create this {what} in {base} ({e.strerror or e})") from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise UnsafeDirectory(f"{p}: cannot create this {what}: {base} is not a directory")
+        if _writable_by_others(st, group_ok) and not st.st_mode & stat.S_ISVTX:
+            raise UnsafeDirectory(f"{p}: would be created in {base}, which other users can write (mode "
+                                  f"{stat.S_IMODE(st.st_mode):o}, not sticky), so they could replace this {what} or plant "
+                                  "files in it; choose a directory only you can write (chmod go-w)" + _group_hint(st))
+        _check_parents(p, base.resolve().parent, what, group_ok)
+        for d in reversed(missing):
+            try:
+                os.mkdir(d, mode)
+            except FileExistsError:
+                pass  # made meanwhile (by us, or by another user in a sticky directory: check_dir refuses that)
+    return check_dir(p, what, group_ok=group_ok)
+
+
+def make_private_dir(path: str | os.PathLike, what: str = "directory") -> Path:
+    """`path` created (with parents) mode 0700 where missing, then checked as `check_dir` does."""
+    p = Path(path)
+    p.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return check_dir(p, what)
+
+
+def create_excl(directory: str | os.PathLike, prefix: str, mode: int = 0o600) -> tuple[int, Path]:
+    """(fd, path) of a new file in `directory` named `prefix` + pid + random hex, created with O_EXCL and
+    O_NOFOLLOW: never an existing file, never through a symlink planted at a guessable name."""
+    d = Path(directory)
+    for _ in range(16):
+        path = d / f"{prefix}{os.getpid()}-{os.urandom(6).hex()}"
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        except FileExistsError:
+            continue
+        return fd, path
+    raise DataprepError(f"{d}: could not create a temporary file named {prefix}* (16 names taken)")
+
+
+def open_nofollow(path: str | os.PathLike, flags: int = os.O_RDONLY, mode: int = 0o600) -> int:
+    """os.open with O_NOFOLLOW | O_CLOEXEC: a symlink at `path` is an OSError (ELOOP), never followed."""
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+
+
+def atomic_write(path: str | os.PathLike, data: bytes, mode: int = 0o644) -> Path:
+    """Replace `path` with `data` atomically: an O_EXCL temporary beside it (random name), fsync, rename,
+    fsync of the directory. A crash leaves the old file or the new one, never a mix; a symlink planted at
+    a temporary's name is never written through."""
+    final = Path(path)
+    fd, tmp = create_excl(final.parent, f".{final.name}.tmp-", mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    dfd = os.open(final.parent, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    return final
