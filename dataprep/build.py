@@ -332,10 +332,13 @@ def build_shards(
     for split in splits:
         recs = [r for (name, _), r in zip(plan, records) if name == split.name]
         skipped = [s for r in recs for s in r.pop("skipped")] + split.skipped_before()
-        summ = SplitSummary(split.name, len(split.paths) + len(split.skipped_before()))
+        # a summary skip record (sources.listing.Skips, past 1,000 of one reason) stands for "count" samples
+        summ = SplitSummary(split.name, len(split.paths) + sum(int(s.get("count", 1)) for s in split.skipped_before()))
         summ.notes = list(getattr(split, "notes", []))
         summ.written = sum(r["count"] for r in recs)
-        summ.skipped = Counter(s["reason"] for s in skipped)
+        summ.skipped = Counter()
+        for s in skipped:
+            summ.skipped[s["reason"]] += int(s.get("count", 1))
         summ.bytes = sum(f["bytes"] for r in recs for f in r["files"].values())
         summ.source_bytes = sum(r.pop("source_bytes") for r in recs)
         summ.kept_jpeg = sum(r.pop("kept_jpeg") for r in recs)

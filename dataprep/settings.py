@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import DataprepError
+from .limits import IMAGE_MAX_BYTES, VOLUME_MAX_BYTES, over_cap  # noqa: F401 (the caps' defaults, for the kinds: layering)
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,8 @@ class BuildSettings:
     strict: bool = False
     overwrite: bool = False
     resume: bool = False
+    max_bytes: int | None = None  # the cap on one sample's source bytes (limits.py); None: the kind's default
+
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -29,6 +32,10 @@ class BuildSettings:
             raise DataprepError("--overwrite and --resume contradict each other: choose one")
         if self.shard_size is not None and self.shard_size < 1:
             raise DataprepError(f"shard_size must be at least 1, got {self.shard_size}")
+        if self.max_bytes is not None and (isinstance(self.max_bytes, bool) or not isinstance(self.max_bytes, int)
+                                           or self.max_bytes < 1):
+            raise DataprepError(f"max_bytes must be a byte count of at least 1, got {self.max_bytes!r} "
+                                "(limits.parse_bytes reads '256MiB')")
 
     def shard_size_for(self, count: int) -> int:
         """Samples per shard: the user's choice, else a size that depends on the split's length only.
@@ -41,5 +48,6 @@ class BuildSettings:
         return max(16, min(1024, -(-count // 64)))
 
     def to_dict(self) -> dict[str, Any]:
-        """What the manifest records: what changes the pack's bytes (not workers, overwrite or resume)."""
+        """What the manifest records: what changes the pack's bytes (not workers, overwrite or resume);
+        `max_bytes` among them (None: the kind's default, limits.IMAGE_MAX_BYTES or VOLUME_MAX_BYTES)."""
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("workers", "overwrite", "resume")}

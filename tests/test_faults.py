@@ -45,11 +45,11 @@ import os, signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (a background job inherits SIGINT ignored)
 import dataprep.sources.listing as process  # the one reader of source files
 victim, fifo, real = os.environ.get("DATAPREP_TEST_VICTIM"), os.environ.get("DATAPREP_TEST_PLUG"), process.read_source
-def read_source(path):
+def read_source(path, *args, **kw):
     if victim and os.path.samefile(path, victim):
         with open(fifo, "rb") as f:
             f.read()
-    return real(path)
+    return real(path, *args, **kw)
 process.read_source = read_source
 from dataprep.cli import main
 main(sys.argv[1:], prog_name="dataprep")

@@ -87,7 +87,8 @@ def test_kind_free_layers_import_no_kind(layer):
 
 
 def test_the_shard_driver_and_settings_know_no_kind():
-    for m in ("dataprep.build", "dataprep.settings", "dataprep.sources", "dataprep.errors", "dataprep.kinds", "dataprep.text"):
+    for m in ("dataprep.build", "dataprep.settings", "dataprep.sources", "dataprep.errors", "dataprep.kinds", "dataprep.text",
+              "dataprep.limits", "dataprep.safe_paths", "dataprep.progress"):
         bad = sorted(n for n in GRAPH[m] if top(n) in KINDS)
         assert not bad, (m, bad)
 
@@ -99,7 +100,8 @@ def test_between_kinds_imports_run_only_toward_images():
 
 
 def test_kinds_reach_only_kind_free_layers_and_errors():
-    allowed = set(KIND_FREE) | {"errors", "build", "settings", "sources", "text", ""}  # text: tokenizers for tokens and captions
+    # text: tokenizers for tokens and captions; limits, safe_paths, progress: rules every kind's build follows
+    allowed = set(KIND_FREE) | {"errors", "build", "settings", "sources", "text", "limits", "safe_paths", "progress", ""}
     bad = sorted((m, n) for m, deps in GRAPH.items() if top(m) in KINDS for n in deps
                  if top(n) not in KINDS and top(n) not in allowed)
     assert not bad, bad

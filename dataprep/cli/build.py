@@ -27,6 +27,26 @@ def _sizes(ctx, param, value):
     return sizes
 
 
+def _byte_cap(ctx, param, value):
+    """--max-bytes as a user writes it (268435456, 256MiB, 1.5GiB): an int."""
+    from ..errors import DataprepError
+    from ..limits import parse_bytes
+
+    if value is None:
+        return None
+    try:
+        return parse_bytes(value)
+    except DataprepError as e:
+        raise click.BadParameter(str(e), ctx, param) from None
+
+
+def max_bytes_option(default: str, what: str):
+    return click.option(
+        "--max-bytes", callback=_byte_cap, default=default, show_default=True, metavar="BYTES",
+        help=f"Cap on one {what}'s source bytes (256MiB, 1.5GiB, ...): a larger one is skipped with its reason, "
+             "found from its declared size before it is read; recorded in the manifest.")
+
+
 def image_build_options(f):
     """Options shared by every image build command (one definition, so they never drift apart)."""
     f = _one_size_option(f)
@@ -56,6 +76,7 @@ def image_build_options(f):
         click.option("--limit", type=click.IntRange(1), default=None, help="Build only N images per split, spread over the classes."),
         click.option("--shard-size", type=click.IntRange(1), default=None, help="Images per shard [default: from the split's size]."),
         click.option("--strict/--skip-bad", default=False, show_default=True, help="Fail on the first undecodable file instead of skipping it."),
+        max_bytes_option("256MiB", "image"),
         click.option("--overwrite", is_flag=True, help="Replace a pack or unfinished build already in --out."),
         click.option("--resume", is_flag=True,
                      help="Continue an interrupted build: shards finished with the same inputs and settings, "
@@ -97,12 +118,12 @@ def image_settings(size, sizes, resize, upscale, grayscale, mode, depth, quality
                          depth=int(depth), quality=quality, keep_jpeg=keep_jpeg)
 
 
-def build_settings(workers, limit, shard_size, strict, overwrite, resume, **_):
-    """The shard layout and strictness every build command shares, from its options (by name)."""
+def build_settings(workers, limit, shard_size, strict, overwrite, resume, max_bytes=None, **_):
+    """The shard layout, strictness and byte cap every build command shares, from its options (by name)."""
     from ..settings import BuildSettings
 
     return BuildSettings(workers=workers or os.cpu_count() or 1, limit=limit, shard_size=shard_size, strict=strict,
-                         overwrite=overwrite, resume=resume)
+                         overwrite=overwrite, resume=resume, max_bytes=max_bytes)
 
 
 def run_build(source, build_fn, settings, out, progress=None, engine="local", address=None, scheduler_file=None,
@@ -186,7 +207,7 @@ def imagenet(src, splits, val_labels, allow_empty_classes, **kw):
     from ..sources import scan_imagenet
 
     names = tuple(s.strip() for s in splits.split(",") if s.strip()) if splits else None
-    source = scan_imagenet(src, names, val_labels, allow_empty_classes)
+    source = scan_imagenet(src, names, val_labels, allow_empty_classes, max_bytes=kw["max_bytes"])
     if source.val_labels:
         click.echo(f"val labels: {source.val_labels}", err=True)
     run_image_build(source, **kw)
@@ -204,7 +225,7 @@ def folder(src, split, allow_empty_classes, allow_split_named_classes, **kw):
     """Pack any class-folder tree: SRC/<class>/**/<image files>."""
     from ..sources import scan_folder
 
-    run_image_build(scan_folder(src, split, allow_empty_classes, allow_split_named_classes), **kw)
+    run_image_build(scan_folder(src, split, allow_empty_classes, allow_split_named_classes, max_bytes=kw["max_bytes"]), **kw)
 
 
 @build.command()
@@ -226,7 +247,8 @@ def webdataset(tars, split, label_field, caption_field, tokenize, **kw):
     two tars, and a gzip tar is read in one pass."""
     from ..sources.webdataset import scan_webdataset
 
-    run_image_build(scan_webdataset(tars, split, label_field, caption_field, strict=kw["strict"]), _tokenized(tokenize), **kw)
+    run_image_build(scan_webdataset(tars, split, label_field, caption_field, strict=kw["strict"], max_bytes=kw["max_bytes"]),
+                    _tokenized(tokenize), **kw)
 
 
 @build.command()
@@ -247,9 +269,13 @@ def parquet(files, image_column, label_column, caption_column, split, tokenize, 
     Each sample records where it came from (file.parquet:ROW). Only the label and caption columns are read
     to list the rows; each row group (Arrow: record batch) is read once, a few rows at a time. A column of
     URLs is refused: dataprep does not download (img2dataset does)."""
+    import inspect
+
     from ..sources.tables import scan_parquet
 
-    run_image_build(scan_parquet(files, split, image_column, label_column, caption_column, strict=kw["strict"]), _tokenized(tokenize), **kw)
+    cap = {"max_bytes": kw["max_bytes"]} if "max_bytes" in inspect.signature(scan_parquet).parameters else {}
+    run_image_build(scan_parquet(files, split, image_column, label_column, caption_column, strict=kw["strict"], **cap),
+                    _tokenized(tokenize), **kw)
 
 
 @build.command("list")
@@ -266,7 +292,7 @@ def path_list(csv_file, root, split, tokenize, **kw):
     Rows whose path leaves the root or names no file are skipped with their reasons."""
     from ..sources.pathlist import scan_list
 
-    run_image_build(scan_list(csv_file, root, split, strict=kw["strict"]), _tokenized(tokenize), **kw)
+    run_image_build(scan_list(csv_file, root, split, strict=kw["strict"], max_bytes=kw["max_bytes"]), _tokenized(tokenize), **kw)
 
 
 @build.command()
@@ -345,6 +371,7 @@ def _dhw(ctx, param, value):
 @click.option("--limit", type=click.IntRange(1), default=None, help="Build only N volumes.")
 @click.option("--shard-size", type=click.IntRange(1), default=None, help="Volumes per shard [default: from the count].")
 @click.option("--strict/--skip-bad", default=False, show_default=True, help="Fail on the first unusable file.")
+@max_bytes_option("8GiB", "volume")
 @click.option("--overwrite", is_flag=True, help="Replace a pack or unfinished build already in --out.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted build, keeping its intact shards.")
 @progress_option
@@ -352,8 +379,8 @@ def _dhw(ctx, param, value):
 @profile_option
 @engine_options
 @storage_options
-def volumes(src, out, shape, resample, depth, window, masks, mask_dtype, split, workers, limit, shard_size, strict, overwrite,
-            resume, progress, engine, address, scheduler_file, fmt, compress):
+def volumes(src, out, shape, resample, depth, window, masks, mask_dtype, split, workers, limit, shard_size, strict, max_bytes,
+            overwrite, resume, progress, engine, address, scheduler_file, fmt, compress):
     """Pack 3-D volumes: SRC/<class>/**/*.npy|*.tif (labelled) or SRC/**/*.npy|*.tif (unlabelled); .npy
     arrays and multi-page TIFF stacks, stored as uint16 (or uint8) with their shapes."""
     import functools
@@ -364,6 +391,6 @@ def volumes(src, out, shape, resample, depth, window, masks, mask_dtype, split, 
 
     vs = VolumeSettings(shape, int(depth), window, resample)
     source = scan_files(src, split, VOLUME_EXTENSIONS)
-    settings = build_settings(workers, limit, shard_size, strict, overwrite, resume)
+    settings = build_settings(workers, limit, shard_size, strict, overwrite, resume, max_bytes)
     fn = functools.partial(build_volumes, volume=vs, masks=masks, mask_dtype=None if mask_dtype == "auto" else mask_dtype)
     run_build(source, fn, settings, out, progress, engine, address, scheduler_file, fmt, compress, "volumes")

@@ -29,6 +29,7 @@ from ..pack.fields import LabelField, StringsField
 from ..pack.manifest import attachment_record, write_attachment, write_manifest
 from ..settings import BuildSettings
 from ..sources import FILES, FileReader, Source
+from ..sources.listing import capped
 from . import resize
 from ..text import TOKENIZER_FILE
 from .captions import CaptionTokenizer, caption_tokenizer
@@ -193,7 +194,7 @@ def build_images(
     def make_task(split, k: int, start: int, stop: int) -> ShardTask:
         return ShardTask(str(source.root), str(out / split.name), k, tuple(split.paths[start:stop]),
                          split.labels[start:stop], label.dtype if source.classes else None, image, settings.strict, settings.resume,
-                         None if split.captions is None else tuple(split.captions[start:stop]), split.reader,
+                         None if split.captions is None else tuple(split.captions[start:stop]), capped(split.reader, settings.max_bytes),
                          () if split.locators is None else tuple(split.locators[start:stop]), tok)
 
     splits = [s.limited(settings.limit) for s in source.splits]

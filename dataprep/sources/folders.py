@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import SourceError
-from .listing import Source, SplitSource
+from .listing import FileReader, Source, SplitSource
 
 # The extensions ImageFolder accepts; the content is sniffed later whatever the name says.
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".ppm", ".pgm", ".pbm", ".bmp", ".tif", ".tiff", ".webp", ".gif"})
@@ -95,8 +95,17 @@ def _noun(extensions: frozenset[str]) -> str:
     return "images" if extensions == IMAGE_EXTENSIONS else "files"
 
 
+def _capped(source: Source, max_bytes: int | None) -> Source:
+    """The source with its files read under the byte cap `max_bytes` (None: the reader's default,
+    `limits.IMAGE_MAX_BYTES`): a file over it is skipped, found from its size before a byte is read."""
+    if max_bytes is not None:
+        for s in source.splits:
+            s.reader = FileReader(max_bytes=max_bytes)
+    return source
+
+
 def scan_folder(root: str | os.PathLike, split: str = "train", allow_empty_classes: bool = False,
-                allow_split_named_classes: bool = False) -> Source:
+                allow_split_named_classes: bool = False, max_bytes: int | None = None) -> Source:
     """Any class-folder tree: root/<class>/<images>, one split. Class folders all named like splits
     (train, val, ...) are refused unless `allow_split_named_classes`: that is a dataset's root, not a split."""
     root = _existing_dir(root)
@@ -111,21 +120,21 @@ def scan_folder(root: str | os.PathLike, split: str = "train", allow_empty_class
             f"build it with {hint}, or pass --allow-split-named-classes to make them classes anyway"
         )
     classes, s = scan_class_folders(root, split, root, allow_empty_classes=allow_empty_classes)
-    return Source("folder", root, classes, None, [s])
+    return _capped(Source("folder", root, classes, None, [s]), max_bytes)
 
 
 def scan_files(root: str | os.PathLike, split: str = "train", extensions: frozenset[str] = IMAGE_EXTENSIONS,
-               allow_empty_classes: bool = False) -> Source:
+               allow_empty_classes: bool = False, max_bytes: int | None = None) -> Source:
     """Class folders (root/<class>/**/file, labelled) when root has subfolders; otherwise the files under
     root, unlabelled (`classes` empty)."""
     root = _existing_dir(root)
     if _class_dirs(root):
         classes, s = scan_class_folders(root, split, root, allow_empty_classes=allow_empty_classes, extensions=extensions)
-        return Source("folder", root, classes, None, [s])
+        return _capped(Source("folder", root, classes, None, [s]), max_bytes)
     files = [os.path.relpath(p, root) for p in walk_images(root, extensions)]
     if not files:
         raise SourceError(_no_files(root, extensions))
-    return Source("flat", root, [], None, [SplitSource(split, files, np.zeros(len(files), np.int64))])
+    return _capped(Source("flat", root, [], None, [SplitSource(split, files, np.zeros(len(files), np.int64))]), max_bytes)
 
 
 def _existing_dir(root: str | os.PathLike) -> Path:
@@ -181,10 +190,12 @@ def scan_imagenet(
     splits: tuple[str, ...] | None = None,
     val_labels: str | os.PathLike | None = None,
     allow_empty_classes: bool = False,
+    max_bytes: int | None = None,
 ) -> Source:
     """ImageNet layout: root/train/<wnid>/*.JPEG; root/val either in class folders or flat with a labels file.
 
     `splits=None` takes train, and val where root/val exists; naming val explicitly makes it required.
+    `max_bytes`: the cap on one image file's bytes (None: `limits.IMAGE_MAX_BYTES`), as for every listing.
     """
     root = _existing_dir(root)
     explicit = splits is not None
@@ -214,7 +225,7 @@ def scan_imagenet(
     mapping = _find_up(root, SYNSET_MAPPING)
     if mapping is not None:
         names = _read_synset_names(mapping, classes)
-    return Source("imagenet", root, classes, names, out, labels_file)
+    return _capped(Source("imagenet", root, classes, names, out, labels_file), max_bytes)
 
 
 def _scan_flat_val(root: Path, val_dir: Path, classes: list[str], val_labels) -> tuple[SplitSource, Path]:

@@ -11,6 +11,7 @@ shards of one unit to one task, which reads the unit once.
 """
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 import re
@@ -23,6 +24,7 @@ from typing import Any, Iterator, Protocol, Sequence
 import numpy as np
 
 from ..errors import ImageDecodeError, SourceError
+from ..limits import IMAGE_MAX_BYTES, over_cap
 
 # Integer labels index the classes 0..max: a largest label at least this large and more than 100 times the
 # number of distinct labels is an id, not a class index (labels 0 and 3,000,000 would make 3,000,001
@@ -85,15 +87,19 @@ class Reader(Protocol):
 
 @dataclass(frozen=True)
 class FileReader:
-    """Files relative to the root (the locators are unused: a sample's reference is its path)."""
+    """Files relative to the root (the locators are unused: a sample's reference is its path). `max_bytes`:
+    the cap on one file's bytes (None: `limits.IMAGE_MAX_BYTES`); `confine`: the file opened must lie under
+    the root (a listing that refused paths leaving it: a symlink swapped in after the listing is refused too)."""
 
     sequential: bool = False
+    max_bytes: int | None = None
+    confine: bool = False
 
     def open(self, root: str, refs: Sequence[str], locators: Sequence[Any]) -> Iterator[bytes | ImageDecodeError]:
         for ref in refs:
             path = os.path.join(root, ref)
             try:
-                yield read_source(path)
+                yield read_source(path, self.max_bytes, root if self.confine else None)
             except ImageDecodeError as e:
                 yield e
 
@@ -101,27 +107,72 @@ class FileReader:
 FILES = FileReader()
 
 
-def read_source(path: str) -> bytes:
+def capped(reader: Any, max_bytes: int | None) -> Any:
+    """`reader` with the byte cap `max_bytes` (a build's `BuildSettings.max_bytes`), where it takes one;
+    None keeps the reader's own (what the listing gave it)."""
+    if max_bytes is None or not dataclasses.is_dataclass(reader) or "max_bytes" not in {f.name for f in dataclasses.fields(reader)}:
+        return reader
+    return replace(reader, max_bytes=max_bytes)
+
+
+def read_source(path: str, max_bytes: int | None = None, root: str | None = None) -> bytes:
     """A source file's bytes: only a regular file (a FIFO named .png would block, a symlink to /dev/zero
-    never end), and no more than the size it had when opened."""
+    never end), no more than the size it had when opened, and none at all when that size is over the cap
+    `max_bytes` (None: `limits.IMAGE_MAX_BYTES`): checked on the opened descriptor, before anything is read.
+    With `root`, the file opened must be under it (checked on the descriptor too, so a path swapped for a
+    symlink after the listing checked it cannot bring an outside file in)."""
+    cap = IMAGE_MAX_BYTES if max_bytes is None else max_bytes
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once instead of waiting for a writer
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))  # a FIFO opens at once instead of waiting
     except IsADirectoryError:
         raise ImageDecodeError(path, "unreadable", "is a directory") from None
     except OSError as e:
         raise ImageDecodeError(path, "unreadable", e.strerror or str(e)) from None
     try:
         st = os.fstat(fd)
+        if root is not None:
+            where = _outside(fd, st, path, root)
+            if where is not None:
+                raise ImageDecodeError(path, "outside the root", where)
         if not stat.S_ISREG(st.st_mode):
             kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
             raise ImageDecodeError(path, "not a regular file", f"it is {kind}")
+        big = over_cap(st.st_size, cap)
+        if big is not None:
+            raise ImageDecodeError(path, "too large", big)
         os.set_blocking(fd, True)
         with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read(st.st_size)
+            return f.read(st.st_size)  # at most its size when opened (<= the cap), however it grows meanwhile
     except OSError as e:
         raise ImageDecodeError(path, "unreadable", e.strerror or str(e)) from None
+    except MemoryError:
+        raise ImageDecodeError(path, "too large", "out of memory reading it") from None
     finally:
         os.close(fd)
+
+
+def _outside(fd: int, st: os.stat_result, path: str, root: str) -> str | None:
+    """Why the file open on `fd` is not under `root`, or None when it is: the descriptor's own path
+    (/proc/self/fd/N), else (no /proc) the path as it resolves now, which must also name the file opened."""
+    real_root = os.path.realpath(root)
+
+    def inside(p: str) -> bool:
+        return p == real_root or p.startswith(real_root.rstrip(os.sep) + os.sep)
+
+    try:
+        where = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        where = None
+    if where is not None and where.startswith(os.sep):
+        ok = inside(where)
+    else:
+        where = os.path.realpath(path)
+        try:
+            now = os.stat(where)
+            ok = inside(where) and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
+        except OSError:
+            ok = False
+    return None if ok else f"the file opened is {where}, outside {real_root} (a path changed to a symlink since the listing?)"
 
 
 @dataclass
@@ -157,8 +208,12 @@ class SplitSource:
                        units=None if self.units is None else np.asarray(self.units)[idx], skipped=[])
 
     def skipped_before(self) -> list[dict]:
-        """Samples listed but not built, as skipped-sample records."""
-        return [{"source": p, "reason": "no label", "detail": "not in the labels file"} for p in self.unlabeled] + self.skipped
+        """Samples listed but not built, as skipped-sample records (summarised past `SKIP_RECORDS` of a reason:
+        `skip_counts` counts them)."""
+        if not self.unlabeled:
+            return self.skipped
+        return Skips([{"source": p, "reason": "no label", "detail": "not in the labels file"} for p in self.unlabeled]
+                     + list(self.skipped))
 
     def unit_bounds(self) -> list[tuple[int, int]]:
         """(start, stop) of each run of samples of one unit; the whole split when it has no units."""
@@ -194,13 +249,64 @@ def _is_text(caption: str) -> bool:
     return True
 
 
+# Skip records kept one by one per reason: past this, one summary record per reason counts the rest ("count"),
+# so a tar of a million unusable members costs a few thousand records in memory and in the manifest, not a
+# million (119 MB of manifest, seconds to open the pack). Counts stay exact: `skip_counts`.
+SKIP_RECORDS = 1000
+
+
+class Skips(list):
+    """Skip records (source, reason, detail) as a listing gathers them, at most `per_reason` of each reason
+    one by one; the rest of a reason are one record whose "count" says how many samples it stands for (its
+    source is the first of them). A list: what goes into the manifest as it is."""
+
+    def __init__(self, records=(), per_reason: int = SKIP_RECORDS):
+        super().__init__()
+        self.per_reason = per_reason
+        self._kept: Counter = Counter()
+        self._rest: dict[str, dict] = {}
+        self._first: dict[str, str] = {}  # reason -> the detail of the first record summarised
+        for r in records:
+            self.add(r)
+
+    def add(self, record: dict) -> None:
+        reason, n = record["reason"], int(record.get("count", 1))
+        if n == 1 and self._kept[reason] < self.per_reason:
+            self._kept[reason] += 1
+            self.append(record)
+            return
+        rest = self._rest.get(reason)
+        if rest is None:
+            rest = self._rest[reason] = {"source": record["source"], "reason": reason, "detail": "", "count": 0}
+            self._first[reason] = record["detail"]
+            self.append(rest)
+        rest["count"] += n
+        rest["detail"] = (f"and {rest['count']:,} more {reason} (summarised past {self.per_reason:,} records of a reason; "
+                          f"the first of them: {rest['source']}: {self._first[reason]})")
+
+    def __reduce__(self):  # a plain list of records when pickled (to a worker, into a shard's metadata)
+        return (list, (list(self),))
+
+
+def skip_counts(records) -> Counter:
+    """Skipped samples per reason, counting what a summary record (`Skips`) stands for."""
+    out: Counter = Counter()
+    for r in records:
+        out[r["reason"]] += int(r.get("count", 1))
+    return out
+
+
 def skip(skipped: list[dict], record: dict, strict: bool = False) -> None:
     """Record a sample the listing cannot use (a skip record: source, reason, detail); with `strict` (the
-    build's --strict), refuse the source instead, naming the sample and why."""
+    build's --strict), refuse the source instead, naming the sample and why. Into a `Skips`, past
+    `SKIP_RECORDS` of a reason the record only counts."""
     if strict:
         raise SourceError(f"{record['source']}: {record['reason']} ({record['detail']}); --strict: refusing the source "
                           "instead of skipping the sample")
-    skipped.append(record)
+    if isinstance(skipped, Skips):
+        skipped.add(record)
+    else:
+        skipped.append(record)
 
 
 def expand(patterns: Sequence[str], what: str = "file") -> list[Path]:
@@ -249,7 +355,9 @@ def labelled_split(layout: str, root: Path, split: str, refs: list[str], raw_lab
     """A one-split Source from listed samples whose labels (ints, class names or None) and captions (str or
     None) were read from the data: labelled if any sample is, captioned if any sample is; a sample missing
     what the others have is skipped with its reason (with `strict`, refused: `skip`). Every table-like listing
-    (tars, Parquet, lists) ends here."""
+    (tars, Parquet, lists) ends here; its skip records are summarised past `SKIP_RECORDS` of a reason."""
+    if not isinstance(skipped, Skips):
+        skipped = Skips(skipped)
     keep = np.ones(len(refs), bool)
     has_label = [x is not None for x in raw_labels]
     has_caption = [x is not None for x in captions]
@@ -297,7 +405,7 @@ def labelled_split(layout: str, root: Path, split: str, refs: list[str], raw_lab
     if not len(idx):
         if not skipped:
             raise SourceError(f"{root}: no sample listed")
-        reasons = ", ".join(f"{n} {reason}" for reason, n in Counter(r["reason"] for r in skipped).most_common())
+        reasons = ", ".join(f"{n} {reason}" for reason, n in skip_counts(skipped).most_common())
         first = skipped[0]
         raise SourceError(f"{root}: no usable sample (skipped: {reasons}; the first: {first['source']}: {first['reason']}: "
                           f"{first['detail']})")

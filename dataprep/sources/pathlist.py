@@ -6,7 +6,8 @@ name (a list of names gives the sorted names as classes, as class folders do; in
 mixed); an empty label is an unlabelled row, skipped with its reason where other rows have one (a list
 with no labels at all is unlabelled). A row whose path leaves the root (`..`, an absolute path elsewhere, a
 symlink out), names no file, or has more than three fields is skipped with its reason. Files are read as
-every folder source reads them (`FILES`).
+every folder source reads them (`FileReader`), confined to the root: the file the build opens is checked to
+be under it (on the descriptor), so a path swapped for a symlink out after the listing is skipped, never read.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import re
 from pathlib import Path
 
 from ..errors import SourceError
-from .listing import Source, labelled_split, skip
+from .listing import FileReader, Skips, Source, labelled_split, skip
 
 HEADERS = (["path", "label"], ["path", "label", "caption"])
 
@@ -42,10 +43,11 @@ def _escapes(ref: str) -> bool:
 
 
 def scan_list(csv_path: str | os.PathLike, root: str | os.PathLike | None = None, split: str = "train",
-              strict: bool = False) -> Source:
+              strict: bool = False, max_bytes: int | None = None) -> Source:
     """List the files a `path,label[,caption]` CSV names, relative to `root` (default: the CSV's folder),
     into one split `split`. `strict`: a row the listing would skip refuses the list instead (SourceError
-    naming the row and why)."""
+    naming the row and why). `max_bytes`: the cap on one file's bytes when the build reads it (None:
+    `limits.IMAGE_MAX_BYTES`)."""
     csv_path = Path(csv_path)
     root = Path(root) if root is not None else csv_path.resolve().parent
     if not root.is_dir():
@@ -58,7 +60,7 @@ def scan_list(csv_path: str | os.PathLike, root: str | os.PathLike | None = None
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise SourceError(f"{csv_path}: unreadable as a UTF-8 CSV ({e})") from None
     real_root = os.path.realpath(root)
-    refs, raw_labels, captions, skipped = [], [], [], []
+    refs, raw_labels, captions, skipped = [], [], [], Skips()
     for line, row in enumerate(rows, 1):
         if not row or not any(x.strip() for x in row):
             continue
@@ -88,4 +90,4 @@ def scan_list(csv_path: str | os.PathLike, root: str | os.PathLike | None = None
     if not refs:
         raise SourceError(f"{csv_path}: no usable row" + (f" ({skipped[0]['reason']}: {skipped[0]['detail']})" if skipped else ""))
     return labelled_split("list", root, split, refs, raw_labels, captions, skipped, {"list": str(csv_path.resolve())},
-                          strict=strict)
+                          strict=strict, reader=FileReader(max_bytes=max_bytes, confine=True))

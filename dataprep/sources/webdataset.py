@@ -8,15 +8,23 @@ used is skipped with its reason, never silently: a key with no image, one with t
 caption that is missing where the others have one, a damaged member, a tar cut short (its complete
 members are kept). Reading a plain tar seeks to each member (any shard of it, in parallel); a gzip tar is
 read in one pass per tar. Nothing is unpacked to disk.
+
+Memory is bounded whatever a tar declares: an image member over the byte cap (`max_bytes`, default
+`limits.IMAGE_MAX_BYTES`) is skipped from its declared size (a pax `size` included) before a byte of it is
+read, at listing and again at build time; a pax or GNU long-name header over `HEADER_LIMIT` is stepped over
+unread (tarfile would hold it whole: 1.6 GB for a 1.6 MB .tar.gz) and the member it describes skipped; the
+listing streams through the members, holding a group at a time (and each key, to find duplicates), never
+every member.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import lzma
 import os
 import re
 import tarfile
 import zlib
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -24,7 +32,8 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from ..errors import ImageDecodeError, SourceError
-from .listing import Source, expand, labelled_split, skip
+from ..limits import IMAGE_MAX_BYTES, over_cap
+from .listing import Skips, Source, expand, labelled_split, skip, skip_counts
 
 # WebDataset's extensions for image members (what its decoders take); the content is sniffed later anyway.
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "ppm", "pgm", "pbm", "bmp", "tif", "tiff", "gif")
@@ -32,6 +41,51 @@ IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "ppm", "pgm", "pbm", "bmp", "tif", "
 # or a `__name__/` directory; `__a.jpg` and `d/__b.jpg` are samples like any other.
 _WDS_META = re.compile(r"__[^/]*__($|/)")
 META_LIMIT = 1 << 20  # a .cls, .txt or .json member larger than this is not metadata
+HEADER_LIMIT = 1 << 20  # a pax or GNU long-name header larger than this is not read (real ones are a few KB)
+_EXTENDED = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK)
+
+
+class _Info(tarfile.TarInfo):
+    """tarfile's member header, with what tarfile would read whole bounded: an extended header (pax, GNU
+    long name) over HEADER_LIMIT is stepped over unread and the member it describes marked `bad`; a GNU
+    sparse member is marked `bad` (unsupported) without collecting its map. `bad`: (reason, detail) or None."""
+
+    bad: tuple[str, str] | None = None
+
+    def _proc_member(self, tf):
+        if self.type in _EXTENDED and self.size > HEADER_LIMIT:
+            what = "pax" if self.type in (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE) else "GNU long-name"
+            tf.fileobj.seek(tf.fileobj.tell() + self._block(self.size))  # forward, a block at a time: nothing held
+            try:
+                nxt = self.fromtarfile(tf)
+            except tarfile.HeaderError as e:
+                raise tarfile.SubsequentHeaderError(str(e)) from None
+            nxt.offset = self.offset
+            nxt.bad = ("bad header", f"{nxt.name}: its {what} header declares {self.size:,} bytes, over the "
+                                     f"{HEADER_LIMIT:,} a header may have (not read)")
+            return nxt
+        return super()._proc_member(tf)
+
+    def _proc_sparse(self, tf):  # tarfile's, less the map (unbounded: a block per 21 entries, as many as declared)
+        _, extended, origsize = self._sparse_structs
+        del self._sparse_structs
+        blocks = 0
+        while extended:
+            buf = tf.fileobj.read(tarfile.BLOCKSIZE)
+            blocks += 1
+            if len(buf) < tarfile.BLOCKSIZE or blocks * tarfile.BLOCKSIZE > HEADER_LIMIT:
+                raise tarfile.InvalidHeaderError("a GNU sparse header cut short or over the header limit")
+            extended = bool(buf[504])
+        self.sparse = []
+        self.offset_data = tf.fileobj.tell()
+        tf.offset = self.offset_data + self._block(self.size)
+        self.size = origsize
+        self.bad = ("unsupported member", f"{self.name}: a GNU sparse member")
+        return self
+
+    def _proc_gnusparse_10(self, next, pax_headers, tf):  # noqa: A002 (tarfile's names); its map is not read
+        next.sparse = []
+        next.bad = ("unsupported member", f"{next.name}: a GNU sparse member")
 
 
 def split_key(name: str) -> tuple[str, str]:
@@ -67,6 +121,7 @@ class TarReader:
     pass: the driver asks `unit_sequential` per tar (`sequential`, the protocol's split-wide answer, is False)."""
 
     sequential: bool = False
+    max_bytes: int | None = None  # the cap on one member's bytes (None: limits.IMAGE_MAX_BYTES)
 
     @staticmethod
     def unit_sequential(locator) -> bool:
@@ -74,6 +129,7 @@ class TarReader:
         return bool(locator[4])
 
     def open(self, root: str, refs: Sequence[str], locators: Sequence[Any]) -> Iterator[bytes | ImageDecodeError]:
+        cap = IMAGE_MAX_BYTES if self.max_bytes is None else self.max_bytes
         i = 0
         while i < len(locators):
             tar = locators[i][0]
@@ -82,19 +138,53 @@ class TarReader:
                 j += 1
             path = os.path.join(root, tar)
             if locators[i][4]:
-                yield from _stream(path, refs[i:j], locators[i:j])
+                yield from _stream(path, refs[i:j], locators[i:j], cap)
             else:
-                yield from _seek(path, refs[i:j], locators[i:j])
+                yield from _seek(path, refs[i:j], locators[i:j], cap)
             i = j
 
 
-def _seek(path: str, refs, locators) -> Iterator[bytes | ImageDecodeError]:
+def _too_large(ref: str, member: str, size: int, cap: int) -> ImageDecodeError | None:
+    big = over_cap(size, cap)
+    return None if big is None else ImageDecodeError(ref, "too large", f"{member}: {big}")
+
+
+def _seek(path: str, refs, locators, cap: int = IMAGE_MAX_BYTES) -> Iterator[bytes | ImageDecodeError]:
     with _open_listed(path) as f:
         for ref, (_, member, offset, size, _) in zip(refs, locators):
-            f.seek(offset)
-            data = f.read(size)
-            yield data if len(data) == size else ImageDecodeError(ref, "truncated archive",
-                                                                  f"{member}: {len(data)} of {size} bytes in the tar")
+            err = _too_large(ref, member, size, cap)
+            if err is None:
+                try:
+                    f.seek(offset)
+                    data = f.read(size)
+                except MemoryError:
+                    err = ImageDecodeError(ref, "too large", f"{member}: out of memory reading its {size:,} bytes")
+                else:
+                    if len(data) != size:
+                        err = ImageDecodeError(ref, "truncated archive", f"{member}: {len(data)} of {size} bytes in the tar")
+            if err is None:
+                yield data
+            else:
+                yield err
+            data = None  # not held while the next member is read
+
+
+def _decompressing(raw):
+    """A tar's decompressed bytes as a file (gzip, bzip2 or xz; else the file itself): decompressed a buffer at
+    a time, where tarfile's own stream decompresses each 10 KB it reads whole (a bzip2 10 KB can inflate to
+    gigabytes) and copies its leftovers on every read (about twice as slow to step over a 3 GiB member)."""
+    import bz2
+    import gzip
+
+    head = raw.read(6)
+    raw.seek(0)
+    if head.startswith(b"\x1f\x8b"):
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    if head.startswith(b"BZh"):
+        return bz2.BZ2File(raw)
+    if head.startswith(b"\xfd7zXZ\x00"):
+        return lzma.LZMAFile(raw)
+    return contextlib.nullcontext(raw)
 
 
 def _open_listed(path: str):
@@ -106,22 +196,37 @@ def _open_listed(path: str):
         raise SourceError(f"{path}: the tar listed cannot be opened to read its samples ({e.strerror or e})") from None
 
 
-def _stream(path: str, refs, locators) -> Iterator[bytes | ImageDecodeError]:
-    """One pass over a (gzip) tar, yielding the wanted members in order."""
+def _stream(path: str, refs, locators, cap: int = IMAGE_MAX_BYTES) -> Iterator[bytes | ImageDecodeError]:
+    """One pass over a (gzip) tar, yielding the wanted members in order: the file member listed at that
+    offset (a link or an earlier member of the same name is not it), none of it read when its declared size
+    is over the cap."""
     wanted = iter(zip(refs, locators))
     ref, loc = next(wanted, (None, None))
     try:
-        with _open_listed(path) as raw, tarfile.open(fileobj=raw, mode="r|*") as tf:
+        with _open_listed(path) as raw, _decompressing(raw) as plain, tarfile.open(fileobj=plain, mode="r|*", tarinfo=_Info) as tf:
             for m in _each(tf):
                 if loc is None:
                     return
-                if m.name != loc[1]:
+                if m.name != loc[1] or m.offset_data != loc[2] or not m.isfile():
                     continue
-                f = tf.extractfile(m)
-                data = f.read() if f is not None else b""
-                yield data if len(data) == loc[3] else ImageDecodeError(ref, "truncated archive", f"{m.name}: {len(data)} of {loc[3]} bytes")
+                err = _too_large(ref, m.name, m.size, cap) or (ImageDecodeError(ref, *m.bad) if m.bad else None)
+                data = b""
+                if err is None:
+                    try:
+                        f = tf.extractfile(m)
+                        data = f.read(m.size) if f is not None else b""
+                    except MemoryError:
+                        err = ImageDecodeError(ref, "too large", f"{m.name}: out of memory reading its {m.size:,} bytes")
+                    else:
+                        if len(data) != loc[3]:
+                            err = ImageDecodeError(ref, "truncated archive", f"{m.name}: {len(data)} of {loc[3]} bytes")
+                if err is None:
+                    yield data
+                else:
+                    yield err
+                data = None  # not held while the pass goes on
                 ref, loc = next(wanted, (None, None))
-    except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
+    except (tarfile.TarError, EOFError, OSError, zlib.error, lzma.LZMAError, ValueError, IndexError) as e:
         reason = f"{type(e).__name__}: {e}"
     else:
         reason = "member not found on the second read"
@@ -139,48 +244,80 @@ def _value(doc: Any, field: str) -> Any:
     return doc
 
 
-def _members(path: Path) -> tuple[list[tuple[str, list[tuple[str, str, int, int, bytes | None]]]], str | None]:
-    """Consecutive groups (key, [(ext, member name, data offset, size, metadata bytes)]) of a tar, and why
-    the listing stopped early (a truncated or damaged tar), or None. Metadata members are read; images are not."""
-    groups: list[tuple[str, list]] = []
-    stopped = None
-    total = path.stat().st_size
-    gz = _compressed(path)
+class _Groups:
+    """Consecutive groups (key, [(ext, member name, data offset, size, metadata bytes, bad)]) of a tar, one at a
+    time (only the group being gathered is held); after the pass, `stopped`: why the listing stopped early (a
+    truncated or damaged tar) or None, and `cut`: the group it stopped in (its members perhaps incomplete),
+    not given as a group. Metadata members are read (up to META_LIMIT); images are not."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.stopped: str | None = None
+        self.cut: tuple[str, list] | None = None
+        try:
+            self.tf = tarfile.open(path, "r:*", tarinfo=_Info)
+        except (tarfile.TarError, EOFError, zlib.error) as e:  # an HTML page, a zstd tar: nothing here was ever a tar
+            raise SourceError(f"{path}: not a tar file that can be read (plain, gzip, bzip2 or xz): {str(e).splitlines()[0]}") from None
+        except OSError as e:
+            raise SourceError(f"{path}: {e.strerror or e}") from None
+
+    def __iter__(self) -> Iterator[tuple[str, list]]:
+        total = self.path.stat().st_size
+        gz = _compressed(self.path)
+        tf = self.tf
+        group: tuple[str, list] | None = None
+        try:
+            with tf:
+                for m in _each(tf):
+                    if not m.isfile():
+                        continue
+                    key, ext = split_key(m.name)
+                    if not ext or _WDS_META.match(m.name) or os.path.basename(m.name).startswith("."):
+                        continue  # what WebDataset skips too: no extension, its own `__key__`-like fields, hidden files
+                    if group is None or group[0] != key:  # first: the sample a cut member belongs to is the one cut
+                        if group is not None:
+                            yield group
+                        group = (key, [])
+                    if not gz and m.offset_data + m.size > total:
+                        self.stopped = f"{m.name} is cut short ({total - m.offset_data} of {m.size} bytes)"
+                        break
+                    bad = m.bad or (("unsupported member", f"{m.name}: a GNU sparse member") if m.sparse is not None else None)
+                    meta = None
+                    if ext in ("cls", "txt", "json") or ext.endswith((".cls", ".txt", ".json")):
+                        if m.size > META_LIMIT or bad:
+                            meta = b""
+                        else:
+                            f = tf.extractfile(m)
+                            meta = f.read() if f is not None else b""
+                            if len(meta) != m.size:
+                                self.stopped = f"{m.name} is cut short"
+                                break
+                    group[1].append((ext, m.name, m.offset_data, m.size, meta, bad))
+                else:  # a plain or compressed tar whose members ran out: at its end-of-archive block, or cut or damaged?
+                    self.stopped = _no_end(tf.fileobj, tf.offset)
+        except (tarfile.TarError, EOFError, OSError, zlib.error, lzma.LZMAError, ValueError, IndexError) as e:
+            self.stopped = f"{type(e).__name__}: {e}"
+        if group is not None:
+            if self.stopped:
+                self.cut = group  # the members after the cut may have been its own
+            else:
+                yield group
+
+
+def _names_of(path: Path, keys: set[str]) -> dict[str, list[str]]:
+    """The member names of `keys` in a tar, over all their groups (a second pass over its headers, made only
+    for a tar that has duplicate keys, to say what it holds)."""
+    out: dict[str, list[str]] = {k: [] for k in keys}
     try:
-        tf = tarfile.open(path, "r:*")
-    except (tarfile.TarError, EOFError, zlib.error) as e:  # an HTML page, a zstd tar: nothing here was ever a tar
-        raise SourceError(f"{path}: not a tar file that can be read (plain, gzip, bzip2 or xz): {str(e).splitlines()[0]}") from None
-    except OSError as e:
-        raise SourceError(f"{path}: {e.strerror or e}") from None
-    try:
-        with tf:
+        with tarfile.open(path, "r:*", tarinfo=_Info) as tf:
             for m in _each(tf):
-                if not m.isfile():
-                    continue
-                key, ext = split_key(m.name)
-                if not ext or _WDS_META.match(m.name) or os.path.basename(m.name).startswith("."):
-                    continue  # what WebDataset skips too: no extension, its own `__key__`-like fields, hidden files
-                if not groups or groups[-1][0] != key:  # first: the sample a cut member belongs to is the one cut
-                    groups.append((key, []))
-                if not gz and m.offset_data + m.size > total:
-                    stopped = f"{m.name} is cut short ({total - m.offset_data} of {m.size} bytes)"
-                    break
-                meta = None
-                if ext in ("cls", "txt", "json") or ext.endswith((".cls", ".txt", ".json")):
-                    if m.size > META_LIMIT:
-                        meta = b""
-                    else:
-                        f = tf.extractfile(m)
-                        meta = f.read() if f is not None else b""
-                        if len(meta) != m.size:
-                            stopped = f"{m.name} is cut short"
-                            break
-                groups[-1][1].append((ext, m.name, m.offset_data, m.size, meta))
-            else:  # a plain or compressed tar whose members ran out: at its end-of-archive block, or cut or damaged?
-                stopped = _no_end(tf.fileobj, tf.offset)
-    except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
-        stopped = f"{type(e).__name__}: {e}"
-    return groups, stopped
+                if m.isfile():
+                    key, ext = split_key(m.name)
+                    if key in out and ext and not _WDS_META.match(m.name) and not os.path.basename(m.name).startswith("."):
+                        out[key].append(m.name)
+    except (tarfile.TarError, EOFError, OSError, zlib.error, lzma.LZMAError, ValueError, IndexError):
+        pass  # as far as it reads: the first pass said where it stops
+    return out
 
 
 def _no_end(f, offset: int) -> str | None:
@@ -199,39 +336,47 @@ def _no_end(f, offset: int) -> str | None:
 
 
 def scan_webdataset(patterns: Sequence[str], split: str = "train", label_field: str | None = None,
-                    caption_field: str | None = None, root: str | os.PathLike | None = None, strict: bool = False) -> Source:
+                    caption_field: str | None = None, root: str | os.PathLike | None = None, strict: bool = False,
+                    max_bytes: int | None = None) -> Source:
     """List tar shards into one split. Labels: `label_field` of the `.json` member when one is named (an
     integer, or a class name: classes are then the sorted names), else a `.cls` member (an integer). A
     field the user names wins over `.cls`: a sample whose `.json` lacks it has no label (and is skipped
     when others have one), and where both exist and disagree the split's summary says how often. Captions:
     `caption_field` of the `.json` when named, else `.txt`. A split where no sample has a label is
     unlabelled (as flat folders are). `strict` (the build's --strict): the first sample the listing would
-    skip refuses the tars instead."""
+    skip refuses the tars instead. `max_bytes`: the cap on one image member's bytes (None:
+    `limits.IMAGE_MAX_BYTES`); a member declaring more is skipped ("too large"), here and when built."""
+    cap = IMAGE_MAX_BYTES if max_bytes is None else max_bytes
     tars = expand(patterns, "tar file")
     base = Path(root) if root is not None else Path(os.path.commonpath([str(p.resolve().parent) for p in tars]))
-    refs, locators, units, raw_labels, captions, skipped = [], [], [], [], [], []
+    refs, locators, units, raw_labels, captions, skipped = [], [], [], [], [], Skips()
     cls_of: dict[str, int] = {}  # ref -> its .cls, where --label-field gave the label: to count disagreements
     first_json = None  # (sample, bytes) of the first .json member: its keys name what a misspelled field missed
+    used = ("cls", "txt", "json") if label_field or caption_field else ("cls", "txt")
     for u, tar in enumerate(tars):
         rel = os.path.relpath(tar.resolve(), base.resolve())
         gz = _compressed(tar)
-        groups, stopped = _members(tar)
-        duplicated: set[str] = set()
-        cut = groups.pop() if stopped and groups else None  # the members after the cut may have been its own
-        names: dict[str, list[str]] = {}  # key -> its member names, over all its groups
-        runs: dict[str, int] = {}  # key -> how many groups it has
-        for key, members in groups + ([cut] if cut else []):
-            names.setdefault(key, []).extend(m[1] for m in members)
-            runs[key] = runs.get(key, 0) + 1
+        groups = _Groups(tar)
+        start = len(refs)
+        seen: dict[str, int] = {}  # key -> the index of its sample in `refs`, or -1 (its first group made none)
+        duplicated: dict[str, None] = {}  # keys found twice, in the order found
+        drop: set[int] = set()  # samples of keys found twice later
+        n_groups = 0
         for key, members in groups:
+            n_groups += 1
             ref = f"{rel}:{key}"
-            if runs[key] > 1 or len(names[key]) != len(set(names[key])):
+            if key in seen or len({m[1] for m in members}) != len(members):
                 # a key or member that occurs twice (`tar -r` appends, repeats apart): which copy is meant is unclear,
                 # and `shard.tar:key` would not name one sample
-                if key not in duplicated:
-                    duplicated.add(key)
-                    skip(skipped, {"source": ref, "reason": "duplicate key",
-                                    "detail": "the tar holds " + ", ".join(names[key]) + "; no copy is used"}, strict)
+                duplicated[key] = None
+                if seen.get(key, -1) >= 0:
+                    drop.add(seen[key])
+                seen[key] = -1
+                continue
+            seen[key] = -1
+            bad = next((m[5] for m in members if m[5]), None)
+            if bad:
+                skip(skipped, {"source": ref, "reason": bad[0], "detail": bad[1]}, strict)
                 continue
             images = [m for m in members if m[0] in IMAGE_EXTS]
             if not images:
@@ -241,11 +386,15 @@ def scan_webdataset(patterns: Sequence[str], split: str = "train", label_field: 
                 skip(skipped, {"source": ref, "reason": "two images",
                                 "detail": "one sample holds " + ", ".join(m[1] for m in images) + "; which is meant is unclear"}, strict)
                 continue
-            used = ("cls", "txt", "json") if label_field or caption_field else ("cls", "txt")
-            big = [m for m in members if m[0] in used and m[3] > META_LIMIT]
-            if big:  # its bytes were not read: an empty caption or label would stand in for them
+            _, name, offset, size, _, _ = images[0]
+            big = over_cap(size, cap)
+            if big is not None:  # its bytes are never read: skipped from the size its header declares
+                skip(skipped, {"source": ref, "reason": "too large", "detail": f"{name}: {big}"}, strict)
+                continue
+            meta_big = [m for m in members if m[0] in used and m[3] > META_LIMIT]
+            if meta_big:  # its bytes were not read: an empty caption or label would stand in for them
                 skip(skipped, {"source": ref, "reason": "bad metadata",
-                                "detail": f"{big[0][1]} is {big[0][3]} bytes, over the {META_LIMIT} a metadata member may have"}, strict)
+                                "detail": f"{meta_big[0][1]} is {meta_big[0][3]} bytes, over the {META_LIMIT} a metadata member may have"}, strict)
                 continue
             meta = {m[0]: m[4] for m in members if m[4] is not None}
             if first_json is None and "json" in meta:
@@ -255,7 +404,7 @@ def scan_webdataset(patterns: Sequence[str], split: str = "train", label_field: 
             except ValueError as e:
                 skip(skipped, {"source": ref, "reason": "bad metadata", "detail": str(e)}, strict)
                 continue
-            _, name, offset, size, _ = images[0]
+            seen[key] = len(refs)
             refs.append(ref)
             if cls is not None and label is not None:
                 cls_of[ref] = cls
@@ -263,13 +412,29 @@ def scan_webdataset(patterns: Sequence[str], split: str = "train", label_field: 
             units.append(u)
             raw_labels.append(label)
             captions.append(caption)
-        if stopped:
+        cut = groups.cut
+        if cut is not None and cut[0] in seen:  # the cut group repeats an earlier key: that one is a duplicate too
+            duplicated[cut[0]] = None
+            if seen[cut[0]] >= 0:
+                drop.add(seen[cut[0]])
+        if duplicated:
+            names = _names_of(tar, set(duplicated))
+            for key in duplicated:
+                skip(skipped, {"source": f"{rel}:{key}", "reason": "duplicate key",
+                                "detail": "the tar holds " + ", ".join(names[key]) + "; no copy is used"}, strict)
+        if drop:
+            keep = [i for i in range(start, len(refs)) if i not in drop]
+            for ref in (refs[i] for i in drop):
+                cls_of.pop(ref, None)
+            for seq in (refs, locators, units, raw_labels, captions):
+                seq[start:] = [seq[i] for i in keep]
+        if groups.stopped:
             skip(skipped, {"source": f"{rel}:{cut[0]}" if cut else rel, "reason": "truncated archive",
-                            "detail": f"{stopped}; the {len(groups)} sample(s) before it are kept"
+                            "detail": f"{groups.stopped}; the {n_groups} sample(s) before it are kept"
                                       + (", this one (perhaps incomplete) is not" if cut else "")}, strict)
     if not refs:
         raise SourceError(f"{', '.join(map(str, patterns))}: no sample with an image in {len(tars)} tar file(s)"
-                          + (" (skipped: " + ", ".join(f"{n} {r}" for r, n in Counter(x["reason"] for x in skipped).most_common())
+                          + (" (skipped: " + ", ".join(f"{n} {r}" for r, n in skip_counts(skipped).most_common())
                              + f"; the first: {skipped[0]['source']}: {skipped[0]['detail']})" if skipped else ""))
     for option, field, values in (("--label-field", label_field, raw_labels), ("--caption-field", caption_field, captions)):
         if field and all(v is None for v in values):  # a misspelled field would give an unlabelled or uncaptioned pack
@@ -279,7 +444,7 @@ def scan_webdataset(patterns: Sequence[str], split: str = "train", label_field: 
                          {"tars": [os.path.relpath(t.resolve(), base.resolve()) for t in tars],
                           **({"label_field": label_field} if label_field else {}),
                           **({"caption_field": caption_field} if caption_field else {})},
-                         reader=TarReader(), locators=locators,
+                         reader=TarReader(max_bytes=max_bytes), locators=locators,
                          units=np.asarray(units, np.int64), strict=strict)
     if cls_of:
         _note_disagreements(source, label_field, cls_of)

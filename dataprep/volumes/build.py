@@ -68,6 +68,7 @@ class VolumeShardTask:
     mask_root: str | None = None  # label volumes, paired with `paths` by `masks`
     masks: tuple[str, ...] = ()
     mask_dtype: str | None = None
+    max_bytes: int | None = None  # the cap on one volume file's bytes (None: limits.VOLUME_MAX_BYTES)
 
     def fingerprint(self) -> str:
         return task_fingerprint(["volumes", self.index, self.volume.to_dict(), self.label_dtype, self.strict, self.mask_dtype],
@@ -75,15 +76,15 @@ class VolumeShardTask:
 
 
 def process_volume(path: str, settings: VolumeSettings, mask_path: str | None = None,
-                   mask_dtype: str | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+                   mask_dtype: str | None = None, max_bytes: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """A volume in the stored dtype and shape, and its label volume (same source shape, values kept,
-    resampled nearest) when `mask_path` is given."""
-    src = read_volume(path)
+    resampled nearest) when `mask_path` is given. `max_bytes`: the cap on each file's bytes (read_volume)."""
+    src = read_volume(path, max_bytes)
     vol = to_stored(src, settings.depth, settings.window, path)
     vol = resample(vol, settings.shape, settings.resample) if settings.shape else vol
     if mask_path is None:
         return vol, None
-    m = read_volume(mask_path)
+    m = read_volume(mask_path, max_bytes)
     if m.shape != src.shape:
         raise ImageDecodeError(mask_path, "size mismatch", f"label volume is {m.shape}, the volume {src.shape}")
     if not (m.dtype == np.bool_ or np.issubdtype(m.dtype, np.integer)):
@@ -112,8 +113,13 @@ def build_volume_shard(task: VolumeShardTask) -> dict[str, Any]:
         path = os.path.join(task.root, rel)
         mpath = os.path.join(task.mask_root, task.masks[k]) if task.mask_root else None
         try:
-            vol, mask = process_volume(path, task.volume, mpath, task.mask_dtype)
+            vol, mask = process_volume(path, task.volume, mpath, task.mask_dtype, task.max_bytes)
             source_bytes += os.path.getsize(path)
+        except MemoryError:  # one volume's conversion or resampling: a skip naming it, never the build's end
+            if task.strict:
+                raise ImageDecodeError(path, "too large", "out of memory processing it") from None
+            skipped.append({"source": rel, "reason": "too large", "detail": "out of memory processing it"})
+            continue
         except ImageDecodeError as e:
             if task.strict:
                 raise
@@ -221,7 +227,7 @@ def build_volumes(source: Source, out: str | os.PathLike, settings: BuildSetting
         return VolumeShardTask(str(source.root), str(out / split.name), k, tuple(split.paths[start:stop]),
                                split.labels[start:stop], ldt, volume, settings.strict, settings.resume,
                                str(masks) if masks is not None else None,
-                               tuple(split.masks[start:stop]) if masks is not None else (), mdt)
+                               tuple(split.masks[start:stop]) if masks is not None else (), mdt, settings.max_bytes)
 
     summaries, entries, seconds = build_shards(out, settings, splits, make_task, build_volume_shard, progress, engine)
     header = pack_header("volumes", settings, {"layout": source.layout, "root": str(source.root.resolve()),

@@ -16,12 +16,17 @@ import numpy as np
 
 from ..errors import ImageDecodeError
 from ..images.decode import to_depth
+from ..settings import VOLUME_MAX_BYTES, over_cap  # limits.py's, through the layer kinds may import
 
 VOLUME_EXTENSIONS = frozenset({".npy", ".tif", ".tiff"})
 
 
-def read_volume(path: str) -> np.ndarray:
-    """The file's volume as a (D, H, W) array of its own dtype."""
+def read_volume(path: str, max_bytes: int | None = None) -> np.ndarray:
+    """The file's volume as a (D, H, W) array of its own dtype. `max_bytes` (None: limits.VOLUME_MAX_BYTES):
+    the cap on its bytes: the file's size, and a TIFF's decoded pages as they add up (a small compressed
+    TIFF can declare gigabytes), checked before they are held; running out of memory is a skip too
+    ("too large")."""
+    cap = VOLUME_MAX_BYTES if max_bytes is None else max_bytes
     ext = os.path.splitext(path)[1].lower()
     try:
         st = os.stat(path)
@@ -29,12 +34,18 @@ def read_volume(path: str) -> np.ndarray:
         raise ImageDecodeError(path, "unreadable", e.strerror or str(e)) from None
     if not stat.S_ISREG(st.st_mode):  # a FIFO would block the worker, a device never end
         raise ImageDecodeError(path, "not a regular file")
-    if ext == ".npy":
-        arr = _read_npy(path)
-    elif ext in (".tif", ".tiff"):
-        arr = _read_tiff_stack(path)
-    else:
-        raise ImageDecodeError(path, "not a volume", f"unknown extension {ext!r}")
+    big = over_cap(st.st_size, cap)
+    if big is not None:
+        raise ImageDecodeError(path, "too large", big)
+    try:
+        if ext == ".npy":
+            arr = _read_npy(path)
+        elif ext in (".tif", ".tiff"):
+            arr = _read_tiff_stack(path, cap)
+        else:
+            raise ImageDecodeError(path, "not a volume", f"unknown extension {ext!r}")
+    except MemoryError:
+        raise ImageDecodeError(path, "too large", "out of memory reading it") from None
     if arr.ndim == 4 and arr.shape[-1] == 1:
         arr = arr[..., 0]
     if arr.ndim == 2:
@@ -65,12 +76,23 @@ def _read_npy(path: str) -> np.ndarray:
     return np.asarray(np.load(path, allow_pickle=False, mmap_mode="r"))
 
 
-def _read_tiff_stack(path: str) -> np.ndarray:
+def _read_tiff_stack(path: str, cap: int = VOLUME_MAX_BYTES) -> np.ndarray:
     from PIL import Image, ImageSequence
 
+    pages, held = [], 0
     try:
         with Image.open(path) as im:
-            pages = [np.asarray(p) for p in ImageSequence.Iterator(im)]
+            for p in ImageSequence.Iterator(im):
+                w, h = p.size
+                held += w * h * max(1, len(p.getbands())) * (2 if p.mode.startswith("I;16") else 4 if p.mode in ("I", "F") else 1)
+                big = over_cap(held, cap)  # from the page's header, before it is decoded
+                if big is not None:
+                    raise ImageDecodeError(path, "too large", f"its pages decode to {big} (by page {len(pages) + 1})")
+                pages.append(np.asarray(p))
+    except ImageDecodeError:
+        raise
+    except MemoryError:
+        raise
     except Exception as e:
         raise ImageDecodeError(path, "corrupt data", f"{type(e).__name__}: {e}") from None
     shapes = {p.shape for p in pages}
