@@ -267,7 +267,7 @@ def test_a_units_shards_read_their_own_samples_and_reused_ones_read_nothing():
     reuses read nothing, and when every shard is reused the unit is not read at all."""
     from dataclasses import dataclass
 
-    from dataprep.build import UnitTasks, run_unit
+    from dataprep.driver import UnitTasks, run_unit
 
     read = []
 

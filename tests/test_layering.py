@@ -82,12 +82,12 @@ def test_no_import_circles():
 @pytest.mark.parametrize("layer", KIND_FREE)
 def test_kind_free_layers_import_no_kind(layer):
     bad = sorted((m, n) for m, deps in GRAPH.items() if top(m) == layer for n in deps
-                 if top(n) in KINDS or n in ("dataprep.kinds", "dataprep.verify", "dataprep.build") or top(n) in ("cli", "bench"))
+                 if top(n) in KINDS or n in ("dataprep.kinds", "dataprep.verify", "dataprep.driver") or top(n) in ("cli", "bench"))
     assert not bad, bad
 
 
 def test_the_shard_driver_and_settings_know_no_kind():
-    for m in ("dataprep.build", "dataprep.settings", "dataprep.sources", "dataprep.errors", "dataprep.kinds", "dataprep.text",
+    for m in ("dataprep.driver", "dataprep.settings", "dataprep.sources", "dataprep.errors", "dataprep.kinds", "dataprep.text",
               "dataprep.limits", "dataprep.safe_paths", "dataprep.progress"):
         bad = sorted(n for n in GRAPH[m] if top(n) in KINDS)
         assert not bad, (m, bad)
@@ -101,7 +101,7 @@ def test_between_kinds_imports_run_only_toward_images():
 
 def test_kinds_reach_only_kind_free_layers_and_errors():
     # text: tokenizers for tokens and captions; limits, safe_paths, progress: rules every kind's build follows
-    allowed = set(KIND_FREE) | {"errors", "build", "settings", "sources", "text", "limits", "safe_paths", "progress", ""}
+    allowed = set(KIND_FREE) | {"errors", "driver", "settings", "sources", "text", "limits", "safe_paths", "progress", ""}
     bad = sorted((m, n) for m, deps in GRAPH.items() if top(m) in KINDS for n in deps
                  if top(n) not in KINDS and top(n) not in allowed)
     assert not bad, bad
@@ -124,7 +124,7 @@ def test_torch_is_imported_only_by_serving_modules():
 
 BUILD_MODULES = sorted(m for m in MODULES if m.rsplit(".", 1)[-1] in ("build", "tokenize", "read", "columns", "pairs", "masks",
                                                                         "process", "decode", "resize", "codec", "field")
-                       or top(m) in ("pack", "engine", "remote") or m in ("dataprep.build", "dataprep.verify", "dataprep.kinds",
+                       or top(m) in ("pack", "engine", "remote") or m in ("dataprep.driver", "dataprep.verify", "dataprep.kinds",
                                                                  "dataprep.sources", "dataprep.text", "dataprep.cli.build"))
 
 

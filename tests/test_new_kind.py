@@ -35,7 +35,7 @@ BUILD = '''
 from dataclasses import dataclass
 from pathlib import Path
 
-from dataprep.build import build_shards, finish_shard, pack_header, reused_shard, task_fingerprint
+from dataprep.driver import build_shards, finish_shard, pack_header, reused_shard, task_fingerprint
 from dataprep.pack.fields import LabelField
 from dataprep.pack.manifest import write_manifest
 

@@ -126,7 +126,7 @@ def test_resume_counts_kept_shards_apart_from_the_rate(tree, tmp_path):
 
 
 def test_the_summary_of_a_resumed_build_rates_only_what_it_built(tree, tmp_path):
-    from dataprep.build import BuildSummary, SplitSummary
+    from dataprep.driver import BuildSummary, SplitSummary
 
     s = SplitSummary("train", 5000, written=5000, shards=10, reused=10, kept=5000)
     lines = BuildSummary(Path("p"), [s], 0.2).lines()

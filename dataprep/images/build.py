@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ..build import (BuildSummary, SplitSummary, build_shards, finish_shard, pack_header, prepare_output, reused_shard,
+from ..driver import (BuildSummary, SplitSummary, build_shards, finish_shard, pack_header, prepare_output, reused_shard,
                      task_fingerprint)
 from ..engine import Engine
 from ..errors import DataprepError, ImageDecodeError

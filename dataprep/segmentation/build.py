@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 
-from ..build import BuildSummary, build_shards, finish_shard, pack_header, reused_shard, task_fingerprint
+from ..driver import BuildSummary, build_shards, finish_shard, pack_header, reused_shard, task_fingerprint
 from ..engine import LocalEngine
 from ..errors import ImageDecodeError, SourceError
 from ..images.build import image_fields

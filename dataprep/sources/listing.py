@@ -5,7 +5,7 @@ the pack records as its `source`), its label and caption, and how its bytes are 
 A reader is picklable and stateless: a build task opens it on its own samples, in the pack's order, and
 gets each sample's bytes (or the reason it has none) one at a time, so memory never holds more than one
 sample's source however large the archive or row group. Samples of one *unit* (a tar, a row group) are
-never split over two shards' containers in a way that reads a unit twice: the driver (build.py) cuts shards
+never split over two shards' containers in a way that reads a unit twice: the driver (driver.py) cuts shards
 inside units and, for readers that must stream (`sequential`: a gzip tar, a row group), gives all the
 shards of one unit to one task, which reads the unit once.
 """

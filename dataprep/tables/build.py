@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import __version__
-from ..build import prepare_output
+from ..driver import prepare_output
 from ..pack.manifest import write_manifest
 from ..pack.shard import shard_name, write_shard
 from .columns import VOCAB_FILE, TableSettings, convert

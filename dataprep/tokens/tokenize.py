@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 
 from .. import __version__
-from ..build import TASK_RECORDS, prepare_output, remove_entry, task_fingerprint
+from ..driver import TASK_RECORDS, prepare_output, remove_entry, task_fingerprint
 from ..errors import DataprepError, SourceError
 from ..pack.manifest import attachment_record, write_attachment, write_manifest
 from ..pack.shard import remove_temporaries, reusable_shard, write_shard

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..build import BuildSummary, build_shards, finish_shard, pack_header, reused_shard, task_fingerprint
+from ..driver import BuildSummary, build_shards, finish_shard, pack_header, reused_shard, task_fingerprint
 from ..errors import DataprepError, ImageDecodeError, SourceError
 from ..images.field import ImageField
 from ..pack.fields import LabelField, StringsField

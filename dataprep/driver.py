@@ -1,4 +1,5 @@
-"""Build stage: takes a listed source and the settings, gives a pack.
+"""The shard driver every kind's build runs on: takes a listed source, the settings, a task maker and a
+shard function, gives a pack.
 
 plan (shards of a fixed number of samples, in source order) -> engine (one task per shard) ->
 shard writer (atomic) -> manifest (written last). A file that cannot be decoded is skipped and
