@@ -118,7 +118,7 @@ def test_hf_struct_column_with_class_label_nulls_and_paths(tmp_path):
     src.mkdir()
     names = ["zebra", "ant", "moth"]  # not sorted: the ClassLabel's order is the label order
     (src / "img3.png").write_bytes(png(3))  # a path relative to the table's folder
-    elsewhere = tmp_path / "elsewhere" / "img4.png"  # an absolute path, as datasets records local files
+    elsewhere = tmp_path / "elsewhere" / "img4.png"  # an absolute path outside the table's folder: refused (issue 40)
     elsewhere.parent.mkdir()
     elsewhere.write_bytes(png(4))
     images = [{"bytes": png(i), "path": f"img{i}.png"} for i in range(10)]
@@ -135,7 +135,7 @@ def test_hf_struct_column_with_class_label_nulls_and_paths(tmp_path):
     out = tmp_path / "pack"
     r = run("build", "parquet", src / "hf.parquet", "--label-column", "label", "--caption-column", "caption", "--out", out, *BUILD)
     assert r.exit_code == 0, r.output
-    kept = [0, 1, 3, 4, 9]
+    kept = [0, 1, 3, 9]
     assert f"train: {len(kept)} of 10 images written" in r.output
     ds, caps = read_pack(out)
     assert list(ds.sources) == [f"hf.parquet:{i}" for i in kept]
@@ -143,7 +143,7 @@ def test_hf_struct_column_with_class_label_nulls_and_paths(tmp_path):
     assert caps == [f"caption {i}" for i in kept]
     check_images(ds, kept)
     assert skipped(out) == {("hf.parquet:2", "no label"), ("hf.parquet:8", "no label"), ("hf.parquet:7", "no caption"),
-                            ("hf.parquet:5", "no image bytes"), ("hf.parquet:6", "no image")}
+                            ("hf.parquet:5", "no image bytes"), ("hf.parquet:6", "no image"), ("hf.parquet:4", "bad path")}
     assert read_manifest(out)["source"]["classes_from"] == "ClassLabel"
 
 

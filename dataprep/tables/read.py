@@ -2,7 +2,8 @@
 
 `READERS` is the registry of formats (the CLI's `--format` choices); the format is guessed from the
 file name when not given. CSV-like text may be gzip-compressed, comma- or whitespace-separated, and
-may start with lines that are not column names (`--header none --skip-rows 1`).
+may start with lines that are not column names (`--header none --skip-rows 1`). Parquet and Feather are
+read by pyarrow and fully validated before pandas sees a value (a lying offset is an error, not a crash).
 """
 from __future__ import annotations
 
@@ -33,13 +34,33 @@ def _csv(path: str, sep: str | None, header: str, skip_rows: int, names: list[st
     return pd.read_csv(path, **kw)
 
 
-def _parquet(path: str, *_):
-    import pandas as pd
+def _validated(path: str, table):
+    """`table` (pyarrow) as a DataFrame once pyarrow's full validation passes (offsets inside their buffers
+    and increasing, buffers as long as their types need, text UTF-8): pyarrow reads Arrow files with cheap
+    checks only, and converting a table whose offsets lie reads wild memory (SIGSEGV)."""
+    import pyarrow as pa
 
     try:
-        return pd.read_parquet(path)
+        table.validate(full=True)
+    except pa.ArrowInvalid as e:
+        raise SourceError(f"{path}: invalid table data ({e})") from None
+    return table.to_pandas()  # what pandas' readers do with what pyarrow reads
+
+
+def _parquet(path: str, *_):
+    try:
+        import pyarrow.parquet as pq
     except ImportError as e:
         raise SourceError(f"{path}: reading Parquet needs pyarrow: pip install 'dataprep[parquet]' ({e})") from None
+    return _validated(path, pq.read_table(path))
+
+
+def _feather(path: str, *_):
+    try:
+        import pyarrow.feather as feather
+    except ImportError as e:
+        raise SourceError(f"{path}: reading Feather needs pyarrow: pip install 'dataprep[parquet]' ({e})") from None
+    return _validated(path, feather.read_table(path))
 
 
 def _reader(name: str) -> Callable:
@@ -55,7 +76,7 @@ READERS: dict[str, Callable] = {
     "csv": _csv,
     "parquet": _parquet,
     "json": _reader("read_json"),
-    "feather": _reader("read_feather"),
+    "feather": _feather,
     "excel": _reader("read_excel"),
 }
 _BY_SUFFIX = {".csv": "csv", ".tsv": "csv", ".txt": "csv", ".data": "csv", ".parquet": "parquet", ".pq": "parquet",
