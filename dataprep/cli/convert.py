@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import click
 
+from ..errors import DataprepError
 from ..pack.backends import BACKENDS
 from .progress import progress_option, shown
 from .engine import engine_for, engine_options
@@ -28,13 +29,33 @@ def convert(pack, to, out, compress, overwrite, workers, engine, address, schedu
     from ..remote.urls import is_url, redact
 
     t0 = time.perf_counter()
-    with engine_for(engine, workers, address, scheduler_file) as eng:
-        show = shown(progress)
-        if is_url(pack) or is_url(out):
-            from ..remote.convert import convert_remote
+    try:
+        with engine_for(engine, workers, address, scheduler_file) as eng:
+            show = shown(progress)
+            if is_url(pack) or is_url(out):
+                from ..remote.convert import convert_remote
 
-            r = convert_remote(pack, out, to, compress, eng, overwrite, progress=show)
-        else:
-            r = run(pack, out, to, compress, eng, overwrite, progress=show)
+                r = convert_remote(pack, out, to, compress, eng, overwrite, progress=show)
+            else:
+                r = run(pack, out, to, compress, eng, overwrite, progress=show)
+    except DataprepError as e:
+        if not getattr(e, "hdf5_unclean", False):
+            raise
+        # HDF5 met a full disk mid-write: its library may crash this interpreter as it shuts down, after the
+        # message; so the message, then an exit that skips HDF5's teardown (the engine is closed already)
+        import os
+        import sys
+
+        click.echo(f"Error: {e}", err=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+    except OSError as e:  # a full disk the layers below did not name: still one line, not a traceback
+        from ..pack.convert import disk_refused, write_failure
+
+        if not disk_refused(e):
+            raise
+        raise write_failure(e, getattr(e, "filename", None) or redact(str(out)),
+                            "free space on that disk (or choose another --out, or DATAPREP_CACHE_DIR for a URL's copy)") from None
     click.echo(f"{redact(str(pack))} ({r['from']}) -> {redact(str(out))} ({r['to']}{', ' + compress if compress != 'none' else ''}): "
                f"{r['bytes'] / 1e6:.1f} MB in {time.perf_counter() - t0:.1f} s")

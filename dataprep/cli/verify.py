@@ -24,12 +24,21 @@ def verify(ctx, pack, decode, progress):
     from ..remote.urls import is_url
     from ..verify import verify_pack
 
-    if is_url(pack):
-        from ..verify import verify_remote
+    try:
+        if is_url(pack):
+            from ..verify import verify_remote
 
-        rep, pack = verify_remote(pack, decode=decode, progress=shown(progress))
-    else:
-        rep = verify_pack(pack, decode=decode, progress=shown(progress))
+            rep, pack = verify_remote(pack, decode=decode, progress=shown(progress))
+        else:
+            rep = verify_pack(pack, decode=decode, progress=shown(progress))
+    except OSError as e:  # the local copy of a URL met a full disk the fetch did not name: one line still
+        from ..pack.convert import disk_refused, write_failure
+        from ..remote.fetch import cache_root
+
+        if not disk_refused(e):
+            raise
+        raise write_failure(e, getattr(e, "filename", None) or cache_root(create=False),
+                            "free space there, or set DATAPREP_CACHE_DIR to a disk with room for the copy") from None
     for path, what in rep.problems:
         click.echo(f"BAD {path}: {what}")
     summary = (f"{rep.shards} shards, {rep.files} files, {rep.bytes / 1e6:.1f} MB, {rep.samples} samples"

@@ -2,9 +2,12 @@
 
 With an address or a scheduler file it connects to an existing cluster (on Kubernetes, SLURM through
 dask-jobqueue, a cloud service) and never shuts it down; without either it starts a local cluster
-bound to 127.0.0.1 (its HTTP server too, on a free port), speaking TLS with a certificate made for the run
-(so another local user cannot submit tasks to it), and stops it at the end. The driver keeps a
-bounded number of tasks in flight (twice the cluster's threads), reports each result as it arrives, and retries a
+bound to 127.0.0.1, speaking TLS with a certificate made for the run (so another local user cannot submit
+tasks to it), and stops it at the end. That cluster serves no HTTP: Dask's dashboard and its JSON and
+metrics pages need no credentials, so on 127.0.0.1 any local user could read them (task names, shard
+paths, the workers' state). DATAPREP_DASK_DASHBOARD=1 (or an address, e.g. 127.0.0.1:8787) turns the
+dashboard on for a run, on 127.0.0.1 unless the address says otherwise; dataprep says so on stderr.
+The driver keeps a bounded number of tasks in flight (twice the cluster's threads), reports each result as it arrives, and retries a
 task that failed for a reason other than bad data: a worker that dies mid-shard has its task
 rescheduled elsewhere by the scheduler, and after the scheduler gives up (KilledWorker) the driver
 resubmits it `retries` more times. A shard becomes visible only by its final rename, so a worker
@@ -15,14 +18,41 @@ cloud file share) and have dataprep and its dependencies installed.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
+import os
+import sys
 import uuid
 from typing import Any, Callable, Sequence
 
 from ..errors import DataprepError, WorkerError
 
 INSTALL = "Dask is not installed: pip install 'dataprep[dask]' (dask and distributed)"
+DASHBOARD_ENV = "DATAPREP_DASK_DASHBOARD"
+
+
+def dashboard_address() -> str | None:
+    """The address the local cluster's dashboard listens on, when DATAPREP_DASK_DASHBOARD asks for one."""
+    raw = os.environ.get(DASHBOARD_ENV, "").strip()
+    if raw.lower() in ("", "0", "no", "false", "off"):
+        return None
+    if raw.lower() in ("1", "yes", "true", "on"):
+        return "127.0.0.1:0"
+    return raw if ":" in raw else f"127.0.0.1:{raw}"
+
+
+@contextlib.contextmanager
+def _no_http(off: bool):
+    """With `off`, Dask's HTTP routes (scheduler, workers) are none while a cluster starts: its
+    servers answer nothing (the workers inherit the setting through their nannies)."""
+    if not off:
+        yield
+        return
+    import dask
+
+    with dask.config.set({"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": []}):
+        yield
 
 
 def _distributed():
@@ -86,9 +116,22 @@ class DaskEngine:
                     security = Security.temporary()
                 except ImportError as e:
                     raise DataprepError(f"a local Dask cluster needs TLS certificates: {INSTALL} ({e})") from None
-                self._cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True, protocol="tls",
-                                             host="127.0.0.1", dashboard_address="127.0.0.1:0", silence_logs=logging.WARNING,
-                                             security=security)
+                dash = dashboard_address()
+                with _no_http(dash is None):
+                    self._cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
+                                                 protocol="tls", host="127.0.0.1", dashboard_address=dash,
+                                                 worker_dashboard_address=None, silence_logs=logging.WARNING,
+                                                 security=security)
+                if dash is None:
+                    # the scheduler listens for HTTP even without a dashboard (an empty set of routes now): closed
+                    scheduler = self._cluster.scheduler
+                    http = getattr(scheduler, "http_server", None)
+                    if http is not None:
+                        http.stop()
+                    scheduler.services.pop("dashboard", None)  # Dask files its HTTP server as the dashboard
+                else:
+                    print(f"dataprep: the Dask dashboard is at {self._cluster.dashboard_link} ({DASHBOARD_ENV}); "
+                          "any local user can read it", file=sys.stderr)
                 self.client = Client(self._cluster, security=security)
         except (OSError, TimeoutError, ValueError) as e:
             where = self.address or self.scheduler_file or "a local cluster"

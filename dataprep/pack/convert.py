@@ -1,8 +1,16 @@
 """Convert stage: takes a pack of any backend, gives the same pack in another (npy, hdf5, zarr) without
 decoding anything: arrays are copied, offsets rebased, and the npy shards a conversion writes are
-checked against the manifest's checksums, so npy -> hdf5 -> zarr -> npy gives the original files back."""
+checked against the manifest's checksums, so npy -> hdf5 -> zarr -> npy gives the original files back.
+
+An HDF5 or Zarr pack is written to a temporary beside it (`.NAME.tmp-PID-RANDOM`, `temporary()`),
+renamed into place at the end. A killed conversion leaves its temporary: the next conversion to the same
+output removes it (never one whose process lives), and `dataprep cache list|clean` show and remove it
+(each temporary is recorded under the cache directory while it exists). A full disk is one line naming
+the file and the fix (`write_failure`), not a traceback.
+"""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -11,6 +19,38 @@ from typing import Any
 from ..errors import DataprepError, PackExistsError
 from ..progress import reporter
 from .backends import BACKENDS, detect, is_pack, open_reader
+from .temporaries import (FULL, clean_temporaries, disk_refused, finished, pending_temporaries, quiet_hdf5_teardown,  # noqa: F401
+                          sweep, temporary, write_failure)
+
+def free_bytes(path: Path) -> int | None:
+    """Free bytes on the file system that holds `path` (or its nearest existing parent); None if unknown."""
+    p = Path(path).absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return shutil.disk_usage(p).free
+    except OSError:
+        return None
+
+
+def preflight(out: Path, manifest: dict[str, Any], to: str, compression: str) -> None:
+    """Refuse, in one line, a conversion whose output cannot fit the free space where it goes (uncompressed:
+    its arrays, attachments and manifest, plus a margin), before anything is written: HDF5 in particular
+    cannot recover from a full disk mid-write (it reports each of its objects failing to close and may
+    crash the interpreter at exit). A compressed output's size is not known: not checked."""
+    if compression != "none":
+        return
+    attached = sum(int(r.get("bytes", 0)) for r in (manifest.get("attachments") or {}).values()
+                   if isinstance(r, dict) and isinstance(r.get("bytes", 0), int))
+    need = _array_bytes(manifest) + attached + 2 * len(json.dumps(manifest)) + (256 << 10)
+    free = free_bytes(out)
+    if free is not None and free < need:
+        raise DataprepError(f"{out}: cannot write it: no space left on the device ({free:,} bytes free, the {to} "
+                            f"pack needs about {need:,}); {_fix_for(out)}")
+
+
+def _fix_for(out: Path) -> str:
+    return f"free space on that disk or choose another --out (nothing was left at {out})"
 
 
 def _clear(out: Path, overwrite: bool) -> None:
@@ -43,9 +83,15 @@ def convert(pack: str | os.PathLike, out: str | os.PathLike, to: str, compressio
         if to != "npy":
             m["storage"] = {"backend": to, "compression": compression}
         _clear(out, overwrite)
-        with reporter(progress, what, _array_bytes(m), "bytes") as bar:
-            counted = _Counted(reader, bar)
-            BACKENDS[to].write(counted, out, m, compression, _CountingEngine(engine, bar))
+        preflight(out, m, to, compression)
+        try:
+            with reporter(progress, what, _array_bytes(m), "bytes") as bar:
+                counted = _Counted(reader, bar)
+                BACKENDS[to].write(counted, out, m, compression, _CountingEngine(engine, bar))
+        except (OSError, RuntimeError) as e:
+            if not disk_refused(e):
+                raise
+            raise write_failure(e, getattr(e, "filename", None) or out, _fix_for(out)) from None
     finally:
         reader.close()
     size = out.stat().st_size if out.is_file() else sum(p.stat().st_size for p in out.rglob("*") if p.is_file())

@@ -1,15 +1,14 @@
 """Convert with URLs: takes a pack at a URL or a local one and a target (a URL or a local path), gives
 `pack/convert.py`'s conversion through a local copy: a remote source is fetched whole (checked) first,
-and a URL target, always an npy pack, is uploaded from a local npy conversion, manifest last."""
+and a URL target, always an npy pack, is uploaded from a local npy conversion, manifest last. Both local
+copies are staged under the cache directory with this process's pid in their names (remote/fetch.py)."""
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
 from ..errors import DataprepError
 from ..pack.convert import convert
-from .fetch import cache_root, local_copy
+from .fetch import local_copy, staging_dir
 from .upload import upload_pack
 from .urls import is_url, redact
 
@@ -35,10 +34,7 @@ def _to(local: Path, out, to: str, compression: str, engine, overwrite: bool, pr
     if detect(local) == "npy":
         r = upload_pack(local, str(out), overwrite)
         return {"from": "npy", "to": f"npy at {redact(str(out))}", "bytes": r["bytes"]}
-    staging = Path(tempfile.mkdtemp(prefix="convert-", dir=cache_root()))
-    try:
+    with staging_dir("convert") as staging:  # `convert-PID-*`: `dataprep cache list|clean` find it if this run is killed
         c = convert(local, staging / "pack", "npy", "none", engine, progress=progress, what=what)
         r = upload_pack(staging / "pack", str(out), overwrite)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return {"from": c["from"], "to": f"npy at {redact(str(out))}", "bytes": r["bytes"]}

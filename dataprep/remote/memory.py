@@ -6,8 +6,11 @@ Objects are fetched in the order the load will most likely ask for them, `concur
 time (a large object's byte ranges in parallel), at most `window` bytes ahead of the load; an object the
 load asks for out of turn is fetched at once. A dropped range is retried with backoff; a damaged or
 truncated object is fetched again once, then is an error naming it; a missing object is an error naming
-it. What a load has consumed is released immediately, so memory holds the cache plus the window. The
-bytes fetched are reported on stderr when it is a log and the fetch is long (dataprep/progress.py); on a
+it. An object's ranges are issued in order, `concurrency` at a time, and its first short range stops it
+(a manifest claiming terabytes for a small object costs a few requests, not millions); an object larger
+than that is looked up first, and its store's size must be the manifest's. What a load asks for must fit
+this machine's memory (RAM and swap) at all, or it is refused before anything is fetched. What a load
+has consumed is released immediately, so memory holds the cache plus the window. The bytes fetched are reported on stderr when it is a log and the fetch is long (dataprep/progress.py); on a
 terminal the cache's own loading line says how far the load is.
 """
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -42,6 +46,14 @@ class MemoryFetch:
         """`progress`: True shows the bytes fetched (a bar on a terminal, lines in a log), False nothing,
         None lines in a log only; a callable is told of them."""
         self.store, self.root, self.local = store, Path(root), local_reader
+        self.concurrency = concurrency
+        declared = sum(b for _, rec in items for b in [rec.get("bytes", 0)] if isinstance(b, int) and b > 0)
+        memory = machine_memory()
+        if declared > memory:
+            local_reader.close()
+            raise RemoteError(f"{store.shown}: the manifest records {declared:,} bytes for this load, more than this "
+                              f"machine's RAM and swap ({memory:,} bytes) could hold; a manifest that lies, or a pack "
+                              "to serve with cache='disk:DIR'")
         # small files first: the load reads them field by field, one per shard (a round trip each if not ahead)
         self.items = sorted(items, key=lambda it: int(it[1].get("bytes", 0)) > SMALL)
         self.index = {rel: k for k, (rel, _) in enumerate(self.items)}
@@ -90,9 +102,17 @@ class MemoryFetch:
             size, want = fetch.record_size(rec)
         except (KeyError, TypeError, ValueError) as e:
             raise RemoteError(f"{self.store.where(rel)}: the manifest's record of it is unusable ({e})") from None
+        if size > self.concurrency * fetch.BLOCK:  # more ranges than are in flight at once: the store's size first
+            try:
+                real = self.store.size(rel)
+            except RemoteError:
+                real = None  # a store that cannot say: the ranges will tell
+            if real is not None and real != size:
+                raise RemoteError(f"{self.store.where(rel)}: " + (
+                    f"truncated: the store holds {real:,} of the {size:,} bytes the manifest records" if real < size
+                    else f"corrupt: the store holds {real:,} bytes, the manifest records {size:,}"))
         for attempt in (1, 2):
-            parts = [self._ranges.submit(self._range, rel, a, min(size, a + fetch.BLOCK)) for a in range(0, size, fetch.BLOCK)]
-            data = b"".join(p.result() for p in parts) if len(parts) != 1 else parts[0].result()
+            data = self._gather(rel, size)
             if len(data) == size and hashlib.sha256(data).hexdigest() == want:
                 return data
             what = (f"truncated: {len(data):,} of the {size:,} bytes the manifest records" if len(data) < size else
@@ -100,6 +120,32 @@ class MemoryFetch:
             if attempt == 2:
                 raise RemoteError(f"{self.store.where(rel)}: {what} (fetched twice)")
         raise AssertionError("unreachable")
+
+    def _gather(self, rel: str, size: int) -> bytes:
+        """The object's bytes, its ranges `concurrency` in flight, in order; the first short range (the object
+        ends early) stops the issuing, and what came is returned (short)."""
+        block = fetch.BLOCK
+        starts = iter(range(0, size, block))
+        flight: deque = deque()
+        parts: list[bytes] = []
+        try:
+            for a in starts:
+                flight.append((a, self._ranges.submit(self._range, rel, a, min(size, a + block))))
+                if len(flight) < self.concurrency:
+                    continue
+                a0, f = flight.popleft()
+                parts.append(f.result())
+                if len(parts[-1]) != min(size, a0 + block) - a0:
+                    return b"".join(parts)
+            while flight:
+                a0, f = flight.popleft()
+                parts.append(f.result())
+                if len(parts[-1]) != min(size, a0 + block) - a0:
+                    return b"".join(parts)
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+        finally:
+            for _, f in flight:
+                f.cancel()
 
     def _range(self, rel: str, start: int, end: int) -> bytes:
         data = _read_range(self.store, rel, start, end)
@@ -142,6 +188,20 @@ class MemoryFetch:
         self._ranges.shutdown(wait=True, cancel_futures=True)
         self.progress.close()
         self.local.close()
+
+
+def machine_memory() -> int:
+    """MemTotal + SwapTotal from /proc/meminfo (bytes): more than any cache on this machine can hold; a large
+    number where it cannot be read."""
+    total = 0
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith(("MemTotal:", "SwapTotal:")):
+                    total += int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return 1 << 62
+    return total or (1 << 62)
 
 
 def _data_offset(data: bytes, rec: dict[str, Any], where: str) -> int:

@@ -131,39 +131,77 @@ def write_hdf5(reader, out: Path, manifest: dict[str, Any], compression: str = "
     h5py = _h5py()
     if compression not in COMPRESSION:
         raise DataprepError(f"HDF5 compression is one of {list(COMPRESSION)}, not {compression!r}")
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    from ..temporaries import disk_refused, finished, quiet_hdf5_teardown, temporary, write_failure
+
+    tmp, record = temporary(out)  # `.NAME.tmp-PID-RANDOM`; those of killed conversions to `out` removed first
     try:
-        with h5py.File(tmp, "w") as f:
-            for split in manifest["splits"]:
-                g = f.require_group(split)
-                g.attrs["count"] = int(manifest["splits"][split]["count"])
-                g.attrs["shard_meta"] = json.dumps([reader.shard_meta(split, k) for k in range(len(manifest["splits"][split]["shards"]))])
-                plans = reader.plans(split)
-                for name, p in plans.items():
-                    kw: dict[str, Any] = {}
-                    if compression != "none" and p.total_rows:
-                        rows = max(1, (1 << 20) // max(1, int(np.prod(p.row_shape, dtype=np.int64)) * p.dtype.itemsize))
-                        kw = {"chunks": (min(rows, p.total_rows), *p.row_shape), "compression": compression, "shuffle": p.dtype.itemsize > 1}
-                    d = f.create_dataset(group_path(split, name), shape=p.shape, dtype=p.dtype, **kw)
-                    d.attrs["layout"] = "offsets" if p.is_offsets else "rows"
-                    if p.is_offsets:
-                        d.attrs["offsets_of"] = p.blob
-                    bases = plans[p.blob].starts if p.is_offsets else None
-                    for k, start in enumerate(p.starts):
-                        arr = reader.shard_array(split, k, name)
-                        if p.is_offsets:
-                            arr = arr[:-1] + bases[k]
-                        if len(arr):
-                            d[start : start + len(arr)] = arr
-                    if p.is_offsets:
-                        d[p.total_rows - 1] = plans[p.blob].total_rows
-            for fname, data in reader.attachments().items():
-                f.create_dataset(f"{ATTACHMENTS}/{fname}", data=np.frombuffer(data, np.uint8))
-            for key in ("format", "format_version", "kind"):
-                f.attrs[key] = manifest[key]
-            f.attrs["backend"] = "hdf5"
-            f.attrs["dataprep_manifest"] = json.dumps(manifest)  # last: a file without it is not a pack
+        _write_file(h5py, tmp, reader, manifest, compression)
         os.replace(tmp, out)
-    except BaseException:
+    except BaseException as e:
+        full = disk_refused(e)
         tmp.unlink(missing_ok=True)
+        if full:
+            quiet_hdf5_teardown()
+            err = write_failure(e, out, f"free space on that disk or choose another --out ({tmp.name} removed)")
+            # HDF5's own failure (its error stack quotes the errno), not one above it: the library may crash
+            # this interpreter at exit, so the CLI leaves at once after the message (cli/convert.py)
+            err.hdf5_unclean = "errno = " in str(e) or "file write failed" in str(e)
+            raise err from None
         raise
+    finally:
+        finished(tmp, record)
+
+
+def _write_file(h5py, tmp: Path, reader, manifest: dict[str, Any], compression: str) -> None:
+    """The pack's file at `tmp`, written whole, closed whether or not writing fails. After a full disk, HDF5
+    reports each of its objects failing to close (silenced: `quiet_hdf5_teardown`) and may crash the
+    interpreter at exit (HDF5's own teardown), which is why `convert` checks the free space first."""
+    import traceback
+
+    f = h5py.File(tmp, "x")  # created exclusively: never an existing file, nor through a symlink
+    try:
+        _fill(f, reader, manifest, compression)
+    except BaseException as e:
+        from ..temporaries import disk_refused, quiet_hdf5_teardown
+
+        if disk_refused(e):
+            quiet_hdf5_teardown()
+        traceback.clear_frames(e.__traceback__)  # the datasets the failed frames hold go while the file is open
+        try:
+            f.close()
+        except Exception:  # noqa: BLE001 - the first error is the one to report
+            pass
+        raise
+    f.close()
+
+
+def _fill(f, reader, manifest: dict[str, Any], compression: str) -> None:
+    for split in manifest["splits"]:
+        g = f.require_group(split)
+        g.attrs["count"] = int(manifest["splits"][split]["count"])
+        g.attrs["shard_meta"] = json.dumps([reader.shard_meta(split, k) for k in range(len(manifest["splits"][split]["shards"]))])
+        plans = reader.plans(split)
+        for name, p in plans.items():
+            kw: dict[str, Any] = {}
+            if compression != "none" and p.total_rows:
+                rows = max(1, (1 << 20) // max(1, int(np.prod(p.row_shape, dtype=np.int64)) * p.dtype.itemsize))
+                kw = {"chunks": (min(rows, p.total_rows), *p.row_shape), "compression": compression, "shuffle": p.dtype.itemsize > 1}
+            d = f.create_dataset(group_path(split, name), shape=p.shape, dtype=p.dtype, **kw)
+            d.attrs["layout"] = "offsets" if p.is_offsets else "rows"
+            if p.is_offsets:
+                d.attrs["offsets_of"] = p.blob
+            bases = plans[p.blob].starts if p.is_offsets else None
+            for k, start in enumerate(p.starts):
+                arr = reader.shard_array(split, k, name)
+                if p.is_offsets:
+                    arr = arr[:-1] + bases[k]
+                if len(arr):
+                    d[start : start + len(arr)] = arr
+            if p.is_offsets:
+                d[p.total_rows - 1] = plans[p.blob].total_rows
+    for fname, data in reader.attachments().items():
+        f.create_dataset(f"{ATTACHMENTS}/{fname}", data=np.frombuffer(data, np.uint8))
+    for key in ("format", "format_version", "kind"):
+        f.attrs[key] = manifest[key]
+    f.attrs["backend"] = "hdf5"
+    f.attrs["dataprep_manifest"] = json.dumps(manifest)  # last: a file without it is not a pack

@@ -172,7 +172,14 @@ def write_chunks(t: ChunkTask) -> int:
         data = reader.global_slice(t.split, t.name, t.a, t.b)
     finally:
         reader.close()
-    zarr.open_array(str(Path(t.store) / group_path(t.split, t.name)), mode="r+")[t.a : t.b] = data
+    try:
+        zarr.open_array(str(Path(t.store) / group_path(t.split, t.name)), mode="r+")[t.a : t.b] = data
+    except OSError as e:
+        from ..temporaries import disk_refused, write_failure
+
+        if disk_refused(e):  # an error no retry mends (a Dask engine retries what is not a DataprepError)
+            raise write_failure(e, getattr(e, "filename", None) or t.store, "free space on that disk or choose another --out") from None
+        raise
     return int(data.nbytes)
 
 
@@ -186,10 +193,12 @@ def write_zarr(reader, out: Path, manifest: dict[str, Any], compression: str = "
 
     if compression not in COMPRESSION:
         raise DataprepError(f"Zarr compression is one of {list(COMPRESSION)}, not {compression!r}")
+    from ..temporaries import disk_refused, finished, temporary, write_failure
+
     encoded = encoded_arrays(manifest)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp, record = temporary(out)  # `.NAME.tmp-PID-RANDOM`; those of killed conversions to `out` removed first
     try:
+        os.mkdir(tmp, 0o755)  # a new directory: never one that is there already, nor a symlink's target
         root = zarr.open_group(str(tmp), mode="w", zarr_format=3)
         tasks = []
         for split in manifest["splits"]:
@@ -220,6 +229,13 @@ def write_zarr(reader, out: Path, manifest: dict[str, Any], compression: str = "
         if out.exists():
             shutil.rmtree(out)
         os.rename(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException as e:
+        if os.path.isdir(tmp) and not os.path.islink(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+        if disk_refused(e):
+            raise write_failure(e, out, f"free space on that disk or choose another --out ({tmp.name} removed)") from None
+        if isinstance(e, DataprepError) and "cannot write it" in str(e) and str(tmp) in str(e):
+            raise DataprepError(f"{out}: {str(e).split(': ', 1)[1]} ({tmp.name} removed)") from None
         raise
+    finally:
+        finished(tmp, record)
