@@ -36,6 +36,8 @@ from dataprep.settings import BuildSettings
 from dataprep.sources import scan_imagenet
 from dataprep.synthetic import write_tree
 
+from .test_trust import _as_other_user
+
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "sEcReT-trust-remote-0d15ea5e"
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to fork a child that drops to another user (uid 65534)")
@@ -97,26 +99,7 @@ def run_child(args: list[str], timeout: float, env: dict | None = None) -> subpr
         pytest.fail(f"still busy after {timeout} s: {args[1:3]}")
 
 
-def as_other_user(fn) -> dict:
-    """fn() in a forked child that dropped to uid/gid 65534; what it returned."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(r)
-            os.setgroups([])
-            os.setgid(65534)
-            os.setuid(65534)
-            out = fn()
-        except BaseException as e:  # noqa: BLE001 - reported to the parent
-            out = {"error": f"{type(e).__name__}: {e}"}
-        os.write(w, json.dumps(out).encode())
-        os._exit(0)
-    os.close(w)
-    with os.fdopen(r) as f:
-        data = f.read()
-    os.waitpid(pid, 0)
-    return json.loads(data)
+as_other_user = _as_other_user  # the one fork-and-drop helper (tests/test_trust.py)
 
 
 @pytest.fixture

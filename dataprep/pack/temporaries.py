@@ -172,7 +172,8 @@ def _removable(path: Path) -> int | None:
     return pid
 
 
-def _remove(path: Path) -> None:
+def remove_path(path: Path) -> None:
+    """Whatever is at `path` (a file, a symlink itself, a directory), gone."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -197,7 +198,7 @@ def sweep(out: Path) -> list[Path]:
     for name in names:
         path = out.parent / name
         if name.startswith(prefix) and _removable(path) is not None:
-            _remove(path)
+            remove_path(path)
             gone.append(path)
     return gone
 
@@ -242,7 +243,7 @@ def clean_temporaries() -> tuple[list[tuple[str, int]], list[str]]:
         if _removable(path) is None:
             kept.append(t["path"])
             continue
-        _remove(path)
+        remove_path(path)
         removed.append((t["path"], t["bytes"]))
         try:
             os.unlink(t["record"])

@@ -49,7 +49,7 @@ import numpy as np
 
 from ..errors import DataprepError, PackError
 from ..pack.manifest import MANIFEST, check_manifest
-from ..pack.temporaries import cache_base, pid_alive, tree_bytes
+from ..pack.temporaries import cache_base, pid_alive, remove_path as _remove, tree_bytes
 from ..progress import Progress, reporter
 from ..safe_paths import atomic_write, make_private_dir, open_nofollow
 from .store import LATE, Store, deadline_for, time_left
@@ -613,19 +613,6 @@ class _Object:
         if self.attempt >= 2:
             return f"{self.store.where(self.rel)}: {what} (fetched twice)"
         return "again"
-
-
-def _remove(path: Path) -> None:
-    """Whatever is at `path` (a file, a symlink itself, a directory), gone."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
 
 
 def retried(fn, *args, what_stops: str | None = "missing"):

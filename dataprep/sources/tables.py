@@ -430,14 +430,10 @@ class _Skipped:
     detail: str
 
 
-class _Substream(io.RawIOBase):
-    """An IPC stream of some messages of a stream file (its schema, its dictionaries, one record batch) and
-    an end-of-stream marker, read from the file where they are: pyarrow then decodes that batch alone."""
+class _Seekable(io.RawIOBase):
+    """A read-only stream over `_size` bytes at position `_pos`: subclasses give `readinto`."""
 
-    def __init__(self, fd: int, ranges: list[tuple[int, int]]):
-        super().__init__()
-        self._fd, self._parts, self._pos = fd, ranges + [(-1, 8)], 0
-        self._size = sum(e - s if s >= 0 else e for s, e in self._parts)
+    _size = _pos = 0
 
     def readable(self) -> bool:
         return True
@@ -451,6 +447,16 @@ class _Substream(io.RawIOBase):
 
     def tell(self) -> int:
         return self._pos
+
+
+class _Substream(_Seekable):
+    """An IPC stream of some messages of a stream file (its schema, its dictionaries, one record batch) and
+    an end-of-stream marker, read from the file where they are: pyarrow then decodes that batch alone."""
+
+    def __init__(self, fd: int, ranges: list[tuple[int, int]]):
+        super().__init__()
+        self._fd, self._parts, self._pos = fd, ranges + [(-1, 8)], 0
+        self._size = sum(e - s if s >= 0 else e for s, e in self._parts)
 
     def readinto(self, b) -> int:
         out, at = bytearray(), 0
@@ -1267,7 +1273,7 @@ def _blank_segments(page: _Page, leaf) -> list[tuple[int, int, bytes | None]]:
     return out
 
 
-class _Blanked(io.RawIOBase):
+class _Blanked(_Seekable):
     """A Parquet file as pyarrow reads it with some pages replaced by blank ones of the same length (every
     offset the footer records stays right): pyarrow then reads the other rows of a row group without ever
     decompressing a page over the cap."""
@@ -1278,19 +1284,6 @@ class _Blanked(io.RawIOBase):
         self._size = os.fstat(self._fd).st_size
         self._pos = 0
         self._segments = sorted(s for page, leaf in blanks for s in _blank_segments(page, leaf))
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        self._pos = offset if whence == 0 else self._pos + offset if whence == 1 else self._size + offset
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
 
     def readinto(self, b) -> int:
         n = max(0, min(len(b), self._size - self._pos))
