@@ -25,10 +25,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from dataprep.images.build import build_images  # noqa: E402
-from dataprep.serve.cache import open_split  # noqa: E402
-from dataprep.pack.convert import convert  # noqa: E402
-from dataprep.settings import BuildSettings  # noqa: E402
 from dataprep.images.settings import ImageSettings  # noqa: E402
+from dataprep.pack.convert import convert  # noqa: E402
+from dataprep.serve.cache import open_split  # noqa: E402
+from dataprep.settings import BuildSettings  # noqa: E402
 from dataprep.sources import scan_imagenet  # noqa: E402
 from dataprep.synthetic import write_tree  # noqa: E402
 

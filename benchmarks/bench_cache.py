@@ -144,9 +144,9 @@ def main() -> int:
 
     from dataprep.images.build import build_images
     from dataprep.images.dataset import InMemoryImageDataset
+    from dataprep.images.settings import ImageSettings
     from dataprep.pack.backends import is_pack
     from dataprep.settings import BuildSettings
-    from dataprep.images.settings import ImageSettings
     from dataprep.sources import scan_imagenet
     from dataprep.synthetic import write_tree
 
@@ -157,7 +157,8 @@ def main() -> int:
             src = base / "src"
             if not src.exists():
                 write_tree(src, classes=10, per_class=a.images // 10, sizes=((a.size, a.size),), kind="index", ext=".png")
-            s = build_images(scan_imagenet(src), pack, BuildSettings(workers=2, overwrite=True), ImageSettings(size=a.size, resize="center-crop", mode="raw"))
+            s = build_images(scan_imagenet(src), pack, BuildSettings(workers=2, overwrite=True),
+                             ImageSettings(size=a.size, resize="center-crop", mode="raw"))
             print(f"built {s.written} images in {s.seconds:.1f} s")
         files = [p for p in pack.rglob("*.npy")]
         size = sum(p.stat().st_size for p in files)

@@ -24,8 +24,8 @@ sys.path.insert(0, str(HERE.parent))
 from dataprep.bench.serving import FileImageDataset, epoch_rate  # noqa: E402
 from dataprep.images.build import build_images  # noqa: E402
 from dataprep.images.dataset import InMemoryImageDataset  # noqa: E402
-from dataprep.settings import BuildSettings  # noqa: E402
 from dataprep.images.settings import ImageSettings  # noqa: E402
+from dataprep.settings import BuildSettings  # noqa: E402
 from dataprep.sources import scan_imagenet  # noqa: E402
 
 

@@ -178,16 +178,12 @@ def path_shares(ds) -> dict[str, float] | None:
 
 
 def gpu_module():
-    """dataprep.gpu (the GPU crop), wherever it is exposed yet; None while it does not exist."""
-    gpu = getattr(dataprep, "gpu", None) if "gpu" in getattr(dataprep, "__all__", ()) else None
-    for name in ("dataprep.gpu", "dataprep.images.gpu"):
-        if gpu is not None:
-            break
-        try:
-            gpu = importlib.import_module(name)
-        except ImportError:
-            gpu = None
-    return gpu if gpu is not None and hasattr(gpu, "RandomResizedCrop") else None
+    """dataprep.gpu (the GPU crop); None where it cannot be imported."""
+    try:
+        gpu = importlib.import_module("dataprep.gpu")
+    except ImportError:
+        return None
+    return gpu if hasattr(gpu, "RandomResizedCrop") else None
 
 
 def gpu_crop(raw_pack: Path, rounds: int, threads: int) -> dict:
@@ -196,7 +192,7 @@ def gpu_crop(raw_pack: Path, rounds: int, threads: int) -> dict:
     epochs after an untimed one (kernels loaded, pages touched). On CPU with `threads` torch threads."""
     gpu = gpu_module()
     if gpu is None:
-        return {"missing": "dataprep.gpu.RandomResizedCrop does not exist in this tree yet (dataprep/images/gpu.py)"}
+        return {"missing": "dataprep.gpu.RandomResizedCrop cannot be imported here (dataprep/gpu.py)"}
     ds = dataprep.InMemoryImageDataset(raw_pack)
     try:
         loader = dataprep.Loader(ds, BATCH, shuffle=True, indices=True)
@@ -320,7 +316,7 @@ def main() -> int:
             print(f"  region decode, candidate (nvImageCodec's libjpeg-turbo on CPU, only the box): {reg['region_ms']:.2f} ms "
                   f"vs OpenCV's full decode {reg['full_ms']:.2f} ms, interleaved: {reg['region_ms'] / reg['full_ms']:.2f}x "
                   f"the cost; pixels {'identical to' if reg['identical'] else 'DIFFERENT from'} the full decode's box "
-                  "(not a path the Loader takes: see the README)")
+                  "(not a path the Loader takes: see docs/serving.md)")
         print("decode paths taken over one epoch of Loader(num_workers=0), % of crops:")
         for k, sh in shares.items():
             print(f"  {k:15s} " + ("(the dataset counts no decode paths)" if sh is None else

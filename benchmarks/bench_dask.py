@@ -22,11 +22,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from dataprep.images.build import build_images  # noqa: E402
 from dataprep.engine import LocalEngine  # noqa: E402
 from dataprep.engine.dask import DaskEngine  # noqa: E402
-from dataprep.settings import BuildSettings  # noqa: E402
+from dataprep.images.build import build_images  # noqa: E402
 from dataprep.images.settings import ImageSettings  # noqa: E402
+from dataprep.settings import BuildSettings  # noqa: E402
 from dataprep.sources import scan_imagenet  # noqa: E402
 
 
@@ -60,7 +60,7 @@ def main() -> int:
         try:
             rates: dict[str, list[float]] = {"local process pool": [], "dask, local cluster (started per build)": [],
                                               "dask, existing scheduler + workers": []}
-            for r in range(a.rounds):
+            for _ in range(a.rounds):
                 s = build_images(source, tmp / "local", settings, image, engine=LocalEngine(a.workers))
                 rates["local process pool"].append(s.written / s.seconds)
                 t0 = time.perf_counter()

@@ -98,7 +98,7 @@ def main() -> None:
                        "copy=True": Loader(ds, BATCH, shuffle=True, num_workers=workers, indices=True, copy=True, **kw)}
             times = {(who, keep): [] for who in loaders for keep in (False, True)}
             bad = {who: 0 for who in loaders}
-            for who, ld in loaders.items():  # warm-up: fork workers, fill the cache
+            for ld in loaders.values():  # warm-up: fork workers, fill the cache
                 epoch(ld, False)
             for _ in range(args.rounds):
                 for keep in (False, True):

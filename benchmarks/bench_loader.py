@@ -26,9 +26,9 @@ from dataprep.images.build import build_images  # noqa: E402
 from dataprep.images.codec import decode_cv2  # noqa: E402
 from dataprep.images.dataset import InMemoryImageDataset  # noqa: E402
 from dataprep.images.resize import center_crop_into  # noqa: E402
+from dataprep.images.settings import ImageSettings  # noqa: E402
 from dataprep.serve.loader import Loader  # noqa: E402
 from dataprep.settings import BuildSettings  # noqa: E402
-from dataprep.images.settings import ImageSettings  # noqa: E402
 from dataprep.sources import scan_imagenet  # noqa: E402
 from dataprep.synthetic import write_tree  # noqa: E402
 

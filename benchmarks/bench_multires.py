@@ -23,8 +23,8 @@ import numpy as np  # noqa: E402
 
 from dataprep.images.build import build_images  # noqa: E402
 from dataprep.images.dataset import InMemoryImageDataset  # noqa: E402
-from dataprep.settings import BuildSettings  # noqa: E402
 from dataprep.images.settings import ImageSettings  # noqa: E402
+from dataprep.settings import BuildSettings  # noqa: E402
 from dataprep.sources import scan_imagenet  # noqa: E402
 
 

@@ -25,12 +25,12 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from dataprep.segmentation.dataset import SegmentationDataset  # noqa: E402
-from dataprep.serve.loader import Loader  # noqa: E402
-from dataprep.segmentation.build import build_segmentation  # noqa: E402
-from dataprep.segmentation.pairs import pair_by_stem  # noqa: E402
-from dataprep.settings import BuildSettings  # noqa: E402
 from dataprep.images.settings import ImageSettings  # noqa: E402
+from dataprep.segmentation.build import build_segmentation  # noqa: E402
+from dataprep.segmentation.dataset import SegmentationDataset  # noqa: E402
+from dataprep.segmentation.pairs import pair_by_stem  # noqa: E402
+from dataprep.serve.loader import Loader  # noqa: E402
+from dataprep.settings import BuildSettings  # noqa: E402
 
 
 def make_pairs(corpus: Path, root: Path) -> tuple[Path, Path]:

@@ -1,5 +1,5 @@
 """Peak memory of reading one big unit (issue 23): a Parquet row group, a plain tar and a gzip tar of N
-cells of `--kb` KB each, read whole through dataprep's readers (sources/tables.py TableReader,
+cells of `--kb` KB each, read whole through dataprep's readers (sources/parquet.py TableReader,
 sources/webdataset.py TarReader), for several N. Each read runs in a fresh process (the file written by
 another), which prints its peak RSS (VmHWM) before and after the read; the goal is a peak that stops
 growing with the unit.
@@ -57,7 +57,7 @@ def write(kind: str, path: str, rows: int, kb: int) -> None:
 
 def read(kind: str, path: str) -> None:
     if kind == "parquet":
-        from dataprep.sources.tables import scan_parquet
+        from dataprep.sources.parquet import scan_parquet
 
         src = scan_parquet([path], image_column="image", label_column="label")
     else:

@@ -135,7 +135,7 @@ def child(spec: dict) -> None:
 
         source = scan_webdataset([spec["path"]])
     else:
-        from dataprep.sources.tables import scan_parquet
+        from dataprep.sources.parquet import scan_parquet
 
         source = scan_parquet([spec["path"]], label_column="label")
     listed = time.perf_counter() - t0

@@ -22,9 +22,9 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.data import Dataset, default_collate  # noqa: E402
 
-from dataprep.tables.dataset import TabularDataset  # noqa: E402
 from dataprep.tables.build import build_table  # noqa: E402
 from dataprep.tables.columns import TableSettings  # noqa: E402
+from dataprep.tables.dataset import TabularDataset  # noqa: E402
 
 BATCH = 256
 

@@ -24,14 +24,14 @@ _LAZY = {
     "TokenDataset": ("dataprep.tokens.dataset", "TokenDataset"),
     "DocumentDataset": ("dataprep.tokens.dataset", "DocumentDataset"),
     "Schedule": ("dataprep.serve.progressive", "Schedule"),
-    "Normalize": ("dataprep.serve.gpu", "Normalize"),
-    "to_device": ("dataprep.serve.gpu", "to_device"),
+    "Normalize": ("dataprep.serve.transfer", "Normalize"),
+    "to_device": ("dataprep.serve.transfer", "to_device"),
     "ResolutionBatchSampler": ("dataprep.serve.progressive", "ResolutionBatchSampler"),
     "build_images": ("dataprep.images.build", "build_images"),
     "build_segmentation": ("dataprep.segmentation.build", "build_segmentation"),
     "build_volumes": ("dataprep.volumes.build", "build_volumes"),
     "read_manifest": ("dataprep.pack.backends", "read_manifest"),
-    "gpu": ("dataprep.images.gpu", None),  # dataprep.gpu.RandomResizedCrop: crops of a whole batch on the device
+    "gpu": ("dataprep.gpu", None),  # the submodule, imported on first use (torch): dataprep.gpu.RandomResizedCrop
 }
 
 __all__ = ["DataprepError", "PackError", "__version__", *_LAZY]

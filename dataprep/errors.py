@@ -9,6 +9,11 @@ class DataprepError(Exception):
     """Base class of every error dataprep raises on purpose."""
 
 
+class UsageError(DataprepError, ValueError):
+    """A caller passed an argument dataprep cannot take (an unknown option value, a size out of range); a
+    ValueError too, as Python's own functions raise for a bad value."""
+
+
 class SourceError(DataprepError):
     """The input tree is missing, empty or laid out in a way dataprep cannot read."""
 

@@ -4,8 +4,9 @@ of keeping tables keyed by kind; the storage layer (pack/) and serving (serve/) 
 
 A kind's package holds `field.py` with `fields_of(manifest)` (every field of such a pack),
 `served_fields(manifest, resolution)` (those a dataset holds by default, the served one first) and
-`summary(manifest)` (its lines in `dataprep info`), a build function and a dataset class. Adding a kind is one new package and one line below (ARCHITECTURE.md, "How to
-add a kind"). Nothing is imported until a kind is used.
+`summary(manifest)` (its lines in `dataprep info`), a build function and a dataset class. Adding a kind
+is one new package and one line below (ARCHITECTURE.md, "How to add a kind"). Nothing is imported until
+a kind is used.
 """
 from __future__ import annotations
 

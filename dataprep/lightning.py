@@ -23,9 +23,9 @@ import torch
 from .errors import DataprepError
 from .kinds import kind_of
 from .pack.backends import read_manifest
-from .serve.gpu import IMAGENET_MEAN, IMAGENET_STD, Normalize
 from .serve.loader import Loader
 from .serve.resume import epoch_left
+from .serve.transfer import IMAGENET_MEAN, IMAGENET_STD, Normalize
 
 IMAGE_KINDS = ("images", "segmentation")
 

@@ -12,8 +12,8 @@ from typing import Callable
 
 from .errors import PackError
 from .kinds import kind_of
-from .pack.backends import open_reader
 from .pack.arrays import LoadContext
+from .pack.backends import open_reader
 from .pack.manifest import MANIFEST, attachment_problems
 from .progress import reporter
 

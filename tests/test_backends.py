@@ -14,21 +14,20 @@ import torch
 pytest.importorskip("h5py", reason="needs h5py (a dependency of dataprep: pip install h5py)")
 
 from dataprep import InMemoryImageDataset, SegmentationDataset, TabularDataset, TokenDataset, VolumeDataset  # noqa: E402
-from dataprep.images.build import build_images  # noqa: E402
 from dataprep.cli import main  # noqa: E402
 from dataprep.errors import PackError  # noqa: E402
+from dataprep.images.build import build_images  # noqa: E402
+from dataprep.images.settings import ImageSettings  # noqa: E402
 from dataprep.pack.backends import detect, open_reader  # noqa: E402
 from dataprep.pack.convert import convert  # noqa: E402
-from dataprep.verify import verify_pack  # noqa: E402
 from dataprep.segmentation.build import build_segmentation  # noqa: E402
 from dataprep.segmentation.pairs import pair_by_stem  # noqa: E402
 from dataprep.settings import BuildSettings  # noqa: E402
-from dataprep.images.settings import ImageSettings  # noqa: E402
 from dataprep.sources import scan_files, scan_imagenet  # noqa: E402
 from dataprep.synthetic import write_segmentation_tree  # noqa: E402
+from dataprep.verify import verify_pack  # noqa: E402
 from dataprep.volumes.build import VolumeSettings, build_volumes  # noqa: E402
 from dataprep.volumes.read import VOLUME_EXTENSIONS  # noqa: E402
-
 
 
 def _has_zarr_3() -> bool:

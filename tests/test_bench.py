@@ -9,11 +9,11 @@ import pytest
 from click.testing import CliRunner
 
 from dataprep.bench.sweep import run_bench
-from dataprep.images.build import build_images
 from dataprep.cli import main
 from dataprep.images import codec as decoders
-from dataprep.settings import BuildSettings
+from dataprep.images.build import build_images
 from dataprep.images.settings import ImageSettings
+from dataprep.settings import BuildSettings
 from dataprep.sources import scan_imagenet
 
 from .conftest import corpus_dir

@@ -6,14 +6,14 @@ import shutil
 import numpy as np
 import pytest
 
-from dataprep.images.build import build_images
-from dataprep.images.dataset import InMemoryImageDataset
 from dataprep.engine import run_tasks
 from dataprep.errors import ImageDecodeError, PackExistsError, WorkerError
+from dataprep.images.build import build_images
+from dataprep.images.dataset import InMemoryImageDataset
+from dataprep.images.settings import ImageSettings
 from dataprep.pack.backends import read_manifest
 from dataprep.pack.manifest import FORMAT_VERSION
 from dataprep.settings import BuildSettings
-from dataprep.images.settings import ImageSettings
 from dataprep.sources import scan_folder, scan_imagenet
 from dataprep.synthetic import decode_index, index_colour
 

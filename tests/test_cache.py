@@ -12,18 +12,19 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from dataprep.pack.backends import read_manifest
+from dataprep.errors import DataprepError, PackError
 from dataprep.images.build import build_images
+from dataprep.images.dataset import InMemoryImageDataset
+from dataprep.images.settings import ImageSettings
+from dataprep.pack.arrays import Segments
+from dataprep.pack.backends import read_manifest
 from dataprep.serve import cache as cache_mod
 from dataprep.serve import shm as shm_mod
-from .conftest import own_segments
-from dataprep.images.dataset import InMemoryImageDataset
-from dataprep.errors import DataprepError, PackError
-from dataprep.pack.arrays import Segments
 from dataprep.settings import BuildSettings
-from dataprep.images.settings import ImageSettings
 from dataprep.sources import scan_imagenet
 from dataprep.synthetic import decode_index
+
+from .conftest import own_segments
 
 MODES = ["ram", "mmap", "shm"]
 

@@ -190,7 +190,7 @@ def ref_resize(crop: np.ndarray, oh: int, ow: int) -> np.ndarray:
     """The decode-path tests' resampling: the project's own (`resize_to`), so that they measure what the
     decode paths change; the resampling itself is held to PIL's filter and to exact pixel centres by the
     tests further down."""
-    from dataprep.images.crops import resize_to
+    from dataprep.images.resample import resize_to
 
     return resize_to(np.ascontiguousarray(crop), (oh, ow), "bilinear")
 
@@ -249,7 +249,7 @@ def test_every_decode_path_gives_the_reference_crop(packs):
         assert min(scores) >= floor, (path, scores)
         if path == "1/2":  # negative control: the reduced decode's box off by one reduced pixel fails the floor
             from dataprep.images.codec import decode_cv2_reduced
-            from dataprep.images.crops import warp_into
+            from dataprep.images.resample import warp_into
 
             off = np.empty((224, 224, 3), np.uint8)
             wrong = []
@@ -306,7 +306,7 @@ def test_center_crop_is_resize_256_then_center_224(packs, name, path, floor):
 def _shrink_scores(images, rng, lo: float, hi: float, out: int = 160, n: int = 4) -> dict[str, list[float]]:
     """PSNR against PIL's antialiased bilinear (torchvision's RandomResizedCrop on PIL images) of square
     crops shrunk by a ratio drawn from [lo, hi): the project's resampling, plain bilinear, area averaging."""
-    from dataprep.images.crops import resize_to
+    from dataprep.images.resample import resize_to
 
     got: dict[str, list[float]] = {"ours": [], "linear": [], "area": []}
     for im in images:
@@ -366,7 +366,7 @@ def test_resampling_puts_every_output_pixel_where_it_belongs(interpolation):
     """No path (plain, supersampled, area, an axis shrunk alone first) shifts the image by even 0.02 px,
     nor moves a pixel by 0.12. Negative control: one INTER_AREA call on a box enlarged along one axis
     (OpenCV's area filter is an average only when neither axis grows) shifts it by more than 0.1 px."""
-    from dataprep.images.crops import resize_to
+    from dataprep.images.resample import resize_to
 
     def ours(img, oh, ow):
         return resize_to(img, (oh, ow), interpolation)
@@ -386,7 +386,7 @@ def test_boxes_shrunk_along_one_axis_only_stay_close_to_pils_filter(packs, inter
     """Boxes enlarged along one axis and shrunk along the other, or kept along one: >= 40 dB from PIL's
     antialiased filter of the same name, on noisy photos. Negative control: one INTER_AREA call (a 2-tap
     filter off the pixel centres, for such boxes) falls below it."""
-    from dataprep.images.crops import resize_to
+    from dataprep.images.resample import resize_to
 
     raw = dataprep.InMemoryImageDataset(packs["raw"])
     im = np.asarray(raw.image(0))

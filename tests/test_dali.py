@@ -9,16 +9,15 @@ import pytest
 import torch
 
 from dataprep import InMemoryImageDataset
-from dataprep.images.build import build_images
 from dataprep.errors import DataprepError
-from dataprep.settings import BuildSettings
+from dataprep.images.build import build_images
+from dataprep.images.dali import DaliAugment, DaliImageLoader, DaliNormalize, gpu_count  # noqa: E402
 from dataprep.images.settings import ImageSettings
+from dataprep.settings import BuildSettings
 from dataprep.sources import scan_imagenet
 from dataprep.synthetic import decode_index
 
 from .conftest import corpus_dir
-
-from dataprep.images.dali import DaliAugment, DaliImageLoader, DaliNormalize, gpu_count  # noqa: E402
 
 try:
     import nvidia.dali  # noqa: F401
@@ -148,8 +147,8 @@ def test_cpu_eval_preset_resizes_then_center_crops_like_opencv(phase_pack):
 @pytest.mark.parametrize("wrong", ["nearest filter", "crop 1 px right", "resize 65", "no resize", "top-left crop"])
 def test_eval_geometry_check_fails_for_a_wrong_implementation(phase_pack, wrong, monkeypatch):
     """Negative controls, patched into the pipeline the loader builds (DALI ops, or the preset's resize)."""
-    from nvidia.dali import fn, types
     import nvidia.dali.math as dmath
+    from nvidia.dali import fn, types
 
     resize, cmn = fn.resize, fn.crop_mirror_normalize
     if wrong == "nearest filter":
@@ -172,7 +171,8 @@ def test_eval_geometry_check_fails_for_a_wrong_implementation(phase_pack, wrong,
 def test_two_shards_see_every_sample_once_per_epoch(index_pack, last_batch):
     ds = InMemoryImageDataset(index_pack, decode="none")
     n = len(ds)
-    shards = [_cpu(ds, 5, DaliAugment.train(32, area=(0.5, 1.0)), DaliNormalize.pixels("nhwc"), shard_id=k, num_shards=2, seed=3, last_batch=last_batch) for k in range(2)]
+    shards = [_cpu(ds, 5, DaliAugment.train(32, area=(0.5, 1.0)), DaliNormalize.pixels("nhwc"), shard_id=k, num_shards=2, seed=3,
+                   last_batch=last_batch) for k in range(2)]
     orders = []
     for epoch in range(2):
         seen = []

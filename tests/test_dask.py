@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from dataprep.images.build import build_images
 from dataprep.cli import main
 from dataprep.errors import DataprepError
-from dataprep.verify import verify_pack
-from dataprep.settings import BuildSettings
+from dataprep.images.build import build_images
 from dataprep.images.settings import ImageSettings
+from dataprep.settings import BuildSettings
 from dataprep.sources import scan_imagenet
+from dataprep.verify import verify_pack
 
 from .conftest import corpus_dir
 

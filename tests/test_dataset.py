@@ -7,11 +7,11 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
+from dataprep.errors import DataprepError, FormatVersionError, PackError
 from dataprep.images.build import build_images
 from dataprep.images.dataset import InMemoryImageDataset
-from dataprep.errors import DataprepError, FormatVersionError, PackError
-from dataprep.settings import BuildSettings
 from dataprep.images.settings import ImageSettings
+from dataprep.settings import BuildSettings
 from dataprep.sources import scan_imagenet
 from dataprep.synthetic import decode_index
 
@@ -94,14 +94,14 @@ def test_dataloader_sees_every_sample_once(packs, ctx, workers):
     ds = InMemoryImageDataset(packs["jpeg"])
     kw = dict(num_workers=workers, multiprocessing_context=ctx if workers else None)
     seen = []
-    for images, labels in DataLoader(ds, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(0), **kw):
+    for images, _labels in DataLoader(ds, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(0), **kw):
         assert images.shape[1:] == (3, 32, 32) and images.dtype == torch.uint8
         seen += [decode_index(im.permute(1, 2, 0).numpy()) for im in images]
     assert sorted(seen) == list(range(18))
     # whole batches through __getitem__(list): no collate work
     seen = []
     sampler = BatchSampler(SequentialSampler(ds), 5, drop_last=False)
-    for images, labels in DataLoader(ds, batch_size=None, sampler=sampler, **kw):
+    for images, _labels in DataLoader(ds, batch_size=None, sampler=sampler, **kw):
         seen += [decode_index(im.permute(1, 2, 0).numpy()) for im in images]
     assert seen == list(range(18))
 

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from dataprep.images.build import build_images
-from .conftest import own_segments
-from dataprep.settings import BuildSettings
 from dataprep.images.settings import ImageSettings
+from dataprep.settings import BuildSettings
 from dataprep.sources import scan_imagenet
+
+from .conftest import own_segments
 
 
 def free_port() -> int:

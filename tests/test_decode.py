@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dataprep.images.codec import decode_cv2, decode_pil
 from dataprep.errors import ImageDecodeError
 from dataprep.images import resize
+from dataprep.images.codec import decode_cv2, decode_pil
 from dataprep.images.decode import decode_source, sniff
 from dataprep.images.process import process_image
 from dataprep.images.settings import ImageSettings

@@ -12,12 +12,12 @@ import torch
 from PIL import Image
 
 from dataprep import InMemoryImageDataset
-from dataprep.images.build import build_images
 from dataprep.errors import DataprepError
-from dataprep.serve.gpu import Normalize
+from dataprep.images.build import build_images
 from dataprep.images.decode import decode_source, to_depth
-from dataprep.settings import BuildSettings
 from dataprep.images.settings import ImageSettings
+from dataprep.serve.transfer import Normalize
+from dataprep.settings import BuildSettings
 from dataprep.sources import scan_folder
 
 from .conftest import corpus_dir

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from dataprep.serve.gpu import IMAGENET_MEAN, IMAGENET_STD, Normalize, to_device
+from dataprep.serve.transfer import IMAGENET_MEAN, IMAGENET_STD, Normalize, to_device
 
 
 def test_normalize_matches_the_formula():

@@ -9,12 +9,12 @@ import pytest
 import torch
 from torch.utils.data import DistributedSampler
 
+from dataprep.errors import DataprepError, WorkerError
 from dataprep.images.build import build_images
 from dataprep.images.dataset import InMemoryImageDataset
-from dataprep.errors import DataprepError, WorkerError
+from dataprep.images.settings import ImageSettings
 from dataprep.serve.loader import Loader
 from dataprep.settings import BuildSettings
-from dataprep.images.settings import ImageSettings
 from dataprep.sources import scan_imagenet
 from dataprep.synthetic import decode_index
 

@@ -14,7 +14,8 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make
 
 
 def dry(target: str, stamp: Path, *args: str) -> list[str]:
-    out = subprocess.run(["make", "--no-print-directory", "-n", target, f"STAMP={stamp}", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(["make", "--no-print-directory", "-n", target, f"STAMP={stamp}", *args],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return out.stdout.splitlines()
 

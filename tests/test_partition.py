@@ -82,7 +82,7 @@ def test_every_sample_once_an_epoch_across_nodes_and_ranks(pack, workers):
     loaders = node_loaders(pack, num_workers=workers)
     full = dataprep.InMemoryImageDataset(pack)
     assert len(loaders[0].dataset) == 8 and len(loaders[0].dataset.shapes) == 8  # each node holds half
-    for epoch in range(2):
+    for _epoch in range(2):
         seen = [served(lo) for lo in loaders]
         everything = sorted(i for s in seen for i in s)
         assert everything == sorted(served(Loader(full, 6)))  # exactly once each, across the 4 ranks

@@ -7,15 +7,15 @@ import pytest
 from click.testing import CliRunner
 from torch.utils.data import DataLoader
 
-from dataprep.images.build import build_images
 from dataprep.cli import main
+from dataprep.errors import DataprepError, PackError
+from dataprep.images.build import build_images
 from dataprep.images.dataset import InMemoryImageDataset
 from dataprep.images.process import process_levels as _real_levels  # unpatched, for a negative control
-from dataprep.serve.progressive import ResolutionBatchSampler, Schedule
-from dataprep.errors import DataprepError, PackError
-from dataprep.pack.backends import read_manifest
-from dataprep.settings import BuildSettings
 from dataprep.images.settings import ImageSettings
+from dataprep.pack.backends import read_manifest
+from dataprep.serve.progressive import ResolutionBatchSampler, Schedule
+from dataprep.settings import BuildSettings
 from dataprep.sources import scan_folder, scan_imagenet
 from dataprep.synthetic import decode_index
 

@@ -8,16 +8,16 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from dataprep.errors import PackError
 from dataprep.images.build import build_images
 from dataprep.images.dataset import InMemoryImageDataset
-from dataprep.errors import PackError
+from dataprep.images.settings import ImageSettings
 from dataprep.pack.arrays import LoadContext, load_blob
+from dataprep.pack.backends import read_manifest
 from dataprep.pack.manifest import FORMAT, FORMAT_VERSION
 from dataprep.pack.names import check_manifest_names
-from dataprep.pack.backends import read_manifest
 from dataprep.pack.shard import write_shard
 from dataprep.settings import BuildSettings
-from dataprep.images.settings import ImageSettings
 from dataprep.sources import scan_imagenet
 
 json_values = st.recursive(
@@ -25,7 +25,8 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=12,
 )
-SLOW = settings(max_examples=int(__import__("os").environ.get("DATAPREP_EXAMPLES", 60)), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SLOW = settings(max_examples=int(__import__("os").environ.get("DATAPREP_EXAMPLES", 60)), deadline=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 @pytest.fixture(scope="module")

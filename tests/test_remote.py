@@ -10,9 +10,9 @@ from __future__ import annotations
 import fcntl
 import gc
 import json
-import re
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys

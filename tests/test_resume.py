@@ -4,9 +4,9 @@ workers), world-size changes, schedules over persistent workers, and what reache
 from __future__ import annotations
 
 import json
-from collections import Counter
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -238,7 +238,8 @@ def test_resuming_skips_without_decoding(packs, monkeypatch):
     loader.load_state_dict({**loader.state_dict(), "samples_consumed": 25})
     seen = []
     original = type(loader.dataset).fill_batch
-    monkeypatch.setattr(type(loader.dataset), "fill_batch", lambda self, idx, out, req=None: (seen.append(len(idx)), original(self, idx, out, req))[1])
+    monkeypatch.setattr(type(loader.dataset), "fill_batch",
+                        lambda self, idx, out, req=None: (seen.append(len(idx)), original(self, idx, out, req))[1])
     n = len(digests(loader))
     assert sum(seen) == len(loader.dataset) - 25 and n == len(seen)
 
@@ -250,7 +251,7 @@ def test_a_schedule_serves_each_epochs_size_through_persistent_workers(packs, wo
     sched = dataprep.Schedule.table(ds.resolutions, {0: 16, 1: 24, 2: 32})
     loader = Loader(ds, 4, schedule=sched, num_workers=workers)
     ring, pids = None, None
-    for epoch, size in enumerate((16, 24, 32)):
+    for _epoch, size in enumerate((16, 24, 32)):
         batches = [x.clone() for x, _ in loader]
         assert {tuple(x.shape[2:]) for x in batches} == {(size, size)}
         ref = dataprep.InMemoryImageDataset(packs["multires"], resolution=size)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from dataprep.bench.sweep import Run, overall_pick, table, Report, window_rates
+from dataprep.bench.sweep import Run, overall_pick, window_rates
 from dataprep.cli import main
 from dataprep.pack.arrays import Strings
 

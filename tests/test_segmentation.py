@@ -13,15 +13,15 @@ import torch
 from PIL import Image
 
 from dataprep.cli import main
-from dataprep.segmentation import transforms as joint
-from dataprep.segmentation.dataset import SegmentationDataset
 from dataprep.errors import DataprepError, ImageDecodeError, SourceError
-from dataprep.serve.loader import Loader
+from dataprep.images.settings import ImageSettings
+from dataprep.segmentation import transforms as joint
 from dataprep.segmentation.build import build_segmentation
+from dataprep.segmentation.dataset import SegmentationDataset
 from dataprep.segmentation.masks import LabelMap, resize_mask
 from dataprep.segmentation.pairs import pair_by_stem, pair_from_file
+from dataprep.serve.loader import Loader
 from dataprep.settings import BuildSettings
-from dataprep.images.settings import ImageSettings
 from dataprep.synthetic import SEG_PALETTE, write_segmentation_tree
 
 from .conftest import corpus_dir

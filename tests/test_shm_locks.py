@@ -3,7 +3,6 @@ holds and says what it did in one line, and a killed filler's half-filled segmen
 keeps its segments in a private directory (SHM_DIR here, DATAPREP_SHM_DIR for the children): the real
 /dev/shm/dataprep-UID is other processes' business."""
 import os
-import re
 import signal
 import subprocess
 import sys

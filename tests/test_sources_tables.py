@@ -287,7 +287,7 @@ def big_row_group(tmp_path) -> Path:
 
 def held_while_reading(path: Path) -> int:
     """Arrow memory held at any yield while the reader streams every row of the file (checking each row)."""
-    from dataprep.sources.tables import scan_parquet
+    from dataprep.sources.parquet import scan_parquet
 
     s = scan_parquet([str(path)], "train", "image", "label")
     sp = s.splits[0]
@@ -300,14 +300,14 @@ def held_while_reading(path: Path) -> int:
 
 
 def test_the_reader_holds_a_few_batches_never_the_row_group(big_row_group, monkeypatch):
-    from dataprep.sources import tables
+    from dataprep.sources import parquet
 
-    limit = 4 * tables.BATCH_ROWS * CELL  # a few batches: 8 MiB against the row group's 32 MiB
+    limit = 4 * parquet.BATCH_ROWS * CELL  # a few batches: 8 MiB against the row group's 32 MiB
     assert held_while_reading(big_row_group) < limit
     # negative controls: pyarrow's defaults (pre-buffered, unbuffered column chunks) and a whole read_row_group
-    monkeypatch.setattr(tables, "_parquet_file", lambda p: pq.ParquetFile(p))
+    monkeypatch.setattr(parquet, "_parquet_file", lambda p: pq.ParquetFile(p))
     assert held_while_reading(big_row_group) >= ROWS * CELL
-    monkeypatch.setattr(tables, "_unit_arrays", lambda p, f, u, c: iter([pq.ParquetFile(p).read_row_group(u, columns=[c]).column(0)]))
+    monkeypatch.setattr(parquet, "_unit_arrays", lambda p, f, u, c: iter([pq.ParquetFile(p).read_row_group(u, columns=[c]).column(0)]))
     assert held_while_reading(big_row_group) >= ROWS * CELL
 
 
@@ -315,7 +315,7 @@ def test_the_listing_reads_no_image(big_row_group):
     """The listing's peak Arrow memory (in a fresh process, from pyarrow's own count) is the labels', not the
     32 MiB of images; the same count after reading the image column shows the measure sees them."""
     code = ("import sys, pyarrow as pa, pyarrow.parquet as pq\n"
-            "from dataprep.sources.tables import scan_parquet\n"
+            "from dataprep.sources.parquet import scan_parquet\n"
             "s = scan_parquet([sys.argv[1]], 'train', 'image', 'label')\n"
             "print(len(s.splits[0].paths), pa.default_memory_pool().max_memory())\n"
             "pq.ParquetFile(sys.argv[1]).read_row_group(0, columns=['image'])\n"
@@ -348,7 +348,8 @@ def test_list_csv_reads_back_row_by_row(tmp_path, header, labels):
     label = (lambda i: names[i % 3]) if labels == "names" else (lambda i: str(i % 3))
     rows = [["path", "label", "caption"]] if header else []
     rows += [[f"img/{i}.png", label(i), f"caption {i}, with a comma"] for i in range(6)]
-    rows += [["img/404.png", label(0), "gone"], ["../outside.png", label(0), "out"], ["img/link.png", label(0), "out"], [str(root / "img" / "6.png"), label(6), "caption 6, with a comma"],
+    rows += [["img/404.png", label(0), "gone"], ["../outside.png", label(0), "out"], ["img/link.png", label(0), "out"],
+             [str(root / "img" / "6.png"), label(6), "caption 6, with a comma"],
              ["img/7.png", "", "no label"], ["img/7.png", label(7), "a", "b"]]
     lst = tmp_path / "lists" / "paths.csv"
     lst.parent.mkdir()
@@ -415,7 +416,7 @@ def test_strict_list_refuses_the_first_row_it_would_skip(tmp_path, row, source, 
 
 def test_strict_parquet_refuses_the_first_row_it_would_skip(tmp_path):
     from dataprep.errors import SourceError
-    from dataprep.sources.tables import scan_parquet
+    from dataprep.sources.parquet import scan_parquet
 
     pq.write_table(pa.table({"image": [png(0), png(1)], "label": [1, None]}), tmp_path / "t.parquet")
     assert [s["source"] for s in scan_parquet([str(tmp_path / "t.parquet")], label_column="label").splits[0].skipped] == ["t.parquet:1"]
@@ -430,7 +431,7 @@ def not_utf8(values: list[bytes]):
 
 def test_caption_or_label_cells_that_are_not_utf8_skip_only_their_rows(tmp_path):
     from dataprep.errors import SourceError
-    from dataprep.sources.tables import scan_parquet
+    from dataprep.sources.parquet import scan_parquet
 
     table = pa.table({"image": [png(i) for i in range(4)], "label": not_utf8([b"dog", b"cat", b"\xffemu", b"dog"]),
                       "caption": not_utf8([b"a", b"b\xc3", b"c", b"d"])})
@@ -445,7 +446,7 @@ def test_caption_or_label_cells_that_are_not_utf8_skip_only_their_rows(tmp_path)
 
 def test_integer_labels_that_are_ids_not_class_indices_are_refused(tmp_path):
     from dataprep.errors import SourceError
-    from dataprep.sources.tables import scan_parquet
+    from dataprep.sources.parquet import scan_parquet
 
     pq.write_table(pa.table({"image": [png(0), png(1), png(2)], "label": [17, 3_000_000, 0]}), tmp_path / "ids.parquet")
     with pytest.raises(SourceError, match=r"^ids.parquet:1: label 3000000 would make 3000001 classes .* give class names"):

@@ -1,5 +1,6 @@
 """Tables: real files from the corpus and synthetic frames; every conversion matches pandas' own values."""
 import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -7,12 +8,12 @@ import torch
 from click.testing import CliRunner
 
 from dataprep.cli import main
-from dataprep.tables.dataset import TabularDataset
 from dataprep.errors import DataprepError
-from dataprep.serve.loader import Loader
 from dataprep.pack.backends import read_manifest
+from dataprep.serve.loader import Loader
 from dataprep.tables.build import build_table
 from dataprep.tables.columns import TableSettings
+from dataprep.tables.dataset import TabularDataset
 
 from .conftest import corpus_dir
 

@@ -9,9 +9,9 @@ import torch
 from click.testing import CliRunner
 
 from dataprep.cli import main
-from dataprep.tokens.dataset import DocumentDataset, TokenDataset
 from dataprep.errors import DataprepError, PackError, SourceError
 from dataprep.pack.backends import read_manifest
+from dataprep.tokens.dataset import DocumentDataset, TokenDataset
 from dataprep.tokens.read import expand
 from dataprep.tokens.tokenize import TokenizeSettings, load_tokenizer, token_dtype, tokenize
 
@@ -405,11 +405,11 @@ def test_verify_catches_a_changed_or_missing_tokenizer_copy_on_every_backend(tmp
     problems = verify_pack(pack).problems
     assert len(problems) == 1 and problems[0][0] == str(copy) and "checksum mismatch" in problems[0][1]
     with pytest.raises(PackError, match="tokenizer.json: checksum mismatch"):
-        TokenDataset(pack, context=8).tokenizer
+        _ = TokenDataset(pack, context=8).tokenizer  # the property loads (and checks) the copy
     copy.unlink()
     assert [(p, w.split(";")[0]) for p, w in verify_pack(pack).problems] == [(str(copy), "missing")]
     with pytest.raises(PackError, match="tokenizer.json: missing"):
-        TokenDataset(pack, context=8).tokenizer
+        _ = TokenDataset(pack, context=8).tokenizer
 
 
 def test_a_pack_rebuilt_over_itself_with_its_own_tokenizer_copy(tmp_path, bpe_pack):
@@ -442,7 +442,7 @@ def test_packs_made_before_the_copy_still_load(tmp_path):
     ds = TokenDataset(old, context=4)
     assert len(ds) > 0 and ds.vocab_size == 284 and len(DocumentDataset(old)) == len(docs)  # it serves as before
     with pytest.raises(PackError, match="predates the tokenizer copy.*/somewhere/tokenizer.json"):
-        ds.tokenizer
+        _ = ds.tokenizer
 
 
 def test_a_vocabulary_over_65536_makes_a_uint32_pack_end_to_end(tmp_path):

@@ -199,7 +199,7 @@ def test_a_png_with_a_broken_data_stream_is_skipped_not_stored_half_black(tmp_pa
 
     bad = tmp_path / "bad.png"
     _broken_png(bad)
-    with pytest.raises(Exception):  # the control: Pillow itself refuses it
+    with pytest.raises(OSError):  # the control: Pillow itself refuses it ("broken data stream when reading image file")
         Image.open(bad).load()
     with pytest.raises(DataprepError, match="broken data stream|corrupt data|truncated"):
         decode_source(bad.read_bytes(), str(bad), ImageSettings(size=64))
@@ -216,12 +216,11 @@ def test_dataprep_leaves_pillows_globals_alone_and_still_refuses_truncated_files
             "import dataprep.images.decode, dataprep.images.build\nprint(ImageFile.LOAD_TRUNCATED_IMAGES)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "True", out.stderr
+    import cv2
     from PIL import ImageFile
 
     from dataprep.images.decode import decode_source
     from dataprep.synthetic import photo_like
-
-    import cv2
 
     ok, jpg = cv2.imencode(".jpg", photo_like(1, 120, 160))
     cut = jpg.tobytes()[: len(jpg) // 2]

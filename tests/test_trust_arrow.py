@@ -6,7 +6,6 @@ a negative return code, not a dead test run."""
 from __future__ import annotations
 
 import json
-import os
 import struct
 import subprocess
 import sys
@@ -20,8 +19,8 @@ from dataprep.synthetic import index_colour, index_image
 
 pa = pytest.importorskip("pyarrow", reason="needs pyarrow (the parquet and test extras)")
 pq = pytest.importorskip("pyarrow.parquet")
-import pyarrow.feather  # noqa: E402
-import pyarrow.ipc  # noqa: E402
+import pyarrow.feather  # noqa: E402, F401 (makes pa.feather available; pyarrow does not import it)
+import pyarrow.ipc  # noqa: E402, F401 (pa.ipc)
 
 STRUCT = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
 ROWS, BATCH = 8, 2  # rows of the small tables, in record batches (row groups) of 2
@@ -33,8 +32,10 @@ def png(i: int) -> bytes:
     return buf.tobytes()
 
 
-def table(n: int = ROWS, label_type=pa.int64()):
-    """Row i: png(i), label i % 2, a caption of its own length."""
+def table(n: int = ROWS, label_type=None):
+    """Row i: png(i), label i % 2 (int64 unless `label_type`), a caption of its own length."""
+    if label_type is None:
+        label_type = pa.int64()
     return pa.table({"image": pa.array([png(i) for i in range(n)], pa.binary()),
                      "label": pa.array([i % 2 for i in range(n)], label_type),
                      "caption": [f"caption {i}" + "x" * i for i in range(n)]})
@@ -198,7 +199,7 @@ def test_validation_cost_on_a_realistic_file(tmp_path, monkeypatch):
     bytes: printed, and bounded at a few percent of the read."""
     import time
 
-    from dataprep.sources import tables
+    from dataprep.sources import parquet
 
     rng = np.random.default_rng(0)
     cells = [rng.bytes(100_000 + int(rng.integers(0, 4096))) for _ in range(2000)]
@@ -216,15 +217,15 @@ def test_validation_cost_on_a_realistic_file(tmp_path, monkeypatch):
                 spent[0] += time.perf_counter() - start
         return wrapper
 
-    monkeypatch.setattr(tables, "_valid", timed(tables._valid))
-    monkeypatch.setattr(tables, "_exact_offsets", timed(tables._exact_offsets))
-    for path, fmt, units in ((tmp_path / "big.arrow", tables.ARROW_FILE, 20), (tmp_path / "big.parquet", tables.PARQUET, 4)):
-        rows = list(range(500 if fmt == tables.PARQUET else 100))
+    monkeypatch.setattr(parquet, "_valid", timed(parquet._valid))
+    monkeypatch.setattr(parquet, "_exact_offsets", timed(parquet._exact_offsets))
+    for path, fmt, units in ((tmp_path / "big.arrow", parquet.ARROW_FILE, 20), (tmp_path / "big.parquet", parquet.PARQUET, 4)):
+        rows = list(range(500 if fmt == parquet.PARQUET else 100))
         best = None
         for _ in range(3):
             spent[0], start, n = 0.0, time.perf_counter(), 0
             for unit in range(units):
-                n += sum(map(len, tables._read_unit(str(path), fmt, unit, "image", [str(r) for r in rows], rows)))
+                n += sum(map(len, parquet._read_unit(str(path), fmt, unit, "image", [str(r) for r in rows], rows)))
             total = time.perf_counter() - start
             assert n == sum(map(len, cells))
             best = (total, spent[0]) if best is None else min(best, (total, spent[0]))
@@ -318,7 +319,7 @@ def bomb_parquet(path: Path, size: int, rows: int = 6, at: int = 2, page_rows: i
     n = len(values) + 1
     levels = struct.pack("<I", 2) + _uvarint(n << 1) + (b"\x02" if hf else b"\x01")  # n values, all defined (an RLE run)
     frame = _zstd_zeros(levels + plain + struct.pack("<I", size), size, one_segment)
-    i32 = lambda v: bytes([1 << 4 | 5]) + _uvarint((v << 1) ^ (v >> 31))  # noqa: E731: the next field, an i32
+    i32 = lambda v: bytes([1 << 4 | 5]) + _uvarint((v << 1) ^ (v >> 31))  # noqa: E731 (the next field, an i32)
     for length in range(10, 40):  # a DATA_PAGE header of sizes that make header + body the old page's length
         head = i32(0) + i32(len(levels) + len(plain) + 4 + size) + i32(end - start - length) + bytes([2 << 4 | 12]) \
             + i32(n) + i32(0) + i32(3) + i32(3) + b"\0\0"
@@ -337,7 +338,7 @@ from dataprep.images.build import build_images
 from dataprep.images.settings import ImageSettings
 from dataprep.pack.backends import read_manifest
 from dataprep.settings import BuildSettings
-from dataprep.sources.tables import scan_parquet
+from dataprep.sources.parquet import scan_parquet
 path, out, cap, workers = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 build_images(scan_parquet([path], label_column="label", **({"max_bytes": cap} if cap else {})), out,
              BuildSettings(workers=workers), ImageSettings(size=16, mode="raw"))
@@ -409,7 +410,7 @@ def test_a_page_over_the_cap_as_pyarrow_writes_it_builds_its_other_rows(tmp_path
     from dataprep.images.build import build_images
     from dataprep.images.settings import ImageSettings
     from dataprep.settings import BuildSettings
-    from dataprep.sources.tables import scan_parquet
+    from dataprep.sources.parquet import scan_parquet
 
     (tmp_path / "imgs").mkdir()
     (tmp_path / "imgs" / "2.png").write_bytes(png(2))
@@ -431,21 +432,21 @@ def test_a_page_over_the_cap_as_pyarrow_writes_it_builds_its_other_rows(tmp_path
 def test_a_dictionary_page_over_the_cap_is_read_up_to_the_page_budget(tmp_path, monkeypatch):
     """pyarrow's writer puts a row group's first images in a dictionary page (100 images of 3 MB: one page
     of 286 MiB): over the cap, it is still read, whole, up to PAGE_BUDGET; past that its row group is skipped."""
-    from dataprep.sources import tables
+    from dataprep.sources import parquet, parquet_pages
 
     cells = [np.random.default_rng(i).bytes(50_000) for i in range(10)]
     pq.write_table(pa.table({"image": pa.array(cells, pa.binary()), "label": list(range(10))}), tmp_path / "d.parquet",
                    row_group_size=5)
 
     def read(cap):
-        source = tables.scan_parquet([str(tmp_path / "d.parquet")], label_column="label", max_bytes=cap)
+        source = parquet.scan_parquet([str(tmp_path / "d.parquet")], label_column="label", max_bytes=cap)
         split = source.splits[0]
         return list(split.reader.open(str(source.root), split.paths, split.locators))
 
     assert read(100_000) == cells  # dictionary pages of 250 KB over a 100 KB cap
-    monkeypatch.setattr(tables, "PAGE_BUDGET", 200_000)
+    monkeypatch.setattr(parquet_pages, "PAGE_BUDGET", 200_000)
     got = read(100_000)
-    assert all(isinstance(g, tables.ImageDecodeError) and g.reason == "too large" for g in got)
+    assert all(isinstance(g, parquet.ImageDecodeError) and g.reason == "too large" for g in got)
     assert "the size the dictionary page of column 'image' declares; its row group is not read" in got[0].detail
 
 
@@ -461,7 +462,7 @@ def test_arrow_cells_and_captions_over_the_cap_are_skipped_by_their_offsets(tmp_
     from dataprep.images.build import build_images
     from dataprep.images.settings import ImageSettings
     from dataprep.settings import BuildSettings
-    from dataprep.sources.tables import scan_parquet
+    from dataprep.sources.parquet import scan_parquet
 
     t = table()
     t = t.set_column(0, "image", pa.array([png(i) if i != 5 else bytes(5000) for i in range(ROWS)], pa.binary()))
@@ -575,7 +576,7 @@ from dataprep.errors import DataprepError
 from dataprep.images.build import build_images
 from dataprep.images.settings import ImageSettings
 from dataprep.settings import BuildSettings
-from dataprep.sources.tables import scan_parquet
+from dataprep.sources.parquet import scan_parquet
 import dataprep
 
 def data_labels(path, fmt):

@@ -10,16 +10,16 @@ import pytest
 import torch
 from PIL import Image
 
-from dataprep.volumes.transforms import RandomCrop3d, RandomFlip3d
-from dataprep.volumes.dataset import VolumeDataset
 from dataprep.errors import DataprepError, ImageDecodeError
+from dataprep.images.decode import to_depth
 from dataprep.serve.loader import Loader
 from dataprep.settings import BuildSettings
 from dataprep.sources import scan_files
 from dataprep.volumes.build import VolumeSettings, build_volumes
-from dataprep.images.decode import to_depth
+from dataprep.volumes.dataset import VolumeDataset
 from dataprep.volumes.read import VOLUME_EXTENSIONS, to_stored
 from dataprep.volumes.resample import resample
+from dataprep.volumes.transforms import RandomCrop3d, RandomFlip3d
 
 
 def _save_tiff(path: Path, vol: np.ndarray) -> None:

@@ -460,7 +460,8 @@ def test_names_starting_with_underscores_are_samples_as_in_webdataset(tmp_path, 
     from webdataset import tariterators
 
     with open(tar, "rb") as f:  # what WebDataset's own tar reading yields from the same tar
-        assert [x["__key__"] for x in tariterators.group_by_keys(tariterators.tar_file_expander([{"url": str(tar), "stream": f}]))] == ["__a", "d/__b", "c"]
+        files = tariterators.tar_file_expander([{"url": str(tar), "stream": f}])
+        assert [x["__key__"] for x in tariterators.group_by_keys(files)] == ["__a", "d/__b", "c"]
 
 
 @pytest.mark.parametrize("head", [b"<html>404</html>\n", b"\x28\xb5\x2f\xfd" + bytes(600)])

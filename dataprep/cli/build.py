@@ -271,7 +271,7 @@ def parquet(files, image_column, label_column, caption_column, split, tokenize, 
     URLs is refused: dataprep does not download (img2dataset does)."""
     import inspect
 
-    from ..sources.tables import scan_parquet
+    from ..sources.parquet import scan_parquet
 
     cap = {"max_bytes": kw["max_bytes"]} if "max_bytes" in inspect.signature(scan_parquet).parameters else {}
     run_image_build(scan_parquet(files, split, image_column, label_column, caption_column, strict=kw["strict"], **cap),

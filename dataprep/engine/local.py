@@ -18,7 +18,7 @@ from ..errors import DataprepError, WorkerError
 
 # fork on Linux: workers start in milliseconds, and a user's script without an `if __name__ ==
 # "__main__"` guard is not re-run in every worker (spawn re-imports __main__, which in a training
-# script means torch and everything else: measured 2x slower builds here). Workers use only
+# script means torch and everything else, slowing builds). Workers use only
 # Pillow, OpenCV (set to no threads, which is fork-safe) and numpy, never torch.
 _CTX = "fork" if "fork" in mp.get_all_start_methods() and sys.platform.startswith("linux") else "spawn"
 

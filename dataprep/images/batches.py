@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import DataprepError, PackError
 from ..pack.arrays import take_rows
 from ..serve.request import Request
-from . import crops
+from . import crops, resample
 from .captions import fill_caption_ids
 from .codec import decode_cv2_reduced, jpeg_header
 from .crops import CenterCrop, RandomResizedCrop
@@ -21,7 +21,10 @@ from .resize import center_crop_into
 
 
 class BatchFilling:
-    """What InMemoryImageDataset offers the Loader (serve/request.py's protocol)."""
+    """What InMemoryImageDataset offers the Loader: serve/contract.py's `Servable` (`batch_layout`,
+    `fill_batch`; `__len__` is the dataset's) and its hooks `WorkerInit`, `FillsRows` and `FillsParts`.
+    A mixin rather than a member object: the methods read the dataset's own arrays and settings, which
+    SegmentationDataset extends by overriding them."""
 
     def worker_init(self) -> None:
         """Run once in each Loader worker: one decoding thread per process (workers are the parallelism)."""
@@ -108,7 +111,7 @@ class BatchFilling:
     def _cut(self, plan, i: int, box, out: np.ndarray) -> None:
         """One crop of sample i into its batch row, decoding no more than it needs: from the smallest held
         resolution that gives at least the output size across the crop (resolution="all"), then at the
-        largest JPEG DCT scale-down that still does; the box is resampled exactly (crops.warp_into). The
+        largest JPEG DCT scale-down that still does; the box is resampled exactly (resample.warp_into). The
         path taken is counted in `decode_paths` (per process)."""
         oh, ow = out.shape[:2]
         h, w = (int(v) for v in self._shapes[i, :2])
@@ -128,7 +131,7 @@ class BatchFilling:
                     break
         store = self._stores[res]
         field = next(iter(store.fields.values()))
-        factor = crops.reduction(bh * scale, bw * scale, oh, ow) if not isinstance(plan, CenterCrop) else \
+        factor = resample.reduction(bh * scale, bw * scale, oh, ow) if not isinstance(plan, CenterCrop) else \
             next((f for f in (8, 4, 2) if min(h, w) * scale / f >= plan.resize), 1)
         if field.encoding != "jpeg":
             factor = 1
@@ -145,7 +148,7 @@ class BatchFilling:
         if factor > 1:  # libjpeg's reduced pixel k covers full pixels [k f, (k + 1) f): ceil sizes, exact origin
             ry, rx = int(store.arrays["shapes"][i, 0]), int(store.arrays["shapes"][i, 1])
             sy, sx = ry / h / factor, rx / w / factor
-        crops.warp_into(pixels, (t * sy, lft * sx, bh * sy, bw * sx), out)
+        resample.warp_into(pixels, (t * sy, lft * sx, bh * sy, bw * sx), out)
 
     def _decoded(self, store, field, i: int, factor: int, res) -> np.ndarray:
         """Sample i of a held resolution's store, decoded at 1/factor (JPEG) or as stored (raw)."""
@@ -179,7 +182,7 @@ class BatchFilling:
         """Image datasets' samples into their rows of one batch: parts of (dataset, idx, rows, request), as
         each dataset's fill_batch fills them (a Mixture's members, one request each: its epoch and seed,
         one crop and flip for all), with every part's crop boxes and flips drawn in one pass: a draw costs
-        numpy's overhead per call (~0.07 ms), paid once a batch, not once per member in it."""
+        numpy's overhead per call, so it is paid once a batch, not once per member in it."""
         crop, flip = parts[0][3].crop, parts[0][3].flip
         placed = [d._place(idx, out, req, rows) for d, idx, rows, req in parts]  # (idx, keys, at, row)
         plan = crop is not None and not isinstance(crop, (tuple, list))

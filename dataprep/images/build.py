@@ -21,8 +21,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ..driver import (BuildSummary, SplitSummary, build_shards, finish_shard, pack_header, prepare_output, reused_shard,
-                     task_fingerprint)
+from ..driver import BuildSummary, SplitSummary, build_shards, finish_shard, pack_header, prepare_output, reused_shard, task_fingerprint
 from ..engine import Engine
 from ..errors import DataprepError, ImageDecodeError
 from ..pack.fields import LabelField, StringsField
@@ -30,8 +29,8 @@ from ..pack.manifest import attachment_record, write_attachment, write_manifest
 from ..settings import BuildSettings
 from ..sources import FILES, FileReader, Source
 from ..sources.listing import capped
-from . import resize
 from ..text import TOKENIZER_FILE
+from . import resize
 from .captions import CaptionTokenizer, caption_tokenizer
 from .field import CAPTION, ImageField
 from .settings import ImageSettings

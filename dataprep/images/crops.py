@@ -6,6 +6,7 @@ uniform in `scale`, a log aspect ratio uniform in log(`ratio`), 10 attempts, the
 with the ratio clamped; it draws from serve/draws.py instead of a stateful generator, so a sample's
 box depends on (seed, epoch, index) only: any worker count, and a resumed run, gives the same boxes.
 `CenterCrop` is the evaluation transform: the shorter side resized to `resize`, then the center.
+How a box's pixels are resized into the output is images/resample.py's.
 """
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ import numpy as np
 
 from ..errors import DataprepError
 from ..serve import draws
+from .resample import INTERPOLATIONS, resize_into, resize_to
 
 _ATTEMPTS = 10
-_INTERPOLATIONS = ("bilinear", "nearest", "bicubic")
 
 
 def _size(size) -> tuple[int, int]:
@@ -29,8 +30,8 @@ def _size(size) -> tuple[int, int]:
 
 
 def _interpolation(name: str) -> str:
-    if name not in _INTERPOLATIONS:
-        raise DataprepError(f"interpolation must be one of {list(_INTERPOLATIONS)}, not {name!r}")
+    if name not in INTERPOLATIONS:
+        raise DataprepError(f"interpolation must be one of {list(INTERPOLATIONS)}, not {name!r}")
     return name
 
 
@@ -38,7 +39,7 @@ class RandomResizedCrop:
     """Cut a random box (area fraction in `scale`, aspect ratio in `ratio`) and resize it to `size`.
 
     "bilinear" is torchvision's antialiased bilinear (PIL's triangle filter, whose support grows with the
-    shrink), approximated in fewer operations than INTER_AREA's (see `_resize`); "bicubic" enlarges bicubic
+    shrink), approximated in fewer operations than INTER_AREA's (see images/resample.py); "bicubic" enlarges bicubic
     and shrinks by area averaging; "nearest" is nearest.
     """
 
@@ -62,9 +63,9 @@ class RandomResizedCrop:
         """(N, 4) int64 boxes (top, left, height, width) for images of the given sizes, drawn from
         (key, index) as torchvision's get_params draws them: up to 10 tries of an area and an aspect, the
         first that fits taken, else the whole image with its ratio clamped. Every try of every sample is
-        drawn in one pass (four streams per try, the boxes of trying one after another): try by try cost
-        0.2-0.4 ms a batch of up to 256, whatever its size (numpy's overhead per call), one pass 0.06-0.07 ms
-        up to 64. With `which`, `key` is a list of keys and sample k's is key[which[k]] (a Mixture's members
+        drawn in one pass (four streams per try, the boxes of trying one after another), because numpy's
+        cost per call, not per box, is what a batch of draws pays (figures: docs/benchmarks.md, "Costs the
+        code is shaped by"). With `which`, `key` is a list of keys and sample k's is key[which[k]] (a Mixture's members
         drawn in one pass)."""
         hh, ww = np.asarray(heights, np.int64), np.asarray(widths, np.int64)
         idx = np.asarray(idx, np.int64)
@@ -144,118 +145,13 @@ def flips(key: tuple[int, ...], idx, which: np.ndarray | None = None) -> np.ndar
 
 
 def flip_into(row: np.ndarray) -> None:
-    """Mirror one (H, W, C) batch row in place (OpenCV's flip: 30x a numpy reversed-stride copy)."""
+    """Mirror one (H, W, C) batch row in place (OpenCV's flip: far cheaper than a numpy reversed-stride copy)."""
     import cv2
 
     if row.shape[-1] > 4 or not row.flags.c_contiguous:  # beyond what OpenCV takes as channels
         row[...] = row[:, ::-1].copy()
         return
     cv2.flip(row, 1, dst=row)
-
-
-# Resampling, per axis (r: that axis's input/output ratio). Enlarging: bilinear (or bicubic). A "bilinear"
-# shrink: up to 1.25 plain bilinear (PIL's antialiased filter, which torchvision's names, is barely wider
-# there: within 40 dB of it on the corpus, a few dB further than INTER_AREA); up to 2.5, bilinear onto twice
-# the output then 2x2 means (a supersampled triangle: as close to PIL's filter as INTER_AREA, for about half
-# its cost; both axes, whichever needs it); beyond, area averaging of that axis first. Other shrinks
-# ("bicubic", "area"): area averaging.
-# An axis shrunk while the other is enlarged is shrunk alone first: OpenCV's INTER_AREA is an area average
-# only when neither axis grows. tests/test_crops.py holds the closeness and the geometry, README the cost.
-_PLAIN_UP_TO, _SUPERSAMPLED_UP_TO = 1.25, 2.5
-
-
-def _resize(src: np.ndarray, oh: int, ow: int, interpolation: str, dst: np.ndarray | None) -> np.ndarray:
-    import cv2
-
-    h, w = src.shape[:2]
-    ry, rx = h / oh, w / ow
-    grow = cv2.INTER_CUBIC if interpolation == "bicubic" else cv2.INTER_LINEAR
-    if interpolation == "nearest":
-        return cv2.resize(src, (ow, oh), dst=dst, interpolation=cv2.INTER_NEAREST)
-    if ry <= 1 and rx <= 1:
-        return cv2.resize(src, (ow, oh), dst=dst, interpolation=grow)
-    if interpolation != "bilinear" or (h % oh == 0 and w % ow == 0):  # area averaging (exact block means if whole)
-        if ry >= 1 and rx >= 1:
-            return cv2.resize(src, (ow, oh), dst=dst, interpolation=cv2.INTER_AREA)
-        src = cv2.resize(src, (ow, h) if rx > 1 else (w, oh), interpolation=cv2.INTER_AREA)  # the shrunk axis alone
-        return cv2.resize(src, (ow, oh), dst=dst, interpolation=grow)
-    if ry > _SUPERSAMPLED_UP_TO or rx > _SUPERSAMPLED_UP_TO:  # area-average the far-shrunk axes first, alone
-        src = cv2.resize(src, (ow if rx > _SUPERSAMPLED_UP_TO else w, oh if ry > _SUPERSAMPLED_UP_TO else h),
-                         interpolation=cv2.INTER_AREA)
-        h, w = src.shape[:2]
-        ry, rx = h / oh, w / ow
-    if ry <= _PLAIN_UP_TO and rx <= _PLAIN_UP_TO:
-        return cv2.resize(src, (ow, oh), dst=dst, interpolation=cv2.INTER_LINEAR)
-    # both axes twice over, even one shrunk less (a slight blur there, >= 40 dB from PIL): OpenCV's 2x2 means
-    # are vectorised, its 2x1 means take the generic area path at 8x the cost
-    mid = cv2.resize(src, (2 * ow, 2 * oh), interpolation=cv2.INTER_LINEAR)
-    return cv2.resize(mid, (ow, oh), dst=dst, interpolation=cv2.INTER_AREA)
-
-
-def _window(pixels: np.ndarray) -> np.ndarray:
-    """`pixels` as OpenCV takes it: a window of whole rows is passed as is, anything else copied."""
-    item = pixels.itemsize
-    rows_ok = pixels.strides[1] == item * (pixels.shape[2] if pixels.ndim == 3 else 1) and pixels.strides[-1] == item
-    return pixels if rows_ok and pixels.strides[0] > 0 else np.ascontiguousarray(pixels)
-
-
-def resize_to(pixels: np.ndarray, out_hw: tuple[int, int], interpolation: str) -> np.ndarray:
-    """`pixels` (H, W[, C]) resized to out_hw (antialiased when shrinking, see `_resize`); channels kept.
-    `interpolation="area"` shrinks by area averaging at any ratio."""
-    oh, ow = out_hw
-    if pixels.shape[:2] == (oh, ow):
-        return pixels
-    out = _resize(_window(pixels), oh, ow, interpolation, None)
-    return out.reshape(oh, ow, *pixels.shape[2:])
-
-
-def resize_into(pixels: np.ndarray, out: np.ndarray, interpolation: str) -> None:
-    """`pixels` (H, W[, C]) resized straight into `out` (a batch row), no intermediate copy."""
-    oh, ow = out.shape[:2]
-    if pixels.shape[:2] == (oh, ow):
-        out[...] = pixels
-        return
-    dst = out if out.flags.c_contiguous else None
-    res = _resize(_window(pixels), oh, ow, interpolation, dst)
-    if res is not dst:  # OpenCV allocated its own (a layout it does not write in place); channels broadcast
-        out[...] = res.reshape(oh, ow, -1) if out.ndim == 3 else res
-
-
-def reduction(box_h: float, box_w: float, out_h: int, out_w: int) -> int:
-    """The largest JPEG DCT scale-down (8, 4, 2, else 1) that keeps the box at least the output size."""
-    for f in (8, 4, 2):
-        if box_h / f >= out_h and box_w / f >= out_w:
-            return f
-    return 1
-
-
-def warp_into(pixels: np.ndarray, box, out: np.ndarray) -> None:
-    """Resample the float box (top, left, height, width, in `pixels`' own pixel units) into `out`: each
-    output pixel centre maps exactly into the box (no rounding of the box to the pixel grid). Plain
-    bilinear: callers (reduced decodes, smaller stored copies) keep the residual shrink under 2x, where
-    it aliases a little past 1.25x (those paths are held to 32 dB, not the full decode's 40); shrinks of 2x
-    or more are area-averaged first from the box rounded to whole pixels."""
-    import cv2
-
-    oh, ow = out.shape[:2]
-    t, l, bh, bw = (float(v) for v in box)
-    sy, sx = bh / oh, bw / ow
-    if sy >= 2 or sx >= 2:
-        # area-shrink the whole pixels around the box to about 1.5x the output first (resize maps the window
-        # onto the intermediate linearly, so the box's place in it is exact), then warp from there
-        h, w = pixels.shape[:2]
-        y0, x0 = max(0, int(np.floor(t))), max(0, int(np.floor(l)))
-        y1, x1 = min(h, int(np.ceil(t + bh))), min(w, int(np.ceil(l + bw)))
-        ih = max(1, int(round((y1 - y0) * 1.5 / sy))) if sy >= 2 else y1 - y0
-        iw = max(1, int(round((x1 - x0) * 1.5 / sx))) if sx >= 2 else x1 - x0
-        small = resize_to(pixels[y0:y1, x0:x1], (ih, iw), "area")
-        ky, kx = ih / (y1 - y0), iw / (x1 - x0)
-        warp_into(small, ((t - y0) * ky, (l - x0) * kx, bh * ky, bw * kx), out)
-        return
-    m = np.array([[sx, 0.0, l + 0.5 * sx - 0.5], [0.0, sy, t + 0.5 * sy - 0.5]])
-    src = pixels if pixels.flags.c_contiguous else np.ascontiguousarray(pixels)
-    res = cv2.warpAffine(src, m, (ow, oh), flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_REPLICATE)
-    out[...] = res.reshape(out.shape)
 
 
 def apply(plan, pixels: np.ndarray, box, out: np.ndarray, full_hw: tuple[int, int] | None = None) -> None:

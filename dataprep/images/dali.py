@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from ..errors import DataprepError
-from ..serve.gpu import IMAGENET_MEAN, IMAGENET_STD
+from ..serve.transfer import IMAGENET_MEAN, IMAGENET_STD
 
 INSTALL = ("DALI is not installed: pip install 'dataprep[dali]' (the CUDA 12 wheel, nvidia-dali-cuda120; "
            "for CUDA 13 drivers: pip install nvidia-dali-cuda130)")

@@ -17,8 +17,8 @@ from torch.utils.data import Dataset
 from ..errors import DataprepError, PackError
 from ..pack.arrays import take_rows
 from ..remote.fetch import resolve
-from ..serve.cache import open_split
 from ..serve import draws
+from ..serve.cache import open_split
 from ..serve.partition import partition_of
 from .batches import BatchFilling
 from .codec import DECODERS, jpeg_header

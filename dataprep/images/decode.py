@@ -16,8 +16,8 @@ import numpy as np
 from PIL import Image, ImageFile
 
 from ..errors import ImageDecodeError
-from .settings import ImageSettings
 from . import resize
+from .settings import ImageSettings
 
 # EXIF orientation -> Pillow transpose applied to make the image upright.
 _ORIENT = {

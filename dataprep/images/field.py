@@ -18,7 +18,6 @@ from ..errors import PackError
 from ..pack.arrays import BYTES, OFFSETS, SHAPES, LoadContext, blob_arrays, blob_shapes, load_blob, load_rows, rows_shape
 from ..pack.fields import Field, IdsField, LabelField, StringsField
 
-
 # What each role's arrays are called: the generic keys a field's `load` returns (its stored names add the
 # field's suffix). Distinct per role, so one split's fields load into one flat dict.
 ROLE_ARRAYS = {

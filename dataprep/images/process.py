@@ -9,11 +9,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ImageDecodeError
-from .settings import ImageSettings
-from . import resize
-from .decode import decode_source
-from .codec import encode_jpeg
 from ..sources.listing import read_source
+from . import resize
+from .codec import encode_jpeg
+from .decode import decode_source
+from .settings import ImageSettings
 
 
 @dataclass

@@ -7,7 +7,6 @@ from typing import Any
 
 from ..errors import DataprepError
 
-
 IMAGE_MODES = ("encoded", "raw")
 
 

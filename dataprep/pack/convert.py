@@ -19,8 +19,8 @@ from typing import Any
 from ..errors import DataprepError, PackExistsError
 from ..progress import reporter
 from .backends import BACKENDS, detect, is_pack, open_reader
-from .temporaries import (FULL, clean_temporaries, disk_refused, finished, pending_temporaries, quiet_hdf5_teardown,  # noqa: F401
-                          sweep, temporary, write_failure)
+from .temporaries import FULL, clean_temporaries, disk_refused, finished, pending_temporaries, quiet_hdf5_teardown, sweep, temporary, write_failure  # noqa: F401
+
 
 def free_bytes(path: Path) -> int | None:
     """Free bytes on the file system that holds `path` (or its nearest existing parent); None if unknown."""

@@ -11,8 +11,8 @@ import errno
 import functools
 import hashlib
 import io
-import math
 import json
+import math
 import os
 import shutil
 import socket

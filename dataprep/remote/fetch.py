@@ -49,11 +49,12 @@ import numpy as np
 
 from ..errors import DataprepError, PackError
 from ..pack.manifest import MANIFEST, check_manifest
-from ..pack.temporaries import cache_base, pid_alive, remove_path as _remove, tree_bytes
+from ..pack.temporaries import cache_base, pid_alive, tree_bytes
+from ..pack.temporaries import remove_path as _remove
 from ..progress import Progress, reporter
 from ..safe_paths import atomic_write, make_private_dir, open_nofollow
-from .store import LATE, Store, deadline_for, time_left
-from .urls import RemoteError, redact
+from .store import Store, deadline_for, time_left
+from .urls import RemoteError, RemoteNotFound, RemoteTimeout, redact
 
 BLOCK = 64 << 20  # bytes a request asks for (objects up to it in one GET, as s3fs cat does): what an interruption can cost
 CONCURRENCY = 16  # objects in flight
@@ -108,9 +109,7 @@ class RemotePack:
     def _manifest_bytes(self) -> bytes:
         try:
             return self.store.read(MANIFEST)
-        except RemoteError as e:
-            if "missing" not in str(e):
-                raise
+        except RemoteNotFound:
             if self.store.size("zarr.json") is not None:
                 raise PackError(f"{self.shown}: a Zarr pack; packs at URLs are npy packs (convert it: "
                                 "dataprep convert PACK --to npy --out URL)") from None
@@ -615,11 +614,11 @@ class _Object:
         return "again"
 
 
-def retried(fn, *args, what_stops: str | None = "missing"):
-    """fn(*args), tried ATTEMPTS times with backoff (0.25 s doubling) while it raises a RemoteError that
-    does not say `what_stops` (a missing object is not coming back; None: retry every RemoteError). All the
-    tries share one deadline (remote/store.py): a store that hangs is an error within it, not ATTEMPTS times
-    it."""
+def retried(fn, *args, what_stops: type[RemoteError] | None = RemoteNotFound):
+    """fn(*args), tried ATTEMPTS times with backoff (0.25 s doubling) while it raises a RemoteError that is
+    not a `what_stops` (a missing object is not coming back; None: retry every RemoteError) nor a
+    RemoteTimeout. All the tries share one deadline (remote/store.py): a store that hangs is an error within
+    it, not ATTEMPTS times it."""
     delay = 0.25
     with deadline_for():
         for attempt in range(ATTEMPTS):
@@ -627,8 +626,8 @@ def retried(fn, *args, what_stops: str | None = "missing"):
                 return fn(*args)
             except RemoteError as e:
                 left = time_left()
-                if (what_stops is not None and what_stops in str(e)) or attempt == ATTEMPTS - 1 or LATE in str(e) \
-                        or (left is not None and left <= delay):
+                if (what_stops is not None and isinstance(e, what_stops)) or attempt == ATTEMPTS - 1 \
+                        or isinstance(e, RemoteTimeout) or (left is not None and left <= delay):
                     raise
                 time.sleep(delay)
                 delay *= 2

@@ -10,8 +10,9 @@ it. An object's ranges are issued in order, `concurrency` at a time, and its fir
 (a manifest claiming terabytes for a small object costs a few requests, not millions); an object larger
 than that is looked up first, and its store's size must be the manifest's. What a load asks for must fit
 this machine's memory (RAM and swap) at all, or it is refused before anything is fetched. What a load
-has consumed is released immediately, so memory holds the cache plus the window. The bytes fetched are reported on stderr when it is a log and the fetch is long (dataprep/progress.py); on a
-terminal the cache's own loading line says how far the load is.
+has consumed is released immediately, so memory holds the cache plus the window. The bytes fetched are
+reported on stderr when it is a log and the fetch is long (dataprep/progress.py); on a terminal the
+cache's own loading line says how far the load is.
 """
 from __future__ import annotations
 

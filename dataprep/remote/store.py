@@ -1,12 +1,12 @@
 """An object store under one URL prefix: takes relative object names, gives their bytes (whole or a byte
 range), sizes and listings, and writes objects; every failure is a RemoteError naming the object by its
-redacted URL, a missing object said to be missing.
+redacted URL, a missing object said to be missing (RemoteNotFound), a refused request a RemoteDenied.
 
 Every call to a store that is not local has a deadline (DATAPREP_REMOTE_DEADLINE seconds, default 300; 0
 turns it off): an endpoint that accepts a connection and never answers, or trickles a byte at a time
-(which no socket timeout catches), is an error naming the object within it, never a hang. Retries of one
-request share its deadline (`deadline_for`). Async backends (s3fs, gcsfs, adlfs, http) cancel the request
-on their event loop; a synchronous backend's call is left to finish in a daemon thread.
+(which no socket timeout catches), is an error naming the object within it (RemoteTimeout), never a hang.
+Retries of one request share its deadline (`deadline_for`). Async backends (s3fs, gcsfs, adlfs, http) cancel
+the request on their event loop; a synchronous backend's call is left to finish in a daemon thread.
 """
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ import threading
 import time
 from pathlib import Path
 
-from .urls import RemoteError, open_store, redact, safe
+from .urls import RemoteError, RemoteNotFound, RemoteTimeout, open_store, redact, remote_error, safe
 
 DEADLINE_ENV = "DATAPREP_REMOTE_DEADLINE"
 DEADLINE = 300.0  # seconds one request (with its retries) may take, unless DATAPREP_REMOTE_DEADLINE says
 UPLOAD_RATE = 1 << 20  # bytes per second an upload is allowed at least, on top of the deadline
-LATE = "no complete answer within"  # in a deadline error's message (retrying it cannot help: its time is spent)
+LATE = "no complete answer within"  # in a RemoteTimeout's message
 _LOCAL = threading.local()
 
 
@@ -83,15 +83,15 @@ class Store:
         return f"{self.shown}/{rel}"
 
     def _timed(self, rel: str, name: str, *args, extra: float = 0.0, **kw):
-        """self.fs.<name>(*args, **kw) within the deadline (plus `extra` seconds); a RemoteError naming the
+        """self.fs.<name>(*args, **kw) within the deadline (plus `extra` seconds); a RemoteTimeout naming the
         object when it passes."""
         fn = getattr(self.fs, name)
         t = None if self.local else time_left()
         if t is None:
             return fn(*args, **kw)
         t += extra
-        late = RemoteError(f"{self.where(rel)}: {LATE} {t:.1f} s (a store that hangs, or trickles its answer; "
-                           f"{DEADLINE_ENV} sets this deadline in seconds)")
+        late = RemoteTimeout(f"{self.where(rel)}: {LATE} {t:.1f} s (a store that hangs, or trickles its answer; "
+                             f"{DEADLINE_ENV} sets this deadline in seconds)")
         if t <= 0:
             raise late
         coro = getattr(self.fs, "_" + name, None)
@@ -124,12 +124,12 @@ class Store:
     def _call(self, rel: str, what: str, name: str, *args, extra: float = 0.0, **kw):
         try:
             return self._timed(rel, name, *args, extra=extra, **kw)
-        except FileNotFoundError:
-            raise RemoteError(f"{self.where(rel)}: missing (no such object)") from None
         except RemoteError:
             raise
-        except Exception as e:  # s3fs, gcsfs and adlfs raise their own types; the message is what matters
-            raise RemoteError(f"{self.where(rel)}: cannot {what} ({safe(e, self.url)})") from None
+        except FileNotFoundError:
+            raise RemoteNotFound(f"{self.where(rel)}: missing (no such object)") from None
+        except Exception as e:  # s3fs, gcsfs and adlfs raise their own types; the message says what they said
+            raise remote_error(e, f"{self.where(rel)}: cannot {what} ({safe(e, self.url)})") from None
 
     def read(self, rel: str, start: int | None = None, end: int | None = None) -> bytes:
         """The object's bytes [start, end); empty past its end (S3 answers such a range 416, not data)."""
@@ -144,12 +144,12 @@ class Store:
         """The object's size, or None when there is none."""
         try:
             return int(self._timed(rel, "info", self.path(rel))["size"])
-        except FileNotFoundError:
-            return None
         except RemoteError:
             raise
+        except FileNotFoundError:
+            return None
         except Exception as e:
-            raise RemoteError(f"{self.where(rel)}: cannot look it up ({safe(e, self.url)})") from None
+            raise remote_error(e, f"{self.where(rel)}: cannot look it up ({safe(e, self.url)})") from None
 
     def write(self, rel: str, data: bytes) -> None:
         self._folder(rel)
@@ -167,23 +167,23 @@ class Store:
     def remove(self, rel: str) -> None:
         try:
             self._timed(rel, "rm_file", self.path(rel))
-        except FileNotFoundError:
-            pass
         except RemoteError:
             raise
+        except FileNotFoundError:
+            pass
         except Exception as e:
-            raise RemoteError(f"{self.where(rel)}: cannot remove it ({safe(e, self.url)})") from None
+            raise remote_error(e, f"{self.where(rel)}: cannot remove it ({safe(e, self.url)})") from None
 
     def listing(self) -> list[str]:
         """Every object under the prefix, relative to it."""
         try:
             found = self._timed("", "find", self.root)
-        except FileNotFoundError:
-            return []
         except RemoteError:
             raise
+        except FileNotFoundError:
+            return []
         except Exception as e:
-            raise RemoteError(f"{self.shown}: cannot list it ({safe(e, self.url)})") from None
+            raise remote_error(e, f"{self.shown}: cannot list it ({safe(e, self.url)})") from None
         root = self.root.rstrip("/") + "/"
         return sorted(p[len(root):] for p in found if p.startswith(root))
 

@@ -23,7 +23,6 @@ from .fetch import CONCURRENCY, retried
 from .store import Store
 from .urls import RemoteError
 
-
 PACK_OBJECT = re.compile(r"^[^/]+/[^/]+/[^/]+$")  # split/shard/file: what a pack (or an unfinished upload) holds
 
 

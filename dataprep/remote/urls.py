@@ -25,7 +25,28 @@ BUILTIN = ("file", "memory")  # fsspec alone serves these
 
 
 class RemoteError(DataprepError):
-    """An object store could not be reached, or an object is missing or damaged."""
+    """An object store could not be reached, or an object is missing or damaged. What went wrong is its
+    type where that decides what a caller does: `RemoteNotFound`, `RemoteDenied`, `RemoteTimeout`; any other
+    failure (a dropped connection, a store that answered with an error) is a RemoteError, worth a retry."""
+
+
+class RemoteNotFound(RemoteError, FileNotFoundError):
+    """The store holds no such object: it is not coming back, so it is not retried."""
+
+
+class RemoteDenied(RemoteError, PermissionError):
+    """The store refused the request (the credentials it was given do not allow it)."""
+
+
+class RemoteTimeout(RemoteError, TimeoutError):
+    """No complete answer within the deadline (remote/store.py): its time is spent, so it is not retried."""
+
+
+def remote_error(e: BaseException, message: str) -> RemoteError:
+    """The RemoteError carrying `message` for a backend's exception `e`: RemoteDenied when `e` is a
+    PermissionError (as s3fs raises for AccessDenied, InvalidAccessKeyId, ExpiredToken, ...), else a
+    RemoteError."""
+    return (RemoteDenied if isinstance(e, PermissionError) else RemoteError)(message)
 
 
 def is_url(path: Any) -> bool:
@@ -93,7 +114,7 @@ def open_store(url: str, storage_options: dict | None = None):
             raise DataprepError(f"{redact(url)}: no fsspec backend knows {scheme(url)}://") from None
         raise RemoteError(f"{redact(url)}: {safe(e, url)}") from None
     except Exception as e:  # a backend that fails to start (hdfs without its JVM, ...)
-        raise RemoteError(f"{redact(url)}: cannot open the store ({safe(e, url)})") from None
+        raise remote_error(e, f"{redact(url)}: cannot open the store ({safe(e, url)})") from None
     return fs, root.rstrip("/")
 
 

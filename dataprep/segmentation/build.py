@@ -14,16 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-
 from ..driver import BuildSummary, build_shards, finish_shard, pack_header, reused_shard, task_fingerprint
 from ..engine import LocalEngine
 from ..errors import ImageDecodeError, SourceError
 from ..images.build import image_fields
-from ..sources.listing import read_source
 from ..images.settings import ImageSettings
 from ..pack.fields import StringsField
 from ..pack.manifest import write_manifest
 from ..settings import BuildSettings
+from ..sources.listing import read_source
 from .field import MASK_SOURCES, MaskField, mask_key
 from .masks import LabelMap, MaskSettings, check_values, decode_mask, resize_mask
 from .pairs import PairSource
@@ -89,7 +88,8 @@ def build_pair_shard(task: PairShardTask) -> dict[str, Any]:
         except ImageDecodeError as e:
             if task.strict:
                 raise
-            skipped.append({"source": rel, "reason": e.reason, "detail": f"{os.path.basename(e.path)}: {e.detail}" if e.detail else os.path.basename(e.path)})
+            name = os.path.basename(e.path)
+            skipped.append({"source": rel, "reason": e.reason, "detail": f"{name}: {e.detail}" if e.detail else name})
             continue
         for k, (done, m) in enumerate(levels):
             images[k].append(done.data)

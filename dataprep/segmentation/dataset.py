@@ -12,11 +12,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from ..serve.request import Request
 from ..errors import DataprepError, PackError
 from ..images.dataset import InMemoryImageDataset
 from ..images.resize import center_crop_into
 from ..pack.arrays import take_rows
+from ..serve.request import Request
 from .field import mask_key, served_fields
 
 

@@ -167,7 +167,8 @@ def _colors_to_ids(rgb: np.ndarray, colors: dict[tuple[int, int, int], int], pat
     found = keys[pos] == packed
     if not found.all():
         bad = np.unique(packed[~found])[:4]
-        raise ImageDecodeError(path, "unknown colour", "colours " + ", ".join(f"{v >> 16},{(v >> 8) & 255},{v & 255}" for v in bad) + " are not in the label map")
+        raise ImageDecodeError(path, "unknown colour",
+                               "colours " + ", ".join(f"{v >> 16},{(v >> 8) & 255},{v & 255}" for v in bad) + " are not in the label map")
     return vals[pos]
 
 

@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-
 from ..errors import DataprepError, PackError
-from ..pack.backends import open_reader
 from ..pack.arrays import LoadContext
+from ..pack.backends import open_reader
 from ..pack.fields import Field
 from ..progress import Progress
 from .shm import ShmSegment, _nbytes

@@ -1,7 +1,7 @@
-"""The fast loader: takes a dataset that can fill batch buffers (`batch_layout` + `fill_batch`, see
-serve/request.py), gives the batches a DataLoader would, assembled in buffers allocated once instead of a
-new tensor per batch; with epochs that advance by themselves, shares per DDP rank, and a state that a
-checkpoint can save and a new process resume from mid-epoch.
+"""The fast loader: takes a dataset that can fill batch buffers (`batch_layout` + `fill_batch`: the
+serving contract, serve/contract.py), gives the batches a DataLoader would, assembled in buffers
+allocated once instead of a new tensor per batch; with epochs that advance by themselves, shares per
+DDP rank, and a state that a checkpoint can save and a new process resume from mid-epoch.
 
 - With no workers, batches are gathered (decoded packs) or decoded (JPEG packs) in the main process,
   into one of two reused buffers.
@@ -41,19 +41,19 @@ import multiprocessing as mp
 import os
 import sys
 import threading
-from multiprocessing.connection import wait
 import warnings
+from multiprocessing.connection import wait
 from typing import Any, Iterable, Iterator
 
 import numpy as np
 import torch
 
 from ..errors import DataprepError, WorkerError
+from . import contract
 from .order import rank_and_world, rank_batch_count, rank_batches
-from .resume import check_state, loader_state
 from .request import Request
+from .resume import check_state, loader_state
 from .workers import rows, serve_requests
-
 
 SMALL_FIELD = 1024  # bytes a sample: fields this small are served as fresh tensors, not slot views
 HOLD_BYTES = 1 << 30  # default bytes of spare ring slots for batches a caller keeps (reserved, not touched)
@@ -69,6 +69,8 @@ class Loader:
     (N, H, W, C)), labels int64.
 
     Args:
+        dataset: a dataprep dataset, or any that gives serve/contract.py's `Servable` (`__len__`,
+            `batch_layout`, `fill_batch`; docs/datasets.md); one lacking any is refused here.
         shuffle, seed: a new permutation every epoch, drawn from (seed, epoch). Every `iter()` starts the
             next epoch; `set_epoch(e)` selects the one the next `iter()` serves (and is passed on to a
             sampler that has it, such as DistributedSampler).
@@ -104,11 +106,8 @@ class Loader:
                  layout: str = "nchw", crop: Any = None, flip: bool = False, schedule=None,
                  rank: int | None = None, world_size: int | None = None, copy: bool = False,
                  indices: bool = False, prefetch: int = 2, timeout: float = 300.0, hold_bytes: int = HOLD_BYTES):
-        if not (hasattr(dataset, "batch_layout") and hasattr(dataset, "fill_batch")):
-            raise DataprepError(f"Loader serves dataprep datasets (InMemoryImageDataset, TokenDataset, TabularDataset, "
-                                f"Mixture, ...), which fill whole batches; a {type(dataset).__name__} does not: "
-                                "serve it with torch.utils.data.DataLoader")
-        if getattr(dataset, "transform", None) is not None or getattr(dataset, "joint", None) is not None:
+        contract.check_servable(dataset)  # once, here: a dataset lacking a required method never reaches a batch
+        if contract.attribute(dataset, "transform") is not None or contract.attribute(dataset, "joint") is not None:
             raise DataprepError("Loader serves uint8 batches and applies no per-sample transform: make the dataset "
                                 "without transform=, crop and flip with Loader(crop=dataprep.RandomResizedCrop(...), "
                                 "flip=True) and normalise on the GPU (dataprep.Normalize); or use torch's DataLoader")
@@ -121,12 +120,12 @@ class Loader:
                                 "the order; shuffle it there (DistributedSampler(shuffle=True))")
         if sampler is not None and (rank is not None or world_size is not None):
             raise DataprepError("pass a sampler or rank/world_size, not both: the Loader shards only its own order")
-        if shuffle and getattr(dataset, "ordered", False):
+        if shuffle and contract.flag(dataset, "ordered"):
             raise DataprepError(f"a {type(dataset).__name__} orders its samples itself (members shuffled, interleaved "
                                 "by weight): pass shuffle=False")
         if num_workers and "fork" not in mp.get_all_start_methods():
             raise DataprepError("Loader workers need the fork start method (Linux); use num_workers=0")
-        part = getattr(dataset, "partition", None)
+        part = contract.attribute(dataset, "partition")
         if part is not None and sampler is None:  # a node's ranks share the node's part
             if (rank, world_size) not in ((None, None), (part.local_rank, part.local_world)):
                 raise DataprepError(f"a partitioned dataset is shared by its node's ranks: rank {part.local_rank} of "
@@ -156,6 +155,7 @@ class Loader:
         self._gen = 0
         self._prefetched = None  # (key, thread, result) of the next epoch's order, drawn in the background
         self._resumed_len = None  # len() while a restored epoch is served (see __len__)
+        # image packs' own attributes (no part of the contract): only for this warning
         if schedule is not None and num_workers and getattr(dataset, "cache", None) == "ram" \
                 and len(set(getattr(dataset, "resolutions", []))) > 1:
             warnings.warn("a schedule over a multi-resolution pack with cache='ram': each worker loads each resolution "
@@ -186,7 +186,7 @@ class Loader:
 
     def request(self, epoch: int) -> Request:
         """What every batch of `epoch` carries to the workers (and checks the dataset can serve it)."""
-        res, crop = getattr(self.dataset, "resolution", None), self.crop
+        res, crop = contract.attribute(self.dataset, "resolution"), self.crop
         if self.schedule is not None:
             size = self.schedule(epoch)
             if crop is not None:
@@ -203,14 +203,14 @@ class Loader:
             return np.fromiter((int(i) for i in self.sampler), np.int64)
         n = len(self.dataset)
         if self.shuffle:
-            part = getattr(self.dataset, "partition", None)  # each node its own order: no pairing across nodes
+            part = contract.attribute(self.dataset, "partition")  # each node its own order: no pairing across nodes
             key = [self.seed, int(epoch)] + ([0x9A27, part.node] if part is not None else [])
             return np.random.default_rng(key).permutation(n)
         return np.arange(n, dtype=np.int64)
 
     def _order_of(self, epoch: int) -> np.ndarray:
         """The epoch's order, drawn by the thread `_prefetch` started during the epoch before when it was
-        this one (a permutation of 1M samples takes ~50 ms: hidden behind the previous epoch's batches).
+        this one (a permutation of millions of samples is worth hiding behind the previous epoch's batches).
         The thread is always joined here, so none is running when this Loader forks its workers (another
         Loader started in the middle of this one's epoch may fork while it runs: the thread holds no lock
         a forked worker needs)."""
@@ -403,8 +403,9 @@ class Loader:
         epoch, start = self._begin()
         if hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
-        if hasattr(self.dataset, "set_epoch"):
-            self.dataset.set_epoch(epoch)  # for indexing in this process; workers get the epoch with each request
+        set_epoch = contract.hook(self.dataset, "set_epoch")
+        if set_epoch is not None:
+            set_epoch(epoch)  # for indexing in this process; workers get the epoch with each request
         req = self.request(epoch)
         layout = self._layout(req)
         if self.sampler is None:
@@ -492,7 +493,7 @@ class Loader:
         skips checking that the positions are a run) and the epoch's order is the identity (no shuffle, no
         sampler), where a batch whose ends are len - 1 apart is a run (a padded last batch that wraps
         around to the epoch's start never is)."""
-        return bool(getattr(self.dataset, "fills_runs", False)) and not self.shuffle and self.sampler is None
+        return contract.flag(self.dataset, "fills_runs") and not self.shuffle and self.sampler is None
 
     def _with_workers(self, batches: list[np.ndarray], ring: dict[str, np.ndarray], req: Request, layout: dict,
                       runs: bool = False):

@@ -20,28 +20,44 @@ does. benchmarks/bench_resume.py compares a mixture's batches with one pack's.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from ..errors import DataprepError
-from . import draws
+from . import contract, draws
 from .plans import Joined, Plan
 from .request import Request
 
-
 PERMUTATION_LIMIT = 1 << 22  # members up to this many samples keep their shuffle as an array (int32: 16 MiB)
 # Positions a plan works out at once (a few plans kept per process). Arrays of 8,192 int64 stay under
-# malloc's 128 KiB mmap threshold: numpy's arithmetic on them costs ~8 ns an element, on 16,384 ~30.
+# malloc's 128 KiB mmap threshold, above which every temporary is a fresh mapping and numpy's arithmetic
+# costs several times as much an element.
 CHUNK = 1 << 13
+
+
+class Part(NamedTuple):
+    """One member's share of some positions of a mixture epoch: which member serves them, in which of its
+    epochs, at which rows of the positions (a slice where they are contiguous, else an int array), their
+    indices in the member and, where asked for and the member has them (contract.Addressed), its addresses
+    of them (else None)."""
+
+    member: int
+    epoch: int
+    rows: slice | np.ndarray
+    index: np.ndarray
+    addresses: np.ndarray | None = None
 
 
 class Mixture:
     """Datasets of one kind served as one, in proportion to `weights`.
 
     Args:
-        datasets: datasets whose batch layouts match (token packs of one context, image
-            packs of one size or served with one crop, ...).
+        datasets: datasets of one class whose batch layouts match (token packs of one context, image
+            packs of one size or served with one crop, ...), each giving serve/contract.py's `Servable`
+            (and, where it has them, its optional hooks: `FillsRows`, `FillsParts`, `Addressed`,
+            `Windowed`, `WorkerInit`, `independent_samples`, `classes`); one lacking a required method
+            is refused here.
         weights: positive numbers, normalised to sum to 1.
         seed: the key of each member's shuffles.
         samples: positions in one mixture epoch [default: with exhausted="stop", until the first member
@@ -83,10 +99,9 @@ class Mixture:
             raise DataprepError(f"weights: one positive number per dataset ({len(self.datasets)}), not {list(weights)}")
         if exhausted not in ("restart", "stop"):
             raise DataprepError(f"exhausted is 'restart' or 'stop', not {exhausted!r}")
-        for d in self.datasets:
-            if not (hasattr(d, "batch_layout") and hasattr(d, "fill_batch")):
-                raise DataprepError(f"a Mixture mixes dataprep datasets; a {type(d).__name__} cannot fill batches")
-            if getattr(d, "transform", None) is not None:
+        for m, d in enumerate(self.datasets):
+            contract.check_servable(d, member=m)
+            if contract.attribute(d, "transform") is not None:
                 raise DataprepError("a Mixture's members must have no per-sample transform (the Loader crops and flips)")
             if len(d) == 0:
                 raise DataprepError("a Mixture member is empty")
@@ -136,24 +151,24 @@ class Mixture:
         """Positions `idx` of mixture epoch `epoch` -> (member, index in the member, the member's epoch)."""
         idx = np.asarray(idx, np.int64)
         member, index, m_epoch = (np.empty(idx.shape, np.int64) for _ in range(3))
-        for m, e, rows, ix in self._groups(idx, epoch):
-            member.reshape(-1)[rows], index.reshape(-1)[rows], m_epoch.reshape(-1)[rows] = m, ix, e
+        for p in self._groups(idx, epoch):
+            member.reshape(-1)[p.rows], index.reshape(-1)[p.rows], m_epoch.reshape(-1)[p.rows] = p.member, p.index, p.epoch
         return member, index, m_epoch
 
-    def _groups(self, idx: np.ndarray, epoch: int) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
-        """(member, member epoch, rows of idx, indices in the member) for positions `idx` (flattened): a run
-        of positions (as the Loader asks) is sliced from a plan (`_plan`); scattered positions are worked
-        out one by one."""
+    def _groups(self, idx: np.ndarray, epoch: int) -> list[Part]:
+        """The parts of positions `idx` (flattened), their rows as arrays of rows of idx, without addresses:
+        a run of positions (as the Loader asks) is sliced from a plan (`_plan`); scattered positions are
+        worked out one by one."""
         idx = np.asarray(idx, np.int64).reshape(-1)
         n = idx.size
         if not n:
             return []
         run = self._run(idx)
         if run is not None:
-            return [(m, e, np.arange(n)[rows], index) for m, e, rows, index, _ in self._run_parts(*run, epoch)]
+            return [p._replace(rows=np.arange(n)[p.rows]) for p in self._run_parts(*run, epoch)]
         return self._scattered(idx, epoch)
 
-    def _scattered(self, idx: np.ndarray, epoch: int) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
+    def _scattered(self, idx: np.ndarray, epoch: int) -> list[Part]:
         """`_groups` for positions that are no run, worked out one by one."""
         n = idx.size
         if idx.min() < 0 or idx.max() >= self.samples:
@@ -179,11 +194,10 @@ class Mixture:
             raise IndexError(f"a position is out of range for a mixture epoch of {self.samples}")
         return lo, hi
 
-    def _run_parts(self, lo: int, hi: int, epoch: int, seed: int | None = None):
-        """Positions lo..hi-1 of `epoch` as parts of (member, member epoch, rows of the run (a slice where
-        they are contiguous), indices in the member, the member's addresses of them under Loader seed
-        `seed` (None: not asked, or the member has none)), sliced from the plan that holds the run: no
-        apportionment, shuffle or draw is worked out per batch."""
+    def _run_parts(self, lo: int, hi: int, epoch: int, seed: int | None = None) -> list[Part]:
+        """Positions lo..hi-1 of `epoch` as parts (rows: rows of the run, a slice where they are contiguous;
+        addresses: the member's under Loader seed `seed`, None where not asked or the member has none),
+        sliced from the plan that holds the run: no apportionment, shuffle or draw is worked out per batch."""
         plan, i = self._plan(lo, hi, epoch)
         n = hi - lo
         member, m_epoch, index = plan.member[i : i + n], plan.m_epoch[i : i + n], plan.index[i : i + n]
@@ -191,7 +205,7 @@ class Mixture:
         addr = self._plan_addresses(plan, seed)[i : i + n] if seed is not None and any(addressed) else None
         m0, e0 = int(member[0]), int(m_epoch[0])
         if (member == m0).all() and (m_epoch == e0).all():  # the whole run from one member epoch
-            return [(m0, e0, slice(0, n), index, addr if addressed[m0] else None)]
+            return [Part(m0, e0, slice(0, n), index, addr if addressed[m0] else None)]
         parts = []
         for m in np.flatnonzero(np.bincount(member, minlength=len(self.datasets))):
             rows = np.flatnonzero(member == m)
@@ -199,7 +213,7 @@ class Mixture:
             for e in range(int(epochs[0]), int(epochs[-1]) + 1):
                 mine = rows if epochs[0] == epochs[-1] else rows[epochs == e]
                 if len(mine):
-                    parts.append((int(m), e, mine, index[mine], addr[mine] if addr is not None and addressed[m] else None))
+                    parts.append(Part(int(m), e, mine, index[mine], addr[mine] if addr is not None and addressed[m] else None))
         return parts
 
     def _plan(self, lo: int, hi: int, epoch: int) -> tuple[Plan, int]:
@@ -241,20 +255,20 @@ class Mixture:
             rows = np.flatnonzero(held[:, 1:].reshape(-1)[:n] != before)
             if len(rows):  # a member's draws ascend along the positions
                 plan.member[rows] = m
-                for mm, e, r, k in self._draws(m, rows, before[rows], epoch, run=True):
-                    plan.index[r], plan.m_epoch[r] = k, e
-                    plan.groups.append((mm, e, r))
+                for p in self._draws(m, rows, before[rows], epoch, run=True):
+                    plan.index[p.rows], plan.m_epoch[p.rows] = p.index, p.epoch
+                    plan.groups.append((p.member, p.epoch, p.rows))
         return plan
 
     def _addressed(self) -> list[bool]:
-        """Which members have addresses (`addresses` and `fill_addresses`: a token pack's window starts)."""
-        return [hasattr(d, "addresses") and hasattr(d, "fill_addresses") for d in self.datasets]
+        """Which members have addresses (contract.Addressed: a token pack's window starts)."""
+        return [contract.has_hook(d, "addresses") and contract.has_hook(d, "fill_addresses") for d in self.datasets]
 
     def _plan_addresses(self, plan: Plan, seed: int) -> np.ndarray:
         """The addresses of a plan's positions under a Loader of `seed` (each in its member's own terms;
         members without addresses leave theirs unset), drawn for the whole plan, a call per (member,
-        member epoch), the first time a batch needs them: a draw costs ~20 us a call plus ~7 ns a
-        position, so a plan's costs ~3 us a batch of 256, where a batch's own would cost ~20."""
+        member epoch), the first time a batch needs them: a draw's cost is mostly per call, so one for the
+        plan is cheaper a batch than one per batch."""
         got = plan.addresses.get(seed)
         if got is None:
             addressed = self._addressed()
@@ -271,16 +285,16 @@ class Mixture:
         """Member m's addresses, refused unless they are rows of its windows (where it has them): a joined
         gather (`Joined`) must never index past a member's own rows."""
         d = self.datasets[m]
-        if hasattr(d, "windows") and len(addresses):
+        if contract.has_hook(d, "windows") and len(addresses):
             n = len(d.windows())
             if int(addresses.min()) < 0 or int(addresses.max()) >= n:
                 raise DataprepError(f"Mixture member {m} ({type(d).__name__}) gave window starts outside its {n} windows "
                                     f"({int(addresses.min())}..{int(addresses.max())}); nothing is read past them")
         return addresses
 
-    def _draws(self, m: int, rows: np.ndarray, rank: np.ndarray, epoch: int, run: bool):
-        """Member m's draws number `rank` (of mixture epoch `epoch`) -> groups of (member, member epoch,
-        rows, index in the member): a draw past the member's length falls in its next epoch (restart)."""
+    def _draws(self, m: int, rows: np.ndarray, rank: np.ndarray, epoch: int, run: bool) -> list[Part]:
+        """Member m's draws number `rank` (of mixture epoch `epoch`) at `rows` -> its parts, one per member
+        epoch: a draw past the member's length falls in its next epoch (restart)."""
         if self.exhausted == "stop":
             parts = [(int(epoch), rows, rank)]
         else:
@@ -295,8 +309,8 @@ class Mixture:
             else:
                 es = drawn // length
                 parts = [(int(e), rows[es == e], drawn[es == e] - int(e) * length) for e in range(e0, e1 + 1)]
-        shuffled = self.shuffle and not getattr(self.datasets[m], "independent_samples", False)
-        return [(m, e, r, self._order(m, e, k) if shuffled else k) for e, r, k in parts if len(r)]
+        shuffled = self.shuffle and not contract.flag(self.datasets[m], "independent_samples")
+        return [Part(m, e, r, self._order(m, e, k) if shuffled else k) for e, r, k in parts if len(r)]
 
     def _order(self, m: int, e: int, k: np.ndarray) -> np.ndarray:
         """Position k of member m's shuffle in its epoch e: a permutation array held for members of up to
@@ -307,8 +321,8 @@ class Mixture:
             return draws.permuted(n, (draws.MIXTURE, self.seed, m, e), k)
         cache = self.__dict__.setdefault("_orders", {})
         if cache.get(m, (None,))[0] != e:
-            key = [w & 0xFFFFFFFFFFFFFFFF for w in (draws.MIXTURE, self.seed, m, e)]  # 3x faster than argsorting draws
-            order = np.arange(n, dtype=np.int32)  # the permutation Generator.permutation(n) gives, 1.4x faster
+            key = [w & 0xFFFFFFFFFFFFFFFF for w in (draws.MIXTURE, self.seed, m, e)]  # cheaper than argsorting draws
+            order = np.arange(n, dtype=np.int32)  # the permutation Generator.permutation(n) gives, cheaper
             np.random.default_rng(key).shuffle(order)
             cache[m] = (e, order)
         return cache[m][1][k]
@@ -338,9 +352,11 @@ class Mixture:
         return tuple(torch.from_numpy(v[0, ...]) for v in out.values())  # [0, ...]: a label a 0-d array, not a scalar
 
     def worker_init(self) -> None:
+        """Each member's worker_init (contract.WorkerInit), where it has one."""
         for d in self.datasets:
-            if hasattr(d, "worker_init"):
-                d.worker_init()
+            init = contract.hook(d, "worker_init")
+            if init is not None:
+                init()
 
     def batch_layout(self, request: Request | None = None):
         request = request or Request()
@@ -357,87 +373,118 @@ class Mixture:
 
     def fill_batch(self, idx, out: dict[str, np.ndarray], request: Request | None = None,
                    rows: np.ndarray | None = None) -> None:
-        """Fill the batch (or its rows `rows`) with positions `idx` (or a range of them): token members
-        that line up (one dtype and context, `Joined`) by one gather of their windows through the joined
-        view, at the window starts drawn for the plan; image members all at once (`fill_parts`: their
-        crops and flips drawn in one pass); other members each their own rows (token members at the
-        plan's starts), a contiguous share straight into the batch, scattered rows in place where the
-        member can (`fills_rows`: tokens, tables, mixtures), else through a buffer of their own."""
+        """Fill the batch (or its rows `rows`) with positions `idx` (or a range of them). A run of positions
+        (the Loader's case) is sliced from a plan: through the members' joined view where they line up
+        (`_fill_joined`), else member by member (`_fill_run`); scattered positions are worked out one by
+        one (`_fill_scattered`)."""
         r = request or Request()
         if isinstance(idx, range) and idx.step == 1:
             if not len(idx):
                 return
             if idx.start < 0 or idx.stop > self.samples:
                 raise IndexError(f"a position is out of range for a mixture epoch of {self.samples}")
-            idx, run = None, (idx.start, idx.stop)
+            run = (idx.start, idx.stop)
         else:
             idx = np.asarray(idx, np.int64).reshape(-1)
             if not idx.size:
                 return
             run = self._run(idx)
-        if run is not None:
-            join = self._join()
-            if join is not None:  # one gather: each position's address, shifted to its member's rows of the view
-                plan, i = self._plan(*run, r.epoch)
-                at = slice(i, i + run[1] - run[0])
-                self.datasets[0].fill_raw(join.view[self._plan_addresses(plan, r.seed)[at] + join.shift[plan.member[at]]],
-                                          out, rows)
-                return
-            parts = self._run_parts(*run, r.epoch, r.seed)
+        if run is None:
+            self._fill_scattered(idx, out, r, rows)
+            return
+        join = self._join()
+        if join is not None:
+            self._fill_joined(run, join, out, r, rows)
         else:
-            parts = [(m, e, mine, index, None) for m, e, mine, index in self._scattered(idx, r.epoch)]
+            self._fill_run(run, out, r, rows)
+
+    def _fill_joined(self, run: tuple[int, int], join: Joined, out: dict[str, np.ndarray], r: Request, rows) -> None:
+        """Token members that line up (one dtype and context): one gather of the run's windows through the
+        joined view, at the window starts drawn for the plan (each shifted to its member's rows of the view),
+        converted into the batch by the first member (contract.Windowed)."""
+        plan, i = self._plan(*run, r.epoch)
+        at = slice(i, i + run[1] - run[0])
+        self.datasets[0].fill_raw(join.view[self._plan_addresses(plan, r.seed)[at] + join.shift[plan.member[at]]],
+                                  out, rows)
+
+    def _fill_run(self, run: tuple[int, int], out: dict[str, np.ndarray], r: Request, rows) -> None:
+        """A run of positions, sliced from its plan into the members' parts (token members at the plan's
+        window starts), each filled into its rows."""
+        self._fill_members(self._run_parts(*run, r.epoch, r.seed), out, r, rows)
+
+    def _fill_scattered(self, idx: np.ndarray, out: dict[str, np.ndarray], r: Request, rows) -> None:
+        """Positions that are no run, their members and indices worked out one by one."""
+        self._fill_members(self._scattered(idx, r.epoch), out, r, rows)
+
+    def _fill_members(self, parts: list[Part], out: dict[str, np.ndarray], r: Request, rows) -> None:
+        """The members' parts of a batch into their rows (`rows`: the batch rows the positions fill, None for
+        out's first ones), then their labels renumbered into the mixture's classes where they need it."""
         self._fill_parts(parts, out, r, rows)
         if self._luts is not None and self._label_key in out:
             self._relabel(parts, out[self._label_key], rows)
 
-    def _relabel(self, parts, labels: np.ndarray, rows) -> None:
+    def _relabel(self, parts: list[Part], labels: np.ndarray, rows) -> None:
         """Each member's labels in the batch renumbered into the mixture's classes (labels="by_name" or
         "offset"), once the member has filled its rows."""
-        for m, _, mine, _, _ in parts:
-            lut = self._luts[m]
+        for p in parts:
+            m, lut = p.member, self._luts[p.member]
             if lut is None:
                 continue
-            at = mine if rows is None else np.asarray(rows)[mine]
+            at = p.rows if rows is None else np.asarray(rows)[p.rows]
             got = labels[at]
             if got.size and (int(got.min()) < 0 or int(got.max()) >= len(lut)):
                 raise DataprepError(f"Mixture member {m} ({_name(self.datasets[m], m)}) served label "
                                     f"{int(got.min()) if int(got.min()) < 0 else int(got.max())} outside its {len(lut)} classes")
             labels[at] = lut[got]
 
-    def _fill_parts(self, parts, out: dict[str, np.ndarray], r: Request, rows) -> None:
-        """The members' parts of a batch, each into its rows (fill_batch's cases)."""
-        many = getattr(type(self.datasets[0]), "fill_parts", None)  # members of one kind filling a batch together
-        if many is not None and len(parts) > 1 and all(p[4] is None for p in parts):
-            many([(self.datasets[m], index, mine if rows is None else np.asarray(rows)[mine],
-                   Request(e, member_seed(r.seed, m), r.resolution, r.crop, r.flip)) for m, e, mine, index, _ in parts], out)
+    def _fill_parts(self, parts: list[Part], out: dict[str, np.ndarray], r: Request, rows) -> None:
+        """The members' parts of a batch, each into its rows: all in one call where the members' class fills
+        parts together (contract.FillsParts: image members, their crops and flips drawn in one pass), else
+        each its own (`_fill_part`)."""
+        many = contract.fill_parts_of(self.datasets[0])
+        if many is not None and len(parts) > 1 and all(p.addresses is None for p in parts):
+            many([(self.datasets[p.member], p.index, p.rows if rows is None else np.asarray(rows)[p.rows],
+                   self._member_request(r, p)) for p in parts], out)
             return
-        for m, e, mine, index, addresses in parts:
-            d = self.datasets[m]
-            at = mine if rows is None else np.asarray(rows)[mine]
-            if addresses is not None:
-                d.fill_addresses(addresses, out, at)
-                continue
-            req = Request(e, member_seed(r.seed, m), r.resolution, r.crop, r.flip)
-            if isinstance(at, slice):
-                d.fill_batch(index, {k: v[at] for k, v in out.items()}, req)
-                continue
-            a, b = int(at[0]), int(at[-1]) + 1
-            if b - a == len(at):
-                d.fill_batch(index, {k: v[a:b] for k, v in out.items()}, req)
-            elif getattr(d, "fills_rows", False):
-                d.fill_batch(index, out, req, rows=at)
-            else:
-                part = {k: np.empty((len(at), *v.shape[1:]), v.dtype) for k, v in out.items()}
-                d.fill_batch(index, part, req)
-                for k, v in out.items():
-                    v[at] = part[k]
+        for p in parts:
+            self._fill_part(p, out, r, rows)
+
+    def _fill_part(self, p: Part, out: dict[str, np.ndarray], r: Request, rows) -> None:
+        """One member's part into its rows: from its addresses (contract.Addressed); a contiguous share
+        straight into the batch; scattered rows in place where the member can (contract.FillsRows:
+        tokens, tables, mixtures), else through a buffer of its own."""
+        d = self.datasets[p.member]
+        at = p.rows if rows is None else np.asarray(rows)[p.rows]
+        if p.addresses is not None:
+            d.fill_addresses(p.addresses, out, at)
+            return
+        req = self._member_request(r, p)
+        if isinstance(at, slice):
+            d.fill_batch(p.index, {k: v[at] for k, v in out.items()}, req)
+            return
+        a, b = int(at[0]), int(at[-1]) + 1
+        if b - a == len(at):
+            d.fill_batch(p.index, {k: v[a:b] for k, v in out.items()}, req)
+        elif contract.flag(d, "fills_rows"):
+            d.fill_batch(p.index, out, req, rows=at)
+        else:
+            part = {k: np.empty((len(at), *v.shape[1:]), v.dtype) for k, v in out.items()}
+            d.fill_batch(p.index, part, req)
+            for k, v in out.items():
+                v[at] = part[k]
+
+    @staticmethod
+    def _member_request(r: Request, p: Part) -> Request:
+        """What a member is asked to fill its part with: its own epoch and seed, the batch's resolution,
+        crop and flip."""
+        return Request(p.epoch, member_seed(r.seed, p.member), r.resolution, r.crop, r.flip)
 
     def _join(self) -> Joined | None:
         """The members' windows joined into one view (token packs of one context and dtype), or None where
         they cannot be. Remade if a member's windows are no longer the ones joined (a member reloaded),
         its addresses then drawn and checked anew; asking each member for its windows also checks that a
         mapped pack still holds them."""
-        if not hasattr(self.datasets[0], "windows") or not all(self._addressed()):
+        if not contract.has_hook(self.datasets[0], "windows") or not all(self._addressed()):
             return None
         windows = [d.windows() for d in self.datasets]
         got = self.__dict__.get("_joined")
@@ -470,7 +517,7 @@ def _labels_of(d) -> tuple[str | None, list | None]:
     target = getattr(d, "target_info", None)
     if isinstance(target, dict):  # a table pack: a classification target
         return ("target", list(target.get("classes") or []) or None) if target.get("task") == "classification" else (None, None)
-    classes = list(getattr(d, "classes", None) or []) or None
+    classes = list(contract.attribute(d, "classes") or []) or None
     if hasattr(d, "labelled"):  # image packs: unlabelled ones serve no labels
         return ("labels", classes) if d.labelled else (None, None)
     if hasattr(d, "_labels"):  # volumes

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import DataprepError
+from . import contract
 
 
 @dataclass(frozen=True)
@@ -107,5 +108,5 @@ def partition_of(partition, seed: int = 0) -> Partition | None:
 def partition_state(dataset) -> dict | None:
     """What of a dataset's partition a resumed run must share (a Loader state records it): nodes, node,
     seed, rotation; not the local ranks, which may change like any world size."""
-    p = getattr(dataset, "partition", None)
+    p = contract.attribute(dataset, "partition")
     return None if p is None else {"nodes": p.nodes, "node": p.node, "seed": p.seed, "rotate_every": p.rotate_every}

@@ -5,12 +5,8 @@ of a multi-resolution pack, the crop, the flip) travels with each request. Worke
 epoch never read it from the dataset object they inherited, so changing any of it between epochs (a
 new epoch, `ds.use(256)`, a schedule's next size) reaches every worker.
 
-The protocol a dataset offers the Loader:
-    batch_layout(request) -> {key: (sample shape, dtype)}   what one sample occupies in a batch buffer
-    fill_batch(idx, out, request)                           write samples idx into out's rows
-
-idx is an integer array of sample indices (int64, or int32 from a Mixture's shuffles), or a range for a dataset that sets `fills_runs` (a Mixture:
-its runs of positions are the cheap case, and a range spares it checking that they are one).
+What a dataset gives the Loader in return (`__len__`, `batch_layout(request)`, `fill_batch(idx, out,
+request)` and the optional hooks) is the serving contract, serve/contract.py.
 """
 from __future__ import annotations
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataprepError
+from . import contract
 from .partition import partition_state
 
 # 2: a Mixture serves its random-window members (token packs) in index order, unshuffled; states of
@@ -40,7 +41,7 @@ def loader_state(loader) -> dict[str, Any]:
             "samples_consumed": int(consumed), "world_size": loader.world_size, "batch_size": loader.batch_size,
             "length": int(total), "shuffle": loader.shuffle, "sampler": loader.sampler is not None,
             "crop": repr(loader.crop), "flip": loader.flip, "partition": partition_state(loader.dataset),
-            "resolution": loader.schedule(epoch) if loader.schedule is not None else getattr(loader.dataset, "resolution", None),
+            "resolution": loader.schedule(epoch) if loader.schedule is not None else contract.attribute(loader.dataset, "resolution"),
             "pack": pack_identity(loader.dataset)}
 
 
@@ -52,7 +53,7 @@ def pack_identity(dataset) -> str | None:
     if members is not None and not hasattr(dataset, "manifest"):
         ids = [pack_identity(d) for d in members]
         return None if any(i is None for i in ids) else _digest("mixture", *ids)
-    m, split = getattr(dataset, "manifest", None), getattr(dataset, "split", None)
+    m, split = contract.attribute(dataset, "manifest"), contract.attribute(dataset, "split")
     if not isinstance(m, dict) or split not in m.get("splits", {}):
         return None
     shards = m["splits"][split].get("shards", [])
@@ -151,5 +152,5 @@ def _shuffles_random_windows(dataset) -> bool:
     """Whether `dataset` is a Mixture (or holds one) that shuffles random-window members: what a dataprep
     writing version 1 states may have served otherwise."""
     members = getattr(dataset, "datasets", ())
-    return any((getattr(dataset, "shuffle", False) and getattr(d, "independent_samples", False))
+    return any((getattr(dataset, "shuffle", False) and contract.flag(d, "independent_samples"))
                or _shuffles_random_windows(d) for d in members)

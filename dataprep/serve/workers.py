@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from ..engine.local import exit_with_parent
+from . import contract
 
 
 def serve_requests(dataset, ring: dict[str, np.ndarray], conn, parent_ends: list, parent: int) -> None:
@@ -20,8 +21,9 @@ def serve_requests(dataset, ring: dict[str, np.ndarray], conn, parent_ends: list
         end.close()
     exit_with_parent(parent)  # a SIGKILLed trainer leaves no worker behind
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process owns Ctrl-C and stops us
-    if hasattr(dataset, "worker_init"):
-        dataset.worker_init()  # e.g. OpenCV's own thread pool off, for datasets that decode with it
+    init = contract.hook(dataset, "worker_init")
+    if init is not None:
+        init()  # e.g. OpenCV's own thread pool off, for datasets that decode with it
     torch.set_num_threads(1)
     # A closed or reset pipe means the parent is gone (SIGKILLed, crashed) or closing: there is no one to
     # report to, so the worker just ends, with no traceback in the log the trainer's output shares.

@@ -15,8 +15,8 @@ from torch.utils.data import Dataset
 
 from ..errors import DataprepError
 from ..pack.arrays import MapGuard
-from ..serve import draws
 from ..remote.fetch import resolve
+from ..serve import draws
 from ..serve.cache import open_split
 from ..serve.request import Request, refuse_augmentation
 from .field import fields_of, read_tokenizer
@@ -70,7 +70,7 @@ class TokenDataset(Dataset):
         if n < self.context + 1:
             raise DataprepError(f"{self.pack}/{self.split}: {n} tokens, fewer than one window of {self.context} + 1")
         # every window of context + 1 tokens as rows of one strided view (no copy): a batch is one row gather,
-        # 6-30x faster than indexing with a (batch, context + 1) array of positions (benchmarks/bench_resume.py)
+        # far cheaper than indexing with a (batch, context + 1) array of positions (docs/benchmarks.md)
         self._all_windows = np.lib.stride_tricks.sliding_window_view(self.data.tokens, self.context + 1)
         self.epoch = getattr(self, "epoch", 0)
 

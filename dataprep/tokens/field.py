@@ -11,7 +11,8 @@ import numpy as np
 from ..errors import PackError
 from ..pack.arrays import LoadContext, load_blob
 from ..pack.fields import Field, IdsField
-from ..text import TOKENIZER_FILE, read_tokenizer as _read_tokenizer, tokenizer_from_json  # noqa: F401 (re-exported)
+from ..text import TOKENIZER_FILE, tokenizer_from_json  # noqa: F401 (re-exported)
+from ..text import read_tokenizer as _read_tokenizer
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,9 @@ from ..errors import DataprepError, SourceError
 from ..pack.manifest import attachment_record, write_attachment, write_manifest
 from ..pack.shard import remove_temporaries, reusable_shard, write_shard
 from ..safe_paths import open_nofollow
-from ..text import check_ids as _check_ids, encode, token_dtype, tokenizer_file as _tokenizer_file  # noqa: F401 (token_dtype re-exported)
+from ..text import check_ids as _check_ids  # noqa: F401 (token_dtype re-exported)
+from ..text import encode, token_dtype
+from ..text import tokenizer_file as _tokenizer_file
 from .field import TOKENIZER_FILE, TokensField, tokenizer_from_json
 from .read import PIECE_CHARS, ReadStats, documents, pieces
 

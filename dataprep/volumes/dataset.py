@@ -10,13 +10,13 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..serve.request import Request
 from ..errors import DataprepError, PackError
 from ..pack.arrays import take_rows
-from .transforms import center_into
 from ..remote.fetch import resolve
 from ..serve.cache import open_split
+from ..serve.request import Request
 from .field import fields_of, same_shapes
+from .transforms import center_into
 
 
 class VolumeDataset(Dataset):

@@ -6,6 +6,9 @@ The boxes are those of images/crops.RandomResizedCrop for the same (seed, epoch,
 crops as the CPU path, on any device. Each output pixel averages s x s bilinear samples of its
 footprint (s = the box-to-output ratio, rounded up, at most 4), so shrinking is antialiased as an area
 filter would be; `torch.nn.functional.grid_sample` does the sampling for the whole batch at once.
+
+This is the work dataprep does on the device; moving batches there and normalising them is
+serve/transfer.py's (`Normalize`, `to_device`).
 """
 from __future__ import annotations
 
@@ -16,8 +19,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .crops import RandomResizedCrop as CropPlan
-from .crops import flips
+from .images.crops import RandomResizedCrop as CropPlan
+from .images.crops import flips
 
 
 class RandomResizedCrop(torch.nn.Module):

@@ -1,4 +1,4 @@
-"""GPU side: takes uint8 batches from the loader, gives normalised float tensors on the device.
+"""Host to device: takes uint8 batches from the loader, gives normalised float tensors on the device.
 
 Keeping batches uint8 until the GPU moves 4x fewer bytes through the loader, shared memory and PCIe,
 and spends no CPU on float conversion; `Normalize` does the conversion where it is cheap.
