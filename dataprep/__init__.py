@@ -6,7 +6,9 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .errors import DataprepError, PackError  # noqa: E402  (light: no heavy imports)
+from typing import TYPE_CHECKING
+
+from .errors import DataprepError, PackError, UsageError  # light: no heavy imports
 
 _LAZY = {
     "InMemoryImageDataset": ("dataprep.images.dataset", "InMemoryImageDataset"),
@@ -31,10 +33,33 @@ _LAZY = {
     "build_segmentation": ("dataprep.segmentation.build", "build_segmentation"),
     "build_volumes": ("dataprep.volumes.build", "build_volumes"),
     "read_manifest": ("dataprep.pack.backends", "read_manifest"),
+    "is_pack": ("dataprep.pack.backends", "is_pack"),
+    "build": ("dataprep.build", None),  # the front door: dataprep.build.imagenet(src, out, size=256), ...
+    "tokenize": ("dataprep.build", "tokenize"),
     "gpu": ("dataprep.gpu", None),  # the submodule, imported on first use (torch): dataprep.gpu.RandomResizedCrop
 }
 
-__all__ = ["DataprepError", "PackError", "__version__", *_LAZY]
+__all__ = ["DataprepError", "PackError", "UsageError", "__version__", *_LAZY]
+
+if TYPE_CHECKING:  # what IDEs and type checkers see; at run time __getattr__ imports these on first use
+    from . import build, gpu
+    from .build import tokenize
+    from .images.build import build_images
+    from .images.crops import CenterCrop, RandomResizedCrop
+    from .images.dali import DaliAugment, DaliImageLoader, DaliNormalize
+    from .images.dataset import InMemoryImageDataset
+    from .pack.backends import is_pack, read_manifest
+    from .segmentation.build import build_segmentation
+    from .segmentation.dataset import SegmentationDataset
+    from .serve.loader import Loader
+    from .serve.mixture import Mixture
+    from .serve.partition import Partition
+    from .serve.progressive import ResolutionBatchSampler, Schedule
+    from .serve.transfer import Normalize, to_device
+    from .tables.dataset import TabularDataset
+    from .tokens.dataset import DocumentDataset, TokenDataset
+    from .volumes.build import build_volumes
+    from .volumes.dataset import VolumeDataset
 
 
 def __getattr__(name: str):

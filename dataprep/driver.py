@@ -13,9 +13,9 @@ import json
 import shutil
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from functools import partial
 from itertools import islice
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -85,10 +85,17 @@ class SplitSummary:
 
 @dataclass
 class BuildSummary:
+    """What a build did: the pack, each split's counts and the time; `lines()` is what the CLI prints.
+    The front door (dataprep/build.py) adds where the output went (`after`: stored as, uploaded to), the
+    notices the build gave, and the val labels file an ImageNet build found."""
+
     out: Path
     splits: list[SplitSummary]
     seconds: float
     noun: str = "images"
+    after: list[str] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+    val_labels: Path | None = None
 
     @property
     def written(self) -> int:
@@ -106,7 +113,7 @@ class BuildSummary:
         return self.written - self.kept
 
     def lines(self) -> list[str]:
-        out = [f"pack: {self.out}"]
+        out = [*self.after, f"pack: {self.out}"]
         for s in self.splits:
             skip = ", ".join(f"{n} {r}" for r, n in sorted(s.skipped.items())) or "none"
             kept = f"; {s.kept_jpeg} JPEGs kept as they were" if self.noun != "volumes" else ""

@@ -1,7 +1,8 @@
 """The `dataprep` command line: a thin layer that parses, builds settings objects and calls the library.
 
 Subcommands are imported only when invoked, so `dataprep --help` never imports torch or OpenCV.
-Exit codes: 0 success, 1 a DataprepError (message names the file and the reason), 2 a usage error.
+Exit codes: 0 success, 1 a DataprepError (message names the file and the reason), 2 a usage error
+(click's, or a dataprep.UsageError), 130 interrupted.
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import importlib
 
 import click
 
-from ..errors import DataprepError
+from ..errors import DataprepError, UsageError
 
 
 class LazyGroup(click.Group):
@@ -31,6 +32,8 @@ class LazyGroup(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except UsageError as e:  # an option value the front door refused: exit 2, as click's own checks do
+            raise click.UsageError(str(e)) from None
         except DataprepError as e:
             raise click.ClickException(str(e)) from None
 

@@ -1,18 +1,20 @@
-"""`dataprep build imagenet|folder`: list the source, make the settings, run the build, print the summary."""
+"""`dataprep build imagenet|folder|webdataset|parquet|list|segmentation|volumes`: parse the options, call
+the front door's build of the same name (dataprep/build.py: it lists the source, makes the settings and
+runs the build), print its summary. The options' defaults are the front door's (IMAGE_OPTIONS,
+VOLUME_OPTIONS), so the two never drift apart."""
 from __future__ import annotations
-
-import os
-from pathlib import Path
 
 import click
 
+from ..build import IMAGE_OPTIONS as IMG
+from ..build import VOLUME_OPTIONS as VOL
 from ..images.resize import RESIZE_MODES
 from ..images.settings import IMAGE_MODES
 from .config import config_option
-from .engine import engine_for, engine_options
+from .engine import engine_options
 from .profile import profile_option
 from .progress import progress_option, shown
-from .storage import staged_output, storage_options
+from .storage import storage_options
 
 
 def _sizes(ctx, param, value):
@@ -52,31 +54,32 @@ def image_build_options(f):
     f = _one_size_option(f)
     opts = [
         click.option("--out", "-o", required=True, type=click.Path(), help="Pack to create: a directory (npy, zarr) or an .h5 file (hdf5)."),
-        click.option("--size", type=click.IntRange(8, 16384), default=512, show_default=True, help="Target size in pixels."),
+        click.option("--size", type=click.IntRange(8, 16384), default=IMG["size"], show_default=True, help="Target size in pixels."),
         click.option("--sizes", default=None, callback=_sizes,
                      help="Several sizes in one pass, e.g. 128,192,256,512 (each image decoded once); replaces --size."),
         click.option(
             "--resize",
             type=click.Choice(sorted(RESIZE_MODES)),
-            default="shorter",
+            default=IMG["resize"],
             show_default=True,
             help="; ".join(f"{m.name}: {m.help}" for m in RESIZE_MODES.values()),
         ),
-        click.option("--upscale/--no-upscale", default=False, show_default=True, help="Enlarge images smaller than SIZE."),
-        click.option("--grayscale/--color", default=False, show_default=True, help="Store 1-channel images."),
-        click.option("--mode", type=click.Choice(IMAGE_MODES), default="encoded", show_default=True,
+        click.option("--upscale/--no-upscale", default=IMG["upscale"], show_default=True, help="Enlarge images smaller than SIZE."),
+        click.option("--grayscale/--color", default=IMG["grayscale"], show_default=True, help="Store 1-channel images."),
+        click.option("--mode", type=click.Choice(IMAGE_MODES), default=IMG["mode"], show_default=True,
                      help="encoded: JPEG bytes, decoded when served; raw: decoded uint8 pixels."),
-        click.option("--depth", type=click.Choice(["8", "16"]), default="8", show_default=True,
+        click.option("--depth", type=click.Choice(["8", "16"]), default=str(IMG["depth"]), show_default=True,
                      help="Bits per channel stored. 16 keeps 16-bit PNG/TIFF values exactly (with --mode raw); "
                           "8 scales 16-bit sources by round(x / 257), never truncates."),
-        click.option("--quality", type=click.IntRange(1, 100), default=90, show_default=True, help="JPEG quality."),
-        click.option("--keep-jpeg/--reencode", default=True, show_default=True,
+        click.option("--quality", type=click.IntRange(1, 100), default=IMG["quality"], show_default=True, help="JPEG quality."),
+        click.option("--keep-jpeg/--reencode", default=IMG["keep_jpeg"], show_default=True,
                      help="Store a source JPEG's bytes unchanged when it needs no resize and no conversion."),
         click.option("--workers", "-j", type=click.IntRange(1), default=None, help="Processes [default: all cores]."),
         click.option("--limit", type=click.IntRange(1), default=None, help="Build only N images per split, spread over the classes."),
         click.option("--shard-size", type=click.IntRange(1), default=None, help="Images per shard [default: from the split's size]."),
-        click.option("--strict/--skip-bad", default=False, show_default=True, help="Fail on the first undecodable file instead of skipping it."),
-        max_bytes_option("256MiB", "image"),
+        click.option("--strict/--skip-bad", default=IMG["strict"], show_default=True,
+                     help="Fail on the first undecodable file instead of skipping it."),
+        max_bytes_option(IMG["max_bytes"], "image"),
         click.option("--overwrite", is_flag=True, help="Replace a pack or unfinished build already in --out."),
         click.option("--resume", is_flag=True,
                      help="Continue an interrupted build: shards finished with the same inputs and settings, "
@@ -110,62 +113,31 @@ def _one_size_option(f):
     return checked
 
 
-def image_settings(size, sizes, resize, upscale, grayscale, mode, depth, quality, keep_jpeg, **_):
-    """The image stages' settings from the image options (by name; the rest are the build's)."""
-    from ..images.settings import ImageSettings
-
-    return ImageSettings(size=size, sizes=sizes, resize=resize, upscale=upscale, grayscale=grayscale, mode=mode,
-                         depth=int(depth), quality=quality, keep_jpeg=keep_jpeg)
-
-
-def build_settings(workers, limit, shard_size, strict, overwrite, resume, max_bytes=None, **_):
-    """The shard layout, strictness and byte cap every build command shares, from its options (by name)."""
-    from ..settings import BuildSettings
-
-    return BuildSettings(workers=workers or os.cpu_count() or 1, limit=limit, shard_size=shard_size, strict=strict,
-                         overwrite=overwrite, resume=resume, max_bytes=max_bytes)
-
-
-def run_build(source, build_fn, settings, out, progress=None, engine="local", address=None, scheduler_file=None,
-              fmt="npy", compress="none", noun="images") -> None:
-    """Run a build (`build_fn(source, out, settings, progress=..., engine=...)`, the kind's own settings
-    bound) on the chosen engine, reporting progress on stderr unless `progress` is False (a bar on a
-    terminal, lines in a log: dataprep/progress.py); print the summary; exit 130 on Ctrl-C after saying
+def run_front_door(fn, *args, **kw) -> None:
+    """Run the front door's build `fn` (dataprep/build.py) as a command does: progress shown unless
+    --no-progress, notices on stderr as they happen, the summary printed; exit 130 on Ctrl-C after saying
     how to resume."""
-    from ..progress import Progress
-    from ..remote.urls import is_url, redact
+    from .. import build as front
 
-    show = shown(progress)
-    name = redact(str(out)) if is_url(out) else str(out)
-    with engine_for(engine, settings.workers, address, scheduler_file) as eng, \
-            staged_output(out, fmt, compress, settings.overwrite, eng, settings.resume, progress=show) as target:
-        with Progress(f"build {name}", source.planned(settings.limit), noun, show=show, label="building") as bar:
-            try:
-                summary = build_fn(source, target, settings, progress=bar, engine=eng)
-            except KeyboardInterrupt:
-                bar.close(failed=True)
-                click.echo(f"interrupted: workers stopped, finished shards kept in {target}; "
-                           "run the same command with --resume to continue", err=True)
-                click.get_current_context().exit(130)
-    summary.out = redact(str(out)) if is_url(out) else Path(out)
+    kw["progress"] = shown(kw.get("progress"))
+    with front.notices_to(lambda line: click.echo(line, err=True)):
+        try:
+            summary = fn(*args, **kw)
+        except front.BuildInterrupted as e:
+            stopped = "" if fn is front.tokenize else "workers stopped, "
+            click.echo(f"interrupted: {stopped}finished shards kept in {e.kept_in}; run the same command with --resume to continue",
+                       err=True)
+            click.get_current_context().exit(130)
     for line in summary.lines():
         click.echo(line)
 
 
-def run_image_build(source, build_fn=None, noun="images", **opts) -> None:
-    """`run_build` for the commands with the image options: `build_fn(source, out, settings, image, ...)`,
-    the image build by default; progress counts `noun`."""
-    import functools
-
-    from ..images.build import build_images
-
-    fn = functools.partial(_with_image, build_fn or build_images, image_settings(**opts))
-    run_build(source, fn, build_settings(**opts), opts["out"], opts["progress"], opts["engine"], opts["address"],
-              opts["scheduler_file"], opts["fmt"], opts["compress"], noun)
-
-
-def _with_image(build_fn, image, source, out, settings, **kw):
-    return build_fn(source, out, settings, image, **kw)
+def _image_build(fn, *args, **kw) -> None:
+    """An image command's call: --sizes replaces --size (the check that only one was given is the
+    command's, made before anything is listed), so `size` is not passed beside it."""
+    if kw.get("sizes"):
+        kw.pop("size", None)
+    run_front_door(fn, *args, **kw)
 
 
 @click.group()
@@ -181,18 +153,6 @@ tokenize_option = click.option(
          "InMemoryImageDataset(..., caption_length=L).")
 
 
-def _tokenized(tokenize):
-    """The image build with captions tokenized by `tokenize` (a tokenizers JSON file); None (the plain image
-    build) without it."""
-    if tokenize is None:
-        return None
-    import functools
-
-    from ..images.build import build_images
-
-    return functools.partial(build_images, tokenizer=tokenize)
-
-
 @build.command()
 @click.argument("src", type=click.Path(file_okay=False))
 @allow_empty
@@ -204,13 +164,9 @@ def imagenet(src, splits, val_labels, allow_empty_classes, **kw):
     """Pack an ImageNet tree: SRC/train/<wnid>/*.JPEG, SRC/val/ in class folders or flat with a labels file.
 
     Labels are the sorted train folder names' indices (as torchvision's ImageFolder gives them)."""
-    from ..sources import scan_imagenet
+    from .. import build as front
 
-    names = tuple(s.strip() for s in splits.split(",") if s.strip()) if splits else None
-    source = scan_imagenet(src, names, val_labels, allow_empty_classes, max_bytes=kw["max_bytes"])
-    if source.val_labels:
-        click.echo(f"val labels: {source.val_labels}", err=True)
-    run_image_build(source, **kw)
+    _image_build(front.imagenet, src, splits=splits, val_labels=val_labels, allow_empty_classes=allow_empty_classes, **kw)
 
 
 @build.command()
@@ -223,9 +179,10 @@ def imagenet(src, splits, val_labels, allow_empty_classes, **kw):
 @image_build_options
 def folder(src, split, allow_empty_classes, allow_split_named_classes, **kw):
     """Pack any class-folder tree: SRC/<class>/**/<image files>."""
-    from ..sources import scan_folder
+    from .. import build as front
 
-    run_image_build(scan_folder(src, split, allow_empty_classes, allow_split_named_classes, max_bytes=kw["max_bytes"]), **kw)
+    _image_build(front.folder, src, split=split, allow_empty_classes=allow_empty_classes,
+                 allow_split_named_classes=allow_split_named_classes, **kw)
 
 
 @build.command()
@@ -245,10 +202,10 @@ def webdataset(tars, split, label_field, caption_field, tokenize, **kw):
     Members are grouped by key as WebDataset does (key.jpg + key.cls / key.json / key.txt); each sample
     records where it came from (shard.tar:key). The tars are streamed, never unpacked; shards never span
     two tars, and a gzip tar is read in one pass."""
-    from ..sources.webdataset import scan_webdataset
+    from .. import build as front
 
-    run_image_build(scan_webdataset(tars, split, label_field, caption_field, strict=kw["strict"], max_bytes=kw["max_bytes"]),
-                    _tokenized(tokenize), **kw)
+    _image_build(front.webdataset, tars, split=split, label_field=label_field, caption_field=caption_field, tokenize=tokenize,
+                 **kw)
 
 
 @build.command()
@@ -269,13 +226,10 @@ def parquet(files, image_column, label_column, caption_column, split, tokenize, 
     Each sample records where it came from (file.parquet:ROW). Only the label and caption columns are read
     to list the rows; each row group (Arrow: record batch) is read once, a few rows at a time. A column of
     URLs is refused: dataprep does not download (img2dataset does)."""
-    import inspect
+    from .. import build as front
 
-    from ..sources.parquet import scan_parquet
-
-    cap = {"max_bytes": kw["max_bytes"]} if "max_bytes" in inspect.signature(scan_parquet).parameters else {}
-    run_image_build(scan_parquet(files, split, image_column, label_column, caption_column, strict=kw["strict"], **cap),
-                    _tokenized(tokenize), **kw)
+    _image_build(front.parquet, files, image_column=image_column, label_column=label_column, caption_column=caption_column,
+                 split=split, tokenize=tokenize, **kw)
 
 
 @build.command("list")
@@ -290,9 +244,9 @@ def path_list(csv_file, root, split, tokenize, **kw):
     to --root, labels integers or class names (empty: unlabelled).
 
     Rows whose path leaves the root or names no file are skipped with their reasons."""
-    from ..sources.pathlist import scan_list
+    from .. import build as front
 
-    run_image_build(scan_list(csv_file, root, split, strict=kw["strict"], max_bytes=kw["max_bytes"]), _tokenized(tokenize), **kw)
+    _image_build(front.list, csv_file, root=root, split=split, tokenize=tokenize, **kw)
 
 
 @build.command()
@@ -317,17 +271,10 @@ def segmentation(images, masks, pairs, image_suffix, mask_suffix, split, labels,
 
     Pairs are found by relative path without extension (and --image-suffix / --mask-suffix), split by
     top-level train/val/test folders, or listed in a --pairs CSV."""
-    import functools
+    from .. import build as front
 
-    from ..segmentation.build import build_segmentation
-    from ..segmentation.masks import LabelMap
-    from ..segmentation.pairs import pair_by_stem, pair_from_file
-
-    source = (pair_from_file(images, masks, pairs, split) if pairs
-              else pair_by_stem(images, masks, image_suffix, mask_suffix, split))
-    fn = functools.partial(build_segmentation, labels=LabelMap.load(labels) if labels else None,
-                           mask_dtype=None if mask_dtype == "auto" else mask_dtype, num_classes=num_classes)
-    run_image_build(source, build_fn=fn, noun="pairs", **kw)
+    _image_build(front.segmentation, images, masks, pairs=pairs, image_suffix=image_suffix, mask_suffix=mask_suffix, split=split,
+                 labels=labels, mask_dtype=mask_dtype, num_classes=num_classes, **kw)
 
 
 def _window(ctx, param, value):
@@ -356,9 +303,9 @@ def _dhw(ctx, param, value):
 @click.argument("src", type=click.Path(file_okay=False))
 @click.option("--out", "-o", required=True, type=click.Path(), help="Pack to create: a directory (npy, zarr) or an .h5 file (hdf5).")
 @click.option("--shape", callback=_dhw, default=None, help="Resample every volume to D,H,W [default: keep each one's shape].")
-@click.option("--resample", type=click.Choice(["linear", "nearest"]), default="linear", show_default=True,
+@click.option("--resample", type=click.Choice(["linear", "nearest"]), default=VOL["resample"], show_default=True,
               help="linear for intensities (area average when shrinking); nearest for label volumes.")
-@click.option("--depth", type=click.Choice(["8", "16"]), default="16", show_default=True, help="Bits per voxel stored.")
+@click.option("--depth", type=click.Choice(["8", "16"]), default=str(VOL["depth"]), show_default=True, help="Bits per voxel stored.")
 @click.option("--window", callback=_window, default=None,
               help="LO,HI source values mapped linearly onto the stored range (needed for float and negative values).")
 @click.option("--masks", type=click.Path(file_okay=False), default=None,
@@ -370,8 +317,8 @@ def _dhw(ctx, param, value):
 @click.option("--workers", "-j", type=click.IntRange(1), default=None, help="Processes [default: all cores].")
 @click.option("--limit", type=click.IntRange(1), default=None, help="Build only N volumes.")
 @click.option("--shard-size", type=click.IntRange(1), default=None, help="Volumes per shard [default: from the count].")
-@click.option("--strict/--skip-bad", default=False, show_default=True, help="Fail on the first unusable file.")
-@max_bytes_option("8GiB", "volume")
+@click.option("--strict/--skip-bad", default=VOL["strict"], show_default=True, help="Fail on the first unusable file.")
+@max_bytes_option(VOL["max_bytes"], "volume")
 @click.option("--overwrite", is_flag=True, help="Replace a pack or unfinished build already in --out.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted build, keeping its intact shards.")
 @progress_option
@@ -383,14 +330,9 @@ def volumes(src, out, shape, resample, depth, window, masks, mask_dtype, split, 
             overwrite, resume, progress, engine, address, scheduler_file, fmt, compress):
     """Pack 3-D volumes: SRC/<class>/**/*.npy|*.tif (labelled) or SRC/**/*.npy|*.tif (unlabelled); .npy
     arrays and multi-page TIFF stacks, stored as uint16 (or uint8) with their shapes."""
-    import functools
+    from .. import build as front
 
-    from ..sources import scan_files
-    from ..volumes.build import VolumeSettings, build_volumes
-    from ..volumes.read import VOLUME_EXTENSIONS
-
-    vs = VolumeSettings(shape, int(depth), window, resample)
-    source = scan_files(src, split, VOLUME_EXTENSIONS)
-    settings = build_settings(workers, limit, shard_size, strict, overwrite, resume, max_bytes)
-    fn = functools.partial(build_volumes, volume=vs, masks=masks, mask_dtype=None if mask_dtype == "auto" else mask_dtype)
-    run_build(source, fn, settings, out, progress, engine, address, scheduler_file, fmt, compress, "volumes")
+    run_front_door(front.volumes, src, out, shape=shape, resample=resample, depth=depth, window=window, masks=masks,
+                   mask_dtype=mask_dtype, split=split, workers=workers, limit=limit, shard_size=shard_size, strict=strict,
+                   max_bytes=max_bytes, overwrite=overwrite, resume=resume, progress=progress, engine=engine, address=address,
+                   scheduler_file=scheduler_file, fmt=fmt, compress=compress)

@@ -5,8 +5,8 @@ import click
 
 from ..errors import DataprepError
 from ..pack.backends import BACKENDS
-from .progress import progress_option, shown
 from .engine import engine_for, engine_options
+from .progress import progress_option, shown
 from .storage import COMPRESSIONS
 
 
@@ -25,7 +25,6 @@ def convert(pack, to, out, compress, overwrite, workers, engine, address, schedu
     import time
 
     from ..pack.convert import convert as run
-
     from ..remote.urls import is_url, redact
 
     t0 = time.perf_counter()

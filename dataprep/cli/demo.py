@@ -29,8 +29,8 @@ def _run(base: Path, images: int, size: int, workers: int) -> None:
     from ..bench.serving import FileImageDataset, epoch_rate
     from ..images.build import build_images
     from ..images.dataset import InMemoryImageDataset
-    from ..settings import BuildSettings
     from ..images.settings import ImageSettings
+    from ..settings import BuildSettings
     from ..sources import scan_imagenet
     from ..synthetic import write_tree
 

@@ -1,8 +1,6 @@
 """`--engine local|dask`, `--address`, `--scheduler-file`: where a command's tasks run."""
 from __future__ import annotations
 
-import contextlib
-
 import click
 
 from ..engine import ENGINES
@@ -23,13 +21,9 @@ def engine_options(f):
     return f
 
 
-@contextlib.contextmanager
 def engine_for(engine: str, workers: int, address: str | None, scheduler_file: str | None):
-    """The engine, open for the command's duration (a cluster started for it is stopped after); where the
-    tasks run is said on stderr when that is not this machine's process pool."""
-    from ..engine import make_engine
+    """The engine, open for the command's duration; where the tasks run is said on stderr when that is
+    not this machine's process pool."""
+    from ..engine import open_engine
 
-    with make_engine(engine, workers, address, scheduler_file) as eng:
-        if engine != "local":
-            click.echo(f"engine: {eng.describe()}", err=True)
-        yield eng
+    return open_engine(engine, workers, address, scheduler_file, say=lambda line: click.echo(line, err=True))

@@ -65,7 +65,6 @@ def info(ctx, pack, as_json, skipped):
     and hashes them)."""
     from ..kinds import kind_of
     from ..pack.backends import read_manifest
-
     from ..remote.urls import is_url
 
     if is_url(pack):  # the manifest read from the store, every object looked up (sizes), none read

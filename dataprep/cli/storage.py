@@ -3,14 +3,13 @@ atomic, resumable), and a pack of another backend is converted from them at the 
 from __future__ import annotations
 
 import contextlib
-import shutil
-from pathlib import Path
+from typing import Iterator
 
 import click
 
+from ..output import COMPRESSIONS
+from ..output import staged_output as _staged
 from ..pack.backends import BACKENDS
-
-COMPRESSIONS = tuple(dict.fromkeys(c for b in BACKENDS.values() for c in b.compressions))
 
 
 def storage_options(f=None, *, dest: str = "fmt"):
@@ -31,61 +30,10 @@ def storage_options(f=None, *, dest: str = "fmt"):
 
 @contextlib.contextmanager
 def staged_output(out, fmt: str, compress: str, overwrite: bool, engine=None, resume: bool = False,
-                  progress: bool | None = None):
-    """Yield where the npy build goes; for hdf5/zarr convert it to `out` afterwards (Zarr chunk ranges as
-    tasks on `engine`, progress shown as `convert`'s) and remove the staging directory (kept when the build
-    fails, so --resume continues it)."""
-    from ..errors import DataprepError, PackExistsError
-
-    from ..remote.urls import is_url
-
-    if is_url(out):
-        yield from _published(str(out), fmt, compress, overwrite, resume)
-        return
-    out = Path(out)
-    if fmt == "npy":
-        if compress != "none":
-            raise DataprepError("npy packs are not compressed: drop --compress, or choose --format hdf5 or zarr")
-        yield out
-        return
-    if compress not in BACKENDS[fmt].compressions:  # before the build, not after it
-        raise DataprepError(f"{fmt} compression is one of {list(BACKENDS[fmt].compressions)}, not {compress!r}")
-    if out.exists() and not overwrite:
-        raise PackExistsError(f"{out}: exists; pass --overwrite to replace it")
-    staging = out.with_name(out.name + ".staging")
-    yield staging
-    from ..pack.convert import convert
-
-    r = convert(staging, out, fmt, compress, engine, overwrite=True, progress=progress, what=f"store {out} ({fmt})")
-    shutil.rmtree(staging)
-    click.echo(f"stored as {fmt}{' (' + compress + ')' if compress != 'none' else ''}: {out}, {r['bytes'] / 1e6:.1f} MB")
-
-
-def _published(url: str, fmt: str, compress: str, overwrite: bool, resume: bool = False):
-    """A build to a URL: npy shards staged in a local directory (kept when the build fails, so --resume
-    continues it) and uploaded as they are finished; the manifest uploaded last."""
-    import hashlib
-
-    from ..errors import DataprepError
-    from ..remote.fetch import cache_root
-    from ..remote.upload import Publisher, claim
-    from ..remote.urls import redact
-
-    if fmt != "npy" or compress != "none":
-        raise DataprepError(f"{redact(url)}: packs at URLs are npy packs (objects per shard file, fetched in parallel); "
-                            "drop --format and --compress")
-    store = claim(url, overwrite, resume=resume)
-    staging = cache_root() / "builds" / hashlib.sha256(store.shown.encode()).hexdigest()[:20]
-    staging.parent.mkdir(parents=True, exist_ok=True)
-    click.echo(f"staging the build in {staging}, uploading to {store.shown} as shards finish", err=True)
-    pub = Publisher(staging, store).start()
-    try:
-        yield staging
-        r = pub.finish()
-    except BaseException:
-        pub.abandon()
-        raise
-    shutil.rmtree(staging, ignore_errors=True)
-    click.echo(f"uploaded to {store.shown}: {r['objects']} objects ({r['files']} files the manifest records, as "
-               f"`dataprep info` counts them, {r['shard_records']} shard records, the manifest), {r['bytes'] / 1e6:.1f} MB, "
-               f"manifest last ({r['seconds']:.1f} s from the first shard)")
+                  progress: bool | None = None) -> Iterator:
+    """dataprep/output.py's staged_output for a command: what the conversion or upload did is printed after it."""
+    said: list[str] = []
+    with _staged(out, fmt, compress, overwrite, engine, resume, progress, said) as target:
+        yield target
+    for line in said:
+        click.echo(line)

@@ -9,12 +9,13 @@ task, so every engine gives the same pack byte for byte. `ENGINES` is the regist
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, Sequence
+import contextlib
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from .dask import DaskEngine
 from .local import LocalEngine, run_tasks
 
-__all__ = ["ENGINES", "DaskEngine", "Engine", "LocalEngine", "make_engine", "run_tasks"]
+__all__ = ["ENGINES", "DaskEngine", "Engine", "LocalEngine", "make_engine", "open_engine", "run_tasks"]
 
 
 class Engine(Protocol):
@@ -44,3 +45,14 @@ def make_engine(name: str = "local", workers: int = 1, address: str | None = Non
     if name not in ENGINES:
         raise DataprepError(f"unknown engine {name!r}; choose one of {list(ENGINES)}")
     return ENGINES[name].from_options(workers, address, scheduler_file, retries)
+
+
+@contextlib.contextmanager
+def open_engine(name: str = "local", workers: int = 1, address: str | None = None, scheduler_file: str | None = None,
+                say: Callable[[str], None] | None = None) -> Iterator[Engine]:
+    """The engine `name`, open for the block (a cluster started for it is stopped after); where the tasks
+    run is told to `say` when that is not this machine's process pool."""
+    with make_engine(name, workers, address, scheduler_file) as eng:
+        if name != "local" and say is not None:
+            say(f"engine: {eng.describe()}")
+        yield eng

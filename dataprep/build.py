@@ -1,0 +1,482 @@
+"""The Python front door for every build: `from dataprep import build`, then
+
+    build.imagenet("/data/imagenet", "/fast/in256", size=256, workers=8)
+    build.folder(src, out, size=160, mode="raw")
+    build.webdataset(["shards/{000000..000127}.tar"], out, label_field="meta.label")
+    build.parquet(files, out, image_column="image", label_column="label")
+    build.list("files.csv", out)
+    build.segmentation(images, masks, out, labels="configs/labels/cityscapes.yaml")
+    build.volumes(src, out, shape=(64, 128, 128))
+    build.table("train.csv", out, target="label")
+    build.tokenize(["corpus/"], out, tokenizer="tokenizer.json")      # also dataprep.tokenize
+
+Each takes the options of its `dataprep` command, underscores for dashes, with the same defaults and the
+same checks (the *_OPTIONS tables hold the shared ones; the CLI takes its defaults from them), runs the
+build and returns its summary (`.lines()` is what the CLI prints). Progress is off unless `progress=True`
+(a bar on a terminal, plain lines in a log); notices (where a Dask engine runs, which val labels file was
+found) go to stderr with progress, and are kept in the summary's `notices` either way. The CLI
+(dataprep/cli/build.py, tokenize.py, table.py) is a thin layer over these: it parses, calls, and prints.
+A bad option value is a `dataprep.UsageError` (a ValueError), an unknown option name a TypeError.
+"""
+from __future__ import annotations
+
+import builtins
+import contextlib
+import contextvars
+import functools
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+
+from .errors import UsageError
+
+if TYPE_CHECKING:
+    from .driver import BuildSummary
+
+__all__ = ["IMAGE_OPTIONS", "TABLE_OPTIONS", "TOKENIZE_OPTIONS", "VOLUME_OPTIONS", "BuildInterrupted", "TableSummary",
+           "TokenizeSummary", "folder", "imagenet", "list", "parquet", "segmentation", "table", "tokenize", "volumes",
+           "webdataset"]
+
+# Options every build takes, by where the output goes and how the work runs.
+_RUN_OPTIONS: dict[str, Any] = {"overwrite": False, "progress": False, "engine": "local", "address": None,
+                                "scheduler_file": None, "fmt": "npy", "compress": "none"}
+# The options every image build takes, as `dataprep build` spells them (dashes for underscores), and their
+# defaults; what each may be is in _RANGES and _choices(). The CLI's options take their defaults from here.
+IMAGE_OPTIONS: dict[str, Any] = {
+    "size": 512, "sizes": None, "resize": "shorter", "upscale": False, "grayscale": False, "mode": "encoded", "depth": 8,
+    "quality": 90, "keep_jpeg": True, "workers": None, "limit": None, "shard_size": None, "strict": False,
+    "max_bytes": "256MiB", "resume": False, **_RUN_OPTIONS,
+}
+VOLUME_OPTIONS: dict[str, Any] = {
+    "shape": None, "resample": "linear", "depth": 16, "window": None, "masks": None, "mask_dtype": "auto", "split": "train",
+    **{k: IMAGE_OPTIONS[k] for k in ("workers", "limit", "shard_size", "strict", "resume")},
+    "max_bytes": "8GiB", **_RUN_OPTIONS,
+}
+TOKENIZE_OPTIONS: dict[str, Any] = {
+    "tokenizer": None, "train_bpe": None, "split_docs": "file", "text_field": "text", "eot": None, "eot_id": None,
+    "val_fraction": 0.0, "seed": 0, "chunk_mb": 8, "strict": False, "resume": False, "workers": 1, "task_mb": 64,
+    **_RUN_OPTIONS,
+}
+TABLE_OPTIONS: dict[str, Any] = {
+    "task": "auto", "input_format": None, "sep": "auto", "header": "infer", "skip_rows": 0, "names": None,
+    "target_file": None, "missing": "error", "fill_value": 0.0, "float_dtype": "float32", "datetime": "parts",
+    "categorical": None, "numeric": None, "dates": None, "drop": None, "val_fraction": 0.0, "split_column": None,
+    "seed": 0, "max_categories": 10_000, "drop_missing_target": False, "keep_ids": False, "workers": 1, **_RUN_OPTIONS,
+}
+# Integer options' ranges (None: no upper bound), as the CLI's click.IntRange give them.
+_RANGES = {"size": (8, 16384), "quality": (1, 100), "workers": (1, None), "limit": (1, None), "shard_size": (1, None),
+           "train_bpe": (256, None), "eot_id": (0, None), "chunk_mb": (1, None), "task_mb": (1, None), "skip_rows": (0, None),
+           "max_categories": (0, None), "num_classes": (1, 65536)}
+
+
+def _choices() -> dict[str, tuple]:
+    """What each option with a fixed set of values may be (the CLI's click.Choice lists)."""
+    from .engine import ENGINES
+    from .images.resize import RESIZE_MODES
+    from .images.settings import IMAGE_MODES
+    from .output import COMPRESSIONS
+    from .pack.backends import BACKENDS
+    from .tables.columns import MISSING
+    from .tables.read import READERS
+    from .tokens.read import SPLITS
+
+    return {"resize": tuple(sorted(RESIZE_MODES)), "mode": tuple(IMAGE_MODES), "depth": (8, 16), "engine": tuple(ENGINES),
+            "fmt": tuple(BACKENDS), "compress": COMPRESSIONS, "resample": ("linear", "nearest"),
+            "mask_dtype": ("auto", "uint8", "uint16"), "split_docs": SPLITS, "task": ("auto", "classification", "regression"),
+            "input_format": (None, *sorted(READERS)), "missing": MISSING, "float_dtype": ("float32", "float64", "float16"),
+            "datetime": ("parts", "int64")}
+
+
+class BuildInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a build: the workers are stopped and the finished shards kept in `kept_in`; the same
+    call (or command) with resume=True continues it."""
+
+    def __init__(self, kept_in: str | os.PathLike):
+        super().__init__(f"interrupted: finished shards kept in {kept_in}; run it again with resume=True (--resume)")
+        self.kept_in = kept_in
+
+
+# Where notices go while a build runs: the CLI sends them to stderr whatever --progress says (notices_to).
+_NOTICES: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar("dataprep_build_notices", default=None)
+
+
+@contextlib.contextmanager
+def notices_to(say: Callable[[str], None]) -> Iterator[None]:
+    """Send the notices of the builds run inside the block to `say` (the CLI: stderr)."""
+    token = _NOTICES.set(say)
+    try:
+        yield
+    finally:
+        _NOTICES.reset(token)
+
+
+class _Notices(builtins.list):
+    """A build's notices, each told as it happens (to notices_to's `say`, else stderr when progress is on)."""
+
+    def __init__(self, progress: bool | None):
+        super().__init__()
+        self.say = _NOTICES.get() or ((lambda line: print(line, file=sys.stderr, flush=True)) if progress else None)
+
+    def __call__(self, line: str) -> None:
+        self.append(line)
+        if self.say is not None:
+            self.say(line)
+
+
+def _check(o: dict[str, Any]) -> None:
+    """Each option of `o` that has a range or a fixed set of values, checked as the CLI checks it."""
+    for k, (lo, hi) in _RANGES.items():
+        v = o.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi)):
+            raise UsageError(f"{k}={v!r}: must be an integer " + (f"from {lo} to {hi}" if hi is not None else f"of {lo} or more"))
+    for k, allowed in _choices().items():
+        if k in o and o[k] not in allowed and str(o[k]) not in builtins.map(str, allowed):
+            raise UsageError(f"{k}={o[k]!r}: must be one of {', '.join(str(a) for a in allowed if a is not None)}")
+    v = o.get("val_fraction")
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1):
+        raise UsageError(f"val_fraction={v!r}: must be a number from 0 up to (not including) 1")
+
+
+def _options(given: dict[str, Any], table: dict[str, Any], what: str) -> dict[str, Any]:
+    """`given` over the table's defaults, each checked as the CLI checks it; an unknown name is a TypeError
+    naming the options there are (as a misspelled keyword is)."""
+    wrong = sorted(set(given) - set(table))
+    if wrong:
+        raise TypeError(f"build.{what}() got unexpected option(s) {', '.join(wrong)}; its options are " + ", ".join(sorted(table)))
+    o = {k: given.get(k, d) for k, d in table.items()}
+    _check(o)
+    if o.get("max_bytes") is not None:
+        from .limits import parse_bytes
+
+        try:
+            o["max_bytes"] = parse_bytes(o["max_bytes"])
+        except UsageError:
+            raise
+        except Exception as e:  # parse_bytes says what a byte count looks like
+            raise UsageError(f"max_bytes: {e}") from None
+    if "sizes" in o:
+        sizes = o["sizes"]
+        try:
+            sizes = tuple(int(x) for x in (sizes.split(",") if isinstance(sizes, str) else sizes) if str(x).strip()) if sizes else ()
+        except (TypeError, ValueError):
+            raise UsageError(f"sizes={o['sizes']!r}: not a list of sizes like 128,192,256") from None
+        if any(not 8 <= x <= 16384 for x in sizes):
+            raise UsageError("sizes must be between 8 and 16384")
+        if sizes and "size" in given:
+            raise UsageError(f"size={given['size']} and sizes={','.join(map(str, sizes))}: sizes replaces size; give one of them")
+        o["sizes"] = sizes
+    return o
+
+
+def _settings(o: dict[str, Any]):
+    """The shard layout, strictness and byte cap every build shares, from its options."""
+    from .settings import BuildSettings
+
+    return BuildSettings(workers=o["workers"] or os.cpu_count() or 1, limit=o["limit"], shard_size=o["shard_size"],
+                         strict=o["strict"], overwrite=o["overwrite"], resume=o["resume"], max_bytes=o["max_bytes"])
+
+
+def _image_settings(o: dict[str, Any]):
+    from .images.settings import ImageSettings
+
+    return ImageSettings(size=o["size"], sizes=o["sizes"], resize=o["resize"], upscale=o["upscale"], grayscale=o["grayscale"],
+                         mode=o["mode"], depth=int(o["depth"]), quality=o["quality"], keep_jpeg=o["keep_jpeg"])
+
+
+def _shown(out) -> str:
+    """`out` as summaries and progress show it: a URL without its credentials."""
+    from .remote.urls import is_url, redact
+
+    return redact(str(out)) if is_url(out) else str(out)
+
+
+def _out_name(out):
+    """What a summary calls the pack: a URL without credentials, else the path."""
+    from .remote.urls import is_url, redact
+
+    return redact(str(out)) if is_url(out) else Path(out)
+
+
+@contextlib.contextmanager
+def _running(out, o: dict[str, Any], workers: int, what: str, total: int | None, unit: str, notices: _Notices,
+             resume: bool = False, label: str | None = None):
+    """The engine, the staged output and the progress of one build: yields (engine, target, bar) and
+    collects the output's closing lines (stored as, uploaded to) in `after`; Ctrl-C inside stops the
+    workers and becomes BuildInterrupted."""
+    from .engine import open_engine
+    from .output import staged_output
+    from .progress import Progress
+
+    after: builtins.list[str] = []
+    with open_engine(o["engine"], workers, o["address"], o["scheduler_file"], say=notices) as eng, \
+            staged_output(out, o["fmt"], o["compress"], o["overwrite"], eng, resume, progress=o["progress"], said=after) as target:
+        with Progress(f"{what} {_shown(out)}", total, unit, show=bool(o["progress"]), label=label) as bar:
+            try:
+                yield eng, target, bar, after
+            except KeyboardInterrupt:
+                bar.close(failed=True)
+                raise BuildInterrupted(target) from None
+
+
+def run(source, build_fn, settings, o: dict[str, Any], noun: str = "images", notices: _Notices | None = None) -> BuildSummary:
+    """Run a build (`build_fn(source, out, settings, progress=..., engine=...)`, the kind's own settings bound) on
+    the engine of `o` into `o["out"]` (a directory, an .h5 file or a URL, through the storage backends); the
+    summary."""
+    notices = notices if notices is not None else _Notices(o["progress"])
+    out = o["out"]
+    with _running(out, o, settings.workers, "build", source.planned(settings.limit), noun, notices, settings.resume,
+                  label="building") as (eng, target, bar, after):
+        summary = build_fn(source, target, settings, progress=bar, engine=eng)
+    summary.out = _out_name(out)
+    summary.after = after
+    summary.notices = builtins.list(notices)
+    return summary
+
+
+def _image_build(source, o: dict[str, Any], build_fn=None, noun: str = "images", notices: _Notices | None = None) -> BuildSummary:
+    from .images.build import build_images
+
+    fn = functools.partial(_with_image, build_fn or build_images, _image_settings(o))
+    return run(source, fn, _settings(o), o, noun, notices)
+
+
+def _with_image(build_fn, image, source, out, settings, **kw):
+    return build_fn(source, out, settings, image, **kw)
+
+
+def _tokenized(tokenize: str | os.PathLike | None):
+    """The image build with captions tokenized by `tokenize` (a tokenizers JSON file); None without it."""
+    if tokenize is None:
+        return None
+    from .images.build import build_images
+
+    return functools.partial(build_images, tokenizer=tokenize)
+
+
+def _paths(given, what: str) -> builtins.list[str]:
+    """One path or pattern, or several, as a list of strings."""
+    items = [given] if isinstance(given, (str, os.PathLike)) else builtins.list(given)
+    if not items:
+        raise UsageError(f"{what}: give at least one")
+    return [os.fspath(x) for x in items]
+
+
+def imagenet(src: str | os.PathLike, out: str | os.PathLike, *, splits: Sequence[str] | str | None = None,
+             val_labels: str | os.PathLike | None = None, allow_empty_classes: bool = False, **options) -> BuildSummary:
+    """Pack an ImageNet tree: SRC/train/<wnid>/*.JPEG, SRC/val/ in class folders or flat with a labels file
+    (`val_labels`, else found beside SRC). Labels are the sorted train folders' indices (torchvision's
+    ImageFolder order). `options`: IMAGE_OPTIONS."""
+    from .sources import scan_imagenet
+
+    o = {**_options(options, IMAGE_OPTIONS, "imagenet"), "out": out}
+    names = tuple(x.strip() for x in splits.split(",") if x.strip()) if isinstance(splits, str) else (tuple(splits) if splits else None)
+    source = scan_imagenet(src, names or None, val_labels, allow_empty_classes, max_bytes=o["max_bytes"])
+    notices = _Notices(o["progress"])
+    if source.val_labels:
+        notices(f"val labels: {source.val_labels}")
+    summary = _image_build(source, o, notices=notices)
+    summary.val_labels = source.val_labels
+    return summary
+
+
+def folder(src: str | os.PathLike, out: str | os.PathLike, *, split: str = "train", allow_empty_classes: bool = False,
+           allow_split_named_classes: bool = False, **options) -> BuildSummary:
+    """Pack any class-folder tree: SRC/<class>/**/<image files>. `options`: IMAGE_OPTIONS."""
+    from .sources import scan_folder
+
+    o = {**_options(options, IMAGE_OPTIONS, "folder"), "out": out}
+    return _image_build(scan_folder(src, split, allow_empty_classes, allow_split_named_classes, max_bytes=o["max_bytes"]), o)
+
+
+def webdataset(tars: Sequence[str | os.PathLike] | str | os.PathLike, out: str | os.PathLike, *, split: str = "train",
+               label_field: str | None = None, caption_field: str | None = None, tokenize: str | os.PathLike | None = None,
+               **options) -> BuildSummary:
+    """Pack WebDataset tar shards: files, globs or brace patterns ('shards/train-{000000..000127}.tar'),
+    plain or compressed; labels from `label_field` of the .json (over any .cls), else .cls; captions from
+    `caption_field`, else .txt, tokenized too with `tokenize`. `options`: IMAGE_OPTIONS."""
+    from .sources.webdataset import scan_webdataset
+
+    o = {**_options(options, IMAGE_OPTIONS, "webdataset"), "out": out}
+    source = scan_webdataset(_paths(tars, "tars"), split, label_field, caption_field, strict=o["strict"], max_bytes=o["max_bytes"])
+    return _image_build(source, o, _tokenized(tokenize))
+
+
+def parquet(files: Sequence[str | os.PathLike] | str | os.PathLike, out: str | os.PathLike, *, image_column: str = "image",
+            label_column: str | None = None, caption_column: str | None = None, split: str = "train",
+            tokenize: str | os.PathLike | None = None, **options) -> BuildSummary:
+    """Pack tables with an image column: Parquet files, Arrow IPC files or streams, globs of them, or
+    datasets' save_to_disk folders (`split` picks a DatasetDict's split). `options`: IMAGE_OPTIONS."""
+    from .sources.parquet import scan_parquet
+
+    o = {**_options(options, IMAGE_OPTIONS, "parquet"), "out": out}
+    source = scan_parquet(_paths(files, "files"), split, image_column, label_column, caption_column, strict=o["strict"],
+                          max_bytes=o["max_bytes"])
+    return _image_build(source, o, _tokenized(tokenize))
+
+
+def list(csv_file: str | os.PathLike, out: str | os.PathLike, *, root: str | os.PathLike | None = None, split: str = "train",  # noqa: A001
+         tokenize: str | os.PathLike | None = None, **options) -> BuildSummary:
+    """Pack the files a CSV lists: path,label[,caption] rows, paths relative to `root` (the CSV's folder by
+    default); rows whose path leaves the root or names no file are skipped with their reasons. `options`:
+    IMAGE_OPTIONS. (Named for `dataprep build list`; inside this module the builtin is builtins.list.)"""
+    from .sources.pathlist import scan_list
+
+    o = {**_options(options, IMAGE_OPTIONS, "list"), "out": out}
+    return _image_build(scan_list(csv_file, root, split, strict=o["strict"], max_bytes=o["max_bytes"]), o, _tokenized(tokenize))
+
+
+def segmentation(images: str | os.PathLike, masks: str | os.PathLike, out: str | os.PathLike, *,
+                 pairs: str | os.PathLike | None = None, image_suffix: str = "", mask_suffix: str = "", split: str = "train",
+                 labels: str | os.PathLike | None = None, mask_dtype: str = "auto", num_classes: int | None = None,
+                 **options) -> BuildSummary:
+    """Pack image/mask pairs for semantic segmentation (masks resized nearest, never interpolated): pairs by
+    relative path and stem (less the suffixes), or listed in a `pairs` CSV; `labels` a label map YAML.
+    `options`: IMAGE_OPTIONS."""
+    from .segmentation.build import build_segmentation
+    from .segmentation.masks import LabelMap
+    from .segmentation.pairs import pair_by_stem, pair_from_file
+
+    o = {**_options(options, IMAGE_OPTIONS, "segmentation"), "out": out}
+    _check({"mask_dtype": mask_dtype, "num_classes": num_classes})
+    if labels is not None and not os.path.isfile(labels):
+        raise UsageError(f"labels={os.fspath(labels)!r}: no such label map file")
+    source = pair_from_file(images, masks, pairs, split) if pairs else pair_by_stem(images, masks, image_suffix, mask_suffix, split)
+    fn = functools.partial(build_segmentation, labels=LabelMap.load(Path(labels)) if labels else None,
+                           mask_dtype=None if mask_dtype == "auto" else mask_dtype, num_classes=num_classes)
+    return _image_build(source, o, fn, noun="pairs")
+
+
+def _triple(value, what: str, cast, n: int, example: str) -> tuple | None:
+    """A D,H,W shape or LO,HI window given as a sequence or as the CLI's text ('64,128,128', '-1000,2000')."""
+    if value is None:
+        return None
+    try:
+        parts = value.replace("x", ",").split(",") if isinstance(value, str) else builtins.list(value)
+        t = tuple(cast(v) for v in parts)
+    except (TypeError, ValueError):
+        t = ()
+    if len(t) != n or (cast is int and min(t) < 1):
+        raise UsageError(f"{what}={value!r}: not {example}")
+    return t
+
+
+def volumes(src: str | os.PathLike, out: str | os.PathLike, **options) -> BuildSummary:
+    """Pack 3-D volumes: SRC/<class>/**/*.npy|*.tif (labelled) or SRC/**/*.npy|*.tif, stored uint16 (or
+    uint8) with their shapes; `masks` a folder of label volumes paired by path. `options`: VOLUME_OPTIONS."""
+    from .sources import scan_files
+    from .volumes.build import VolumeSettings, build_volumes
+    from .volumes.read import VOLUME_EXTENSIONS
+
+    o = {**_options(options, VOLUME_OPTIONS, "volumes"), "out": out}
+    shape = _triple(o["shape"], "shape", int, 3, "a shape D,H,W such as 64,128,128")
+    window = _triple(o["window"], "window", float, 2, "LO,HI (e.g. -1000,2000)")
+    vs = VolumeSettings(shape, int(o["depth"]), window, o["resample"])
+    source = scan_files(src, o["split"], VOLUME_EXTENSIONS)
+    fn = functools.partial(build_volumes, volume=vs, masks=o["masks"], mask_dtype=None if o["mask_dtype"] == "auto" else o["mask_dtype"])
+    return run(source, fn, _settings(o), o, "volumes")
+
+
+class TokenizeSummary(dict):
+    """What `tokenize` did: the token pack's splits {name: (documents, tokens)}, dtype, tokens, seconds,
+    resumed tasks and replaced bytes, as a dict; `.lines()` is what `dataprep tokenize` prints."""
+
+    out: Any = None
+    after: builtins.list[str]
+    notices: builtins.list[str]
+
+    def lines(self) -> builtins.list[str]:
+        r = self
+        out = [*self.after, f"pack: {self.out}"]
+        for name, (docs, toks) in r["splits"].items():
+            out.append(f"  {name}: {docs:,} documents, {toks:,} tokens ({r['dtype']})")
+        if r.get("reused"):
+            out.append(f"  resumed: {r['reused']} of {r['tasks']} tasks were finished and intact, {r['tasks'] - r['reused']} tokenized")
+        if r["replaced"]:
+            out.append("  bytes that were not UTF-8, replaced: " + ", ".join(f"{k}: {v}" for k, v in r["replaced"].items()))
+        out.append(f"  {r['tokens']:,} tokens from {r['files']} files in {r['seconds']:.1f} s "
+                   f"({r['tokens'] / max(r['seconds'], 1e-9):,.0f} tokens/s)")
+        return out
+
+
+def tokenize(src: Sequence[str | os.PathLike] | str | os.PathLike, out: str | os.PathLike, **options) -> TokenizeSummary:
+    """Tokenize text (files, directories or globs of .txt, .jsonl, .csv, .parquet, ...) into a token pack of
+    uint16/uint32 token arrays with a document index: with `tokenizer` (a Hugging Face tokenizers JSON
+    file) or a byte-level BPE of `train_bpe` tokens trained first. `options`: TOKENIZE_OPTIONS, as
+    `dataprep tokenize` takes them."""
+    from .tokens.read import expand
+    from .tokens.tokenize import TokenizeSettings
+    from .tokens.tokenize import tokenize as tokenize_files
+
+    o = {**_options(options, TOKENIZE_OPTIONS, "tokenize"), "out": out}
+    settings = TokenizeSettings(split=o["split_docs"], text_field=o["text_field"], eot=o["eot"], eot_id=o["eot_id"],
+                                val_fraction=float(o["val_fraction"]), seed=o["seed"], chunk_bytes=o["chunk_mb"] << 20,
+                                task_bytes=o["task_mb"] << 20, strict=o["strict"])
+    files = expand(_paths(src, "src"))
+    notices = _Notices(o["progress"])
+    with _running(out, o, o["workers"], "tokenize", sum(os.path.getsize(f) for f in files), "bytes", notices,
+                  o["resume"]) as (eng, target, bar, after):
+        r = tokenize_files(files, target, settings, o["tokenizer"], o["train_bpe"], o["overwrite"], progress=bar, engine=eng,
+                           resume=o["resume"])
+    summary = TokenizeSummary(r, files=len(files))
+    summary.out, summary.after, summary.notices = _shown(out), after, builtins.list(notices)
+    return summary
+
+
+class TableSummary(dict):
+    """What `table` did: rows per split, rows read and dropped, the columns and what each became, the
+    target, as a dict; `.lines()` is what `dataprep table` prints."""
+
+    out: Any = None
+    after: builtins.list[str]
+    notices: builtins.list[str]
+
+    def lines(self) -> builtins.list[str]:
+        import numpy as np
+
+        from .tables.field import dropped_rows
+
+        r, t = self, self["target"]
+        out = [*self.after, f"pack: {self.out}",
+               "  rows: " + ", ".join(f"{k} {v}" for k, v in r["splits"].items()) + f"; {dropped_rows(r['rows'])}",
+               f"  {r['features']} feature columns, {r['categorical']} categorical; target {t['column']!r}: {t['task']} "
+               f"({np.dtype(t['dtype']).name}" + (f", {len(t['classes'])} classes)" if t["task"] == "classification" else ")"),
+               "  columns:"]
+        out.extend(f"    {c}: {what}" for c, what in r["columns"].items())
+        out.append(f"  {sum(r['splits'].values())} rows in {r['seconds']:.2f} s")
+        return out
+
+
+def _names(value) -> tuple[str, ...]:
+    """Column names given as 'a,b' (the CLI's form) or as a sequence."""
+    if value is None:
+        return ()
+    items = value.split(",") if isinstance(value, str) else builtins.list(value)
+    return tuple(str(v).strip() for v in items if str(v).strip())
+
+
+def table(src: Sequence[str | os.PathLike] | str | os.PathLike, out: str | os.PathLike, *, target: str, **options) -> TableSummary:
+    """Convert tables (CSV, TSV, Parquet, JSON lines, Excel, ...) to typed arrays: floats, integer codes with
+    vocabularies, statistics and splits; `target` the target column (a name, or a position such as -1
+    without a header). `options`: TABLE_OPTIONS, as `dataprep table` takes them."""
+    from .tables.build import build_table, input_bytes
+    from .tables.columns import TableSettings
+
+    o = {**_options(options, TABLE_OPTIONS, "table"), "out": out}
+    settings = TableSettings(target=target, task=o["task"], float_dtype=o["float_dtype"], missing=o["missing"],
+                             fill_value=float(o["fill_value"]), datetime=o["datetime"], categorical=_names(o["categorical"]),
+                             numeric=_names(o["numeric"]), dates=_names(o["dates"]), drop=_names(o["drop"]),
+                             val_fraction=float(o["val_fraction"]), split_column=o["split_column"], seed=o["seed"],
+                             max_categories=o["max_categories"], drop_missing_target=o["drop_missing_target"],
+                             keep_ids=o["keep_ids"])
+    read = {"fmt": o["input_format"], "sep": o["sep"], "header": o["header"], "skip_rows": o["skip_rows"],
+            "names": builtins.list(_names(o["names"])) or None}
+    if o["target_file"] is not None and not os.path.isfile(o["target_file"]):
+        raise UsageError(f"target_file={os.fspath(o['target_file'])!r}: no such file")
+    paths = _paths(src, "src")
+    notices = _Notices(o["progress"])
+    with _running(out, o, o["workers"], "table", input_bytes(paths), "bytes", notices) as (eng, target_dir, bar, after):
+        r = build_table(paths, target_dir, settings, read, o["target_file"], o["overwrite"], engine=eng, progress=bar)
+    summary = TableSummary(r)
+    summary.out, summary.after, summary.notices = _shown(out), after, builtins.list(notices)
+    return summary

@@ -1,0 +1,234 @@
+"""The Python front door (dataprep.build) against the CLI: for every build command, the same input gives
+the same pack byte for byte (manifests but for when and how long), the same summary lines, the same option
+names and defaults, and the same refusals; progress is off unless asked for."""
+from __future__ import annotations
+
+import csv
+import inspect
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import click
+import cv2
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import dataprep
+from dataprep import build
+from dataprep.cli import main
+from dataprep.synthetic import write_tree
+
+
+def cli(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and p.name != "manifest.json"}
+
+
+def same_pack(a: Path, b: Path) -> None:
+    """Every file byte for byte, and the manifests but for when the build ran and how long it took."""
+    fa, fb = _files(a), _files(b)
+    assert fa.keys() == fb.keys() and fa
+    assert [k for k in fa if fa[k] != fb[k]] == []
+    ma, mb = (json.loads((p / "manifest.json").read_text()) for p in (a, b))
+    for m in (ma, mb):
+        m.pop("created"), m.pop("build")
+    assert ma == mb
+
+
+def _timeless(lines) -> list[str]:
+    """Summary lines less the timing ones (the rate line, the tokens/rows line), with out paths made alike."""
+    return [ln for ln in lines if not any(w in ln for w in (" s,", " s (", " s\n")) and not ln.rstrip().endswith(" s")]
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> dict[str, Path]:
+    """One small input of each source kind, written once."""
+    base = tmp_path_factory.mktemp("front_door_inputs")
+    tree = write_tree(base / "tree", classes=3, per_class=4, val_per_class=1, sizes=((40, 60), (64, 48)), kind="index", ext=".png")
+    pngs = sorted((tree / "train").rglob("*.png"))
+    classes = sorted(p.name for p in (tree / "train").iterdir())
+    with tarfile.open(base / "w.tar", "w") as tf:
+        for i, p in enumerate(pngs):
+            for name, data in ((f"{i:04d}.png", p.read_bytes()), (f"{i:04d}.cls", str(classes.index(p.parent.name)).encode())):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
+    with open(base / "list.csv", "w", newline="") as f:
+        csv.writer(f).writerows([(str(p.relative_to(tree)), p.parent.name) for p in pngs])
+    (base / "seg" / "img").mkdir(parents=True)
+    (base / "seg" / "mask").mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(6):
+        cv2.imwrite(str(base / "seg" / "img" / f"s{i}.png"), rng.integers(0, 255, (40, 56, 3), dtype=np.uint8))
+        cv2.imwrite(str(base / "seg" / "mask" / f"s{i}.png"), rng.integers(0, 4, (40, 56), dtype=np.uint8))
+    for c in ("a", "b"):
+        (base / "vol" / c).mkdir(parents=True)
+        for i in range(3):
+            np.save(base / "vol" / c / f"v{i}.npy", rng.integers(0, 4000, (6, 10, 12), dtype=np.uint16))
+    with open(base / "t.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["x", "colour", "y"])
+        w.writerows((round(float(rng.normal()), 4), ["red", "green", "blue"][i % 3], i % 2) for i in range(40))
+    (base / "text").mkdir()
+    for i in range(4):
+        (base / "text" / f"d{i}.txt").write_text(" ".join(f"word{j % 17} thing{i}" for j in range(200)) + "\n")
+    build.tokenize(base / "text", base / "bpe", train_bpe=300, workers=1)
+    out = {"tree": tree, "tar": base / "w.tar", "list": base / "list.csv", "seg": base / "seg", "vol": base / "vol",
+           "table": base / "t.csv", "text": base / "text", "tokenizer": base / "bpe" / "tokenizer.json"}
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"image": [p.read_bytes() for p in pngs], "label": [p.parent.name for p in pngs]}), base / "t.parquet")
+        out["parquet"] = base / "t.parquet"
+    except ImportError:
+        pass
+    return out
+
+
+# Each build command as the CLI takes it and as the front door does, with options off their defaults.
+CASES = {
+    "imagenet": (lambda i, o: ["build", "imagenet", i["tree"], "--size", 32, "--mode", "raw", "-j", 1, "--shard-size", 5, "--out", o],
+                 lambda i, o: build.imagenet(i["tree"], o, size=32, mode="raw", workers=1, shard_size=5)),
+    "folder": (lambda i, o: ["build", "folder", i["tree"] / "train", "--size", 24, "--resize", "center-crop", "-j", 1, "--out", o],
+               lambda i, o: build.folder(i["tree"] / "train", o, size=24, resize="center-crop", workers=1)),
+    "webdataset": (lambda i, o: ["build", "webdataset", i["tar"], "--sizes", "16,32", "-j", 1, "--out", o],
+                   lambda i, o: build.webdataset(i["tar"], o, sizes=(16, 32), workers=1)),
+    "parquet": (lambda i, o: ["build", "parquet", i["parquet"], "--label-column", "label", "--size", 32, "-j", 1, "--out", o],
+                lambda i, o: build.parquet(i["parquet"], o, label_column="label", size=32, workers=1)),
+    "list": (lambda i, o: ["build", "list", i["list"], "--root", i["tree"], "--size", 32, "--grayscale", "-j", 1, "--out", o],
+             lambda i, o: build.list(i["list"], o, root=i["tree"], size=32, grayscale=True, workers=1)),
+    "segmentation": (lambda i, o: ["build", "segmentation", "--images", i["seg"] / "img", "--masks", i["seg"] / "mask", "--size", 32,
+                                   "--num-classes", 4, "-j", 1, "--out", o],
+                     lambda i, o: build.segmentation(i["seg"] / "img", i["seg"] / "mask", o, size=32, num_classes=4, workers=1)),
+    "volumes": (lambda i, o: ["build", "volumes", i["vol"], "--shape", "4,8,8", "--depth", "8", "--window", "0,4000", "-j", 1,
+                              "--out", o],
+                lambda i, o: build.volumes(i["vol"], o, shape=(4, 8, 8), depth=8, window=(0, 4000), workers=1)),
+    "table": (lambda i, o: ["table", i["table"], "--target", "y", "--val-fraction", "0.25", "--seed", 3, "--out", o],
+              lambda i, o: build.table(i["table"], o, target="y", val_fraction=0.25, seed=3)),
+    "tokenize": (lambda i, o: ["tokenize", i["text"], "--tokenizer", i["tokenizer"], "--split-docs", "line", "--val-fraction", "0.2",
+                               "--out", o],
+                 lambda i, o: dataprep.tokenize(i["text"], o, tokenizer=i["tokenizer"], split_docs="line", val_fraction=0.2)),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_front_door_builds_what_the_cli_builds_byte_for_byte(name, inputs, tmp_path, capsys):
+    if name == "parquet" and "parquet" not in inputs:
+        pytest.skip("needs pyarrow (the parquet extra: pip install 'dataprep[parquet]')")
+    args, call = CASES[name]
+    r = cli(*args(inputs, tmp_path / "cli"), "--no-progress")
+    assert r.exit_code == 0, r.output
+    capsys.readouterr()
+    summary = call(inputs, tmp_path / "py")
+    assert capsys.readouterr().err == ""  # progress is off by default, and nothing else is said
+    same_pack(tmp_path / "cli", tmp_path / "py")
+    printed = [ln.replace(str(tmp_path / "cli"), "OUT") for ln in r.stdout.splitlines()]
+    assert _timeless(printed) == _timeless(ln.replace(str(tmp_path / "py"), "OUT") for ln in summary.lines())
+    assert len(_timeless(printed)) >= 2
+
+
+def test_a_stored_as_line_comes_first_as_the_cli_prints_it(inputs, tmp_path):
+    s = build.folder(inputs["tree"] / "train", tmp_path / "p.h5", size=24, workers=1, fmt="hdf5")
+    assert s.lines()[0].startswith(f"stored as hdf5: {tmp_path / 'p.h5'}") and s.lines()[1] == f"pack: {tmp_path / 'p.h5'}"
+    assert dataprep.is_pack(tmp_path / "p.h5")
+
+
+def test_progress_true_reports_on_stderr(inputs, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("DATAPREP_PROGRESS_EVERY", "0")  # a line for every step, however short the build
+    build.folder(inputs["tree"] / "train", tmp_path / "p", size=24, workers=1, progress=True)
+    err = capsys.readouterr().err
+    assert f"build {tmp_path / 'p'}" in err and "12/12" in err.replace(",", "")
+
+
+def test_an_imagenet_build_tells_which_val_labels_it_used(tmp_path, capsys):
+    tree = write_tree(tmp_path / "t", classes=2, per_class=2, sizes=((32, 32),), kind="index", ext=".png")
+    val = tree / "val"
+    val.mkdir()
+    for i, p in enumerate(sorted((tree / "train").rglob("*.png"))[:2]):
+        (val / f"v{i}.png").write_bytes(p.read_bytes())
+    labels = tmp_path / "labels.txt"
+    labels.write_text("v0.png 0\nv1.png 1\n")
+    s = build.imagenet(tree, tmp_path / "p", val_labels=labels, size=16, workers=1)
+    assert s.val_labels is not None and s.notices == [f"val labels: {s.val_labels}"]
+    assert capsys.readouterr().err == ""  # kept in the summary; said only with progress
+    r = cli("build", "imagenet", tree, "--val-labels", labels, "--size", 16, "-j", 1, "--out", tmp_path / "q", "--no-progress")
+    assert r.exit_code == 0 and f"val labels: {s.val_labels}" in r.stderr
+
+
+# --- the same options, defaults and refusals -------------------------------------------------------------
+
+def _command(name: str) -> click.Command:
+    from dataprep.cli.build import build as group
+    from dataprep.cli.table import table
+    from dataprep.cli.tokenize import tokenize
+
+    return {"table": table, "tokenize": tokenize}.get(name) or group.commands[name]
+
+
+FRONT = {"imagenet": (build.imagenet, build.IMAGE_OPTIONS), "folder": (build.folder, build.IMAGE_OPTIONS),
+         "webdataset": (build.webdataset, build.IMAGE_OPTIONS), "parquet": (build.parquet, build.IMAGE_OPTIONS),
+         "list": (build.list, build.IMAGE_OPTIONS), "segmentation": (build.segmentation, build.IMAGE_OPTIONS),
+         "volumes": (build.volumes, build.VOLUME_OPTIONS), "table": (build.table, build.TABLE_OPTIONS),
+         "tokenize": (build.tokenize, build.TOKENIZE_OPTIONS)}
+CLI_ONLY = {"config", "profile_to"}  # a YAML of defaults and a cProfile: what a command line needs, not a call
+
+
+@pytest.mark.parametrize("name", list(FRONT))
+def test_every_cli_option_is_a_front_door_option_with_the_same_default(name):
+    fn, table = FRONT[name]
+    sig = {k: p.default for k, p in inspect.signature(fn).parameters.items() if p.kind is not p.VAR_KEYWORD}
+    front = {**table, **sig}
+    command = _command(name)
+    params = {p.name: p for p in command.params if p.name not in CLI_ONLY}
+    assert set(params) == set(front)
+    ctx = click.Context(command)
+    for k, p in params.items():
+        if isinstance(p, click.Argument) or p.required or k == "progress":
+            continue  # arguments have no default; progress is on for a command, off for a call (the one difference)
+        want = p.get_default(ctx, call=False)
+        assert str(want) == str(front[k]) or (want in (None, ()) and front[k] in (None, ())), (k, want, front[k])
+    assert front["progress"] is False
+
+
+BAD = [("size", 4, "--size", "4"), ("quality", 0, "--quality", "0"), ("workers", 0, "-j", "0"), ("mode", "bogus", "--mode", "bogus"),
+       ("resize", "bogus", "--resize", "bogus"), ("fmt", "bogus", "--format", "bogus"), ("max_bytes", "lots", "--max-bytes", "lots"),
+       ("sizes", "4,8", "--sizes", "4,8"), ("depth", 12, "--depth", "12"), ("compress", "bogus", "--compress", "bogus")]
+
+
+@pytest.mark.parametrize("key,value,flag,text", BAD, ids=[b[0] for b in BAD])
+def test_a_bad_value_is_refused_by_both_before_anything_is_built(key, value, flag, text, inputs, tmp_path):
+    r = cli("build", "folder", inputs["tree"] / "train", flag, text, "--out", tmp_path / "cli")
+    assert r.exit_code == 2, r.output
+    with pytest.raises(dataprep.UsageError, match=key) as e:
+        build.folder(inputs["tree"] / "train", tmp_path / "py", **{key: value})
+    assert isinstance(e.value, ValueError) and not (tmp_path / "py").exists()
+
+
+def test_size_beside_sizes_and_an_unknown_option_are_refused(inputs, tmp_path):
+    with pytest.raises(dataprep.UsageError, match="sizes replaces size"):
+        build.folder(inputs["tree"] / "train", tmp_path / "p", size=64, sizes=(32, 64))
+    with pytest.raises(TypeError, match=r"unexpected option\(s\) sizee; its options are .*sizes"):
+        build.folder(inputs["tree"] / "train", tmp_path / "p", sizee=32)
+    assert not (tmp_path / "p").exists()
+
+
+def test_a_ctrl_c_inside_a_build_is_build_interrupted_and_keeps_the_staging(inputs, tmp_path, monkeypatch):
+    import dataprep.images.build as images
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(images, "build_images", interrupted)
+    with pytest.raises(build.BuildInterrupted) as e:
+        build.folder(inputs["tree"] / "train", tmp_path / "p", size=24, workers=1)
+    assert str(e.value.kept_in) == str(tmp_path / "p") and isinstance(e.value, KeyboardInterrupt)
+    r = cli("build", "folder", inputs["tree"] / "train", "--size", 24, "-j", 1, "--out", tmp_path / "q", "--no-progress")
+    assert r.exit_code == 130
+    assert f"interrupted: workers stopped, finished shards kept in {tmp_path / 'q'}; run the same command with --resume" in r.stderr
