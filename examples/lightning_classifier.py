@@ -2,7 +2,8 @@
 gives the Trainer Loaders sharded by rank, following its epochs, saved in its checkpoints and restored on
 `fit(ckpt_path=...)`, with batches normalised on the device.
 
-    python examples/lightning_classifier.py packs/demo --demo runs/demo-src --epochs 2
+    python examples/prepare.py images runs/demo-src --out packs/demo          # a small pack, once
+    python examples/lightning_classifier.py packs/demo --epochs 2
     python examples/lightning_classifier.py /fast/imagenet-256 --size 224 --devices 8 --precision bf16-mixed
     python examples/lightning_classifier.py PACK --checkpoint runs/l.ckpt --checkpoint-every 20
     python examples/lightning_classifier.py PACK --checkpoint runs/l.ckpt --checkpoint-every 20 --resume   # after a stop
@@ -20,13 +21,11 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_classifier import ResNet, make_demo_pack  # noqa: E402  (the same network and demo pack)
-
 import lightning.pytorch as pl  # noqa: E402
+from train_classifier import ResNet  # noqa: E402  (the same network)
 
 import dataprep  # noqa: E402
 from dataprep.lightning import PackDataModule  # noqa: E402
-from dataprep.pack.backends import is_pack  # noqa: E402
 
 
 class Classifier(pl.LightningModule):
@@ -83,8 +82,8 @@ class SaveEvery(pl.Callback):
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("pack", help="an image pack with a train split (and a val split, for validation)")
-    ap.add_argument("--demo", metavar="DIR", help="make a small synthetic pack at PACK first, from sources written in DIR")
+    ap.add_argument("pack", help="an image pack with a train split (and a val split, for validation): examples/prepare.py "
+                                 "images, dataprep build ...")
     ap.add_argument("--size", type=int, default=64, help="crop side in pixels (train: random-resized crops; val: centre crops)")
     ap.add_argument("--batch-size", type=int, default=64, help="images per batch on each device")
     ap.add_argument("--workers", type=int, default=2, help="Loader worker processes per device (0: decode in the trainer)")
@@ -98,8 +97,8 @@ def main(argv=None) -> None:
     ap.add_argument("--resume", action="store_true", help="continue the run saved in --checkpoint")
     a = ap.parse_args(argv)
     pack = Path(a.pack)
-    if a.demo and not is_pack(pack):
-        make_demo_pack(pack, Path(a.demo), a.size, train_images=512)
+    if not dataprep.is_pack(pack):
+        sys.exit(f"{pack}: no pack there; make one first: python examples/prepare.py images DIR --out {pack}")
     dm = PackDataModule(pack, batch_size=a.batch_size, num_workers=a.workers, crop=dataprep.RandomResizedCrop(a.size),
                         flip=True, val_crop=dataprep.CenterCrop(a.size), drop_last=True)
     manifest = dm.manifest

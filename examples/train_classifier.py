@@ -1,6 +1,7 @@
 """Train a small ResNet on an image pack, served from RAM by dataprep.Loader.
 
-    python examples/train_classifier.py packs/demo --demo runs/demo-src        # makes a small pack first
+    python examples/prepare.py images runs/demo-src --out packs/demo            # a small pack, once
+    python examples/train_classifier.py packs/demo
     python examples/train_classifier.py /fast/imagenet-256 --size 224 --workers 8 --epochs 16 --progressive
     python examples/train_classifier.py PACK --checkpoint ckpt.pt --checkpoint-every 500
     python examples/train_classifier.py PACK --checkpoint ckpt.pt --checkpoint-every 500 --resume   # after a stop
@@ -21,27 +22,21 @@ import math
 import os
 import sys
 import time
-from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 import dataprep
 from dataprep import CenterCrop, Loader, Normalize, RandomResizedCrop, Schedule, to_device
-from dataprep.pack.backends import is_pack
 
 DATA_BOUND = 0.10  # waiting for data more than this share of the step: the data path is the bottleneck
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("pack", help="an image pack (dataprep build ...), or where --demo writes one")
+    p.add_argument("pack", help="an image pack (examples/prepare.py images, dataprep build ...)")
     p.add_argument("--val-split", default="val", help="the split evaluated after every epoch (skipped if absent)")
-    p.add_argument("--demo", metavar="DIR", help="generate synthetic class images in DIR and build PACK from them "
-                                                 "(unless PACK already holds a pack)")
-    p.add_argument("--demo-images", type=int, default=512, help="train images the demo generates (and a quarter as many for val)")
     p.add_argument("--size", type=int, default=64, help="training crop size in pixels")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--workers", type=int, default=2, help="Loader worker processes (0: the main process fills batches)")
@@ -60,46 +55,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.resume and not args.checkpoint:
         p.error("--resume needs --checkpoint FILE")
     return args
-
-
-# -- the demo pack ---------------------------------------------------------------------------------
-PALETTE = np.array([[230, 40, 40], [40, 190, 60], [50, 80, 230], [240, 210, 30],
-                    [200, 60, 220], [30, 200, 210], [250, 140, 0], [130, 130, 130]], np.float32)
-
-
-def write_demo_tree(root: Path, train_images: int, shorter: int) -> None:
-    """root/{train,val}/<class>/*.png: photo-like clutter tinted with its class's colour, so that the class
-    is visible in any crop and any flip (and a small network learns it in a few epochs)."""
-    import cv2
-
-    from dataprep.synthetic import photo_like
-
-    per_class = {"train": max(1, train_images // len(PALETTE)), "val": max(1, train_images // 4 // len(PALETTE))}
-    k = 0
-    for split, n in per_class.items():
-        for c, colour in enumerate(PALETTE):
-            d = root / split / f"class{c}"
-            d.mkdir(parents=True, exist_ok=True)
-            for j in range(n):
-                h, w = (shorter, shorter * 4 // 3) if k % 2 else (shorter * 4 // 3, shorter)
-                img = 0.35 * photo_like(k, h, w) + 0.65 * colour
-                cv2.imwrite(str(d / f"{j:05d}.png"), cv2.cvtColor(img.astype(np.uint8), cv2.COLOR_RGB2BGR))
-                k += 1
-
-
-def make_demo_pack(pack: Path, src: Path, size: int, train_images: int) -> None:
-    """Build PACK from a synthetic tree in src: decoded pixels (no JPEG to decode while serving), the shorter
-    side stored at the size the validation crop resizes to, so crops are cut from the whole image."""
-    from dataprep.images.settings import ImageSettings
-    from dataprep.settings import BuildSettings
-    from dataprep.sources import scan_imagenet
-
-    stored = CenterCrop(size).resize
-    if not (src / "train").is_dir():
-        write_demo_tree(src, train_images, shorter=stored + stored // 4)
-    summary = dataprep.build_images(scan_imagenet(src), pack, BuildSettings(workers=min(4, os.cpu_count() or 1), overwrite=True),
-                                    ImageSettings(size=stored, resize="shorter", mode="raw"))
-    print("\n".join(summary.lines()), flush=True)
 
 
 # -- the model -------------------------------------------------------------------------------------
@@ -299,8 +254,8 @@ def train_step(net: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, labe
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    if args.demo and not is_pack(args.pack):
-        make_demo_pack(Path(args.pack), Path(args.demo), args.size, args.demo_images)
+    if not dataprep.is_pack(args.pack):
+        sys.exit(f"{args.pack}: no pack there; make one first: python examples/prepare.py images DIR --out {args.pack}")
     device = pick_device(args.device)
     cuda = device.type == "cuda"
     torch.backends.cudnn.benchmark = cuda  # picks the fastest convolution algorithms for each input shape

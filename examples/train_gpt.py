@@ -1,6 +1,7 @@
 """Train a tiny GPT on a token pack, with random context windows served by dataprep.Loader.
 
-    python examples/train_gpt.py packs/demo-text --demo runs/demo-text        # tokenizes a generated text first
+    python examples/prepare.py text runs/demo-text --out packs/demo-text      # a small token pack, once
+    python examples/train_gpt.py packs/demo-text
     python examples/train_gpt.py packs/bpe --context 256 --batch-size 32 --steps 2000 --workers 4
     python examples/train_gpt.py PACK --checkpoint gpt.pt --checkpoint-every 200
     python examples/train_gpt.py PACK --checkpoint gpt.pt --checkpoint-every 200 --resume    # after a stop
@@ -17,25 +18,19 @@ import argparse
 import contextlib
 import hashlib
 import os
-import random
 import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dataprep import Loader, TokenDataset, to_device
-from dataprep.pack.backends import is_pack
+from dataprep import Loader, TokenDataset, is_pack, to_device
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("pack", help="a token pack (dataprep tokenize ...), or where --demo writes one")
-    p.add_argument("--demo", metavar="DIR", help="generate a small text in DIR and tokenize it into PACK with a BPE "
-                                                 "trained on it (unless PACK already holds a pack)")
-    p.add_argument("--demo-docs", type=int, default=3000, help="paragraphs the demo text has")
+    p.add_argument("pack", help="a token pack (examples/prepare.py text, dataprep tokenize ...)")
     p.add_argument("--context", type=int, default=64, help="tokens per window")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--samples", type=int, default=None, help="windows an epoch [default: as many as fit without overlap]")
@@ -53,42 +48,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.resume and not args.checkpoint:
         p.error("--resume needs --checkpoint FILE")
     return args
-
-
-# -- the demo pack ---------------------------------------------------------------------------------
-WHO = ["the cat", "a dog", "the old man", "my sister", "the teacher", "a small bird", "the farmer", "our neighbour"]
-DID = ["sat on", "looked at", "walked past", "painted", "found", "carried", "forgot", "cleaned"]
-WHAT = ["the red door", "a wooden box", "the garden wall", "an empty cup", "the blue boat", "a heavy stone"]
-WHEN = ["in the morning", "after lunch", "at night", "before the rain", "on sunday"]
-
-
-def write_demo_text(path: Path, docs: int, seed: int = 0) -> None:
-    """Paragraphs of short sentences from a tiny grammar, plus sums: structure a small model can learn
-    (the loss falls well below that of guessing from token frequencies)."""
-    rng = random.Random(seed)
-    paragraphs = []
-    for _ in range(docs):
-        sentences = []
-        for _ in range(rng.randint(2, 5)):
-            if rng.random() < 0.25:
-                a, b = rng.randint(0, 9), rng.randint(0, 9)
-                sentences.append(f"{a} plus {b} is {a + b}.")
-            else:
-                sentences.append(f"{rng.choice(WHO)} {rng.choice(DID)} {rng.choice(WHAT)} {rng.choice(WHEN)}.".capitalize())
-        paragraphs.append(" ".join(sentences))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n\n".join(paragraphs) + "\n")
-
-
-def make_demo_pack(pack: Path, src: Path, docs: int) -> None:
-    """One document per paragraph, a byte-level BPE of 384 ids trained on the text (saved beside the pack)."""
-    from dataprep.tokens.tokenize import TokenizeSettings, tokenize
-
-    text = src / "demo.txt"
-    if not text.exists():
-        write_demo_text(text, docs)
-    done = tokenize([str(text)], pack, TokenizeSettings(split="paragraph"), train_bpe_vocab=384, overwrite=True)
-    print(f"pack: {pack}: {done['documents']} documents, {done['tokens']:,} tokens ({done['dtype']}) in {done['seconds']:.1f} s", flush=True)
 
 
 # -- the model -------------------------------------------------------------------------------------
@@ -235,8 +194,8 @@ def pick_device(name: str) -> torch.device:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    if args.demo and not is_pack(args.pack):
-        make_demo_pack(Path(args.pack), Path(args.demo), args.demo_docs)
+    if not is_pack(args.pack):
+        sys.exit(f"{args.pack}: no pack there; make one first: python examples/prepare.py text DIR --out {args.pack}")
     device = pick_device(args.device)
     cuda = device.type == "cuda"
     torch.manual_seed(args.seed)

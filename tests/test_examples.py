@@ -1,13 +1,15 @@
-"""The examples run as a user runs them (a fresh process, `--demo` on a fresh directory, on the CPU), print
-their figures, and resume exactly: a run stopped mid-epoch and resumed in a new process trains on the same
-batches, in the same order, as one run that never stopped, and ends with the same weights.
+"""The examples run as a user runs them (a fresh process, examples/prepare.py first on a fresh directory,
+then the training script on the pack it made, on the CPU), print their figures, and resume exactly: a run
+stopped mid-epoch and resumed in a new process trains on the same batches, in the same order, as one run
+that never stopped, and ends with the same weights. And they use dataprep's public names only.
 
-Each example is run three times on one demo pack: uninterrupted to step N; stopped at step K (mid-epoch,
-checkpoint at the end); resumed from that checkpoint to step N with a different number of Loader workers.
-`--log-batches` writes one digest per step of the batch trained on.
+Each training example is run three times on one prepared pack: uninterrupted to step N; stopped at step K
+(mid-epoch, checkpoint at the end); resumed from that checkpoint to step N with a different number of Loader
+workers. `--log-batches` writes one digest per step of the batch trained on.
 """
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -16,17 +18,70 @@ from pathlib import Path
 import pytest
 import torch
 
+import dataprep
+
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow  # three training processes per example, ~10-20 s each on two busy cores
+slow = pytest.mark.slow  # three training processes per example, ~10-20 s each on two busy cores
+
+# The modules an example may import besides the top-level package (whose public names are dataprep.__all__).
+PUBLIC_MODULES = {"build", "lightning", "gpu"}
 
 
-def run(script: str, *args) -> str:
-    """Run examples/<script> in a fresh interpreter; return its output (stdout and stderr), exit code 0 asserted."""
+def run(script: str, *args, rc: int = 0) -> str:
+    """Run examples/<script> in a fresh interpreter; return its output (stdout and stderr), its exit code asserted."""
     cmd = [sys.executable, str(ROOT / "examples" / script), *map(str, args)]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     out = done.stdout + done.stderr
-    assert done.returncode == 0, f"{' '.join(cmd)} exited {done.returncode}:\n{out}"
+    assert done.returncode == rc, f"{' '.join(cmd)} exited {done.returncode}:\n{out}"
     return out
+
+
+# -- public names only -------------------------------------------------------------------------------
+def private_uses(path: Path) -> list[str]:
+    """What a file reaches of dataprep beyond its public names: `import dataprep.X` or `from dataprep.X import`
+    with X not a public module, `from dataprep import name` or `dataprep.name` with name not public (nor a
+    public module), as 'line: what' strings."""
+    public = set(dataprep.__all__) | PUBLIC_MODULES
+    tree = ast.parse(path.read_text(), str(path))
+    aliases = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+               for a in node.names if a.name == "dataprep"}
+    wrong = []
+    for node in ast.walk(tree):
+        modules: list[str] = []
+        if isinstance(node, ast.Import):
+            modules = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            modules = [node.module or ""]
+            if node.module == "dataprep":
+                wrong += [f"{node.lineno}: from dataprep import {a.name}" for a in node.names
+                          if a.name not in public or (a.name.startswith("_") and not a.name.endswith("__"))]
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+            if node.attr not in public:
+                wrong.append(f"{node.lineno}: dataprep.{node.attr}")
+        wrong += [f"{node.lineno}: {m}" for m in modules if m.startswith("dataprep.") and m.split(".", 1)[1] not in PUBLIC_MODULES]
+    return sorted(wrong, key=lambda w: int(w.split(":")[0]))
+
+
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_the_examples_use_public_names_only(path):
+    assert private_uses(path) == [], f"{path.name} uses what is not dataprep's public API"
+
+
+def test_the_public_names_check_catches_internals(tmp_path):
+    src = tmp_path / "x.py"
+    src.write_text("import dataprep as dp\nimport dataprep.pack.backends\nfrom dataprep.sources import scan_imagenet\n"
+                   "from dataprep import Loader, _LAZY\nfrom dataprep.build import imagenet\nimport dataprep.lightning\n"
+                   "dp.Loader, dp.images, dp.build\n")
+    assert private_uses(src) == ["2: dataprep.pack.backends", "3: dataprep.sources", "4: from dataprep import _LAZY",
+                                 "7: dataprep.images"]
+
+
+def test_a_training_example_without_a_pack_says_to_prepare_one(tmp_path):
+    out = run("train_gpt.py", tmp_path / "nothing", "--device", "cpu", rc=1)
+    assert f"{tmp_path / 'nothing'}: no pack there; make one first: python examples/prepare.py text DIR --out" in out, out
 
 
 def three_runs(script: str, base: Path, common: list, total: int, stop: int) -> dict:
@@ -72,12 +127,15 @@ CLS_TOTAL, CLS_STOP = 10, 3
 @pytest.fixture(scope="module")
 def classifier(tmp_path_factory):
     base = tmp_path_factory.mktemp("classifier")
-    common = [base / "pack", "--demo", base / "src", "--demo-images", 64, "--size", 32, "--batch-size", 16,
-              "--epochs", 3, "--progressive", "--log-every", 2, "--device", "cpu"]
-    return three_runs("train_classifier.py", base, common, CLS_TOTAL, CLS_STOP)
+    prepared = run("prepare.py", "images", base / "src", "--out", base / "pack", "--size", 32, "--images", 64)
+    common = [base / "pack", "--size", 32, "--batch-size", 16, "--epochs", 3, "--progressive", "--log-every", 2, "--device", "cpu"]
+    return {"prepared": prepared, **three_runs("train_classifier.py", base, common, CLS_TOTAL, CLS_STOP)}
 
 
+@slow
 def test_classifier_prints_its_figures(classifier):
+    assert "train: 64 of 64 images written" in classifier["prepared"], classifier["prepared"]
+    assert "val: 16 of 16 images written" in classifier["prepared"], classifier["prepared"]
     out = classifier["full"]
     assert "64 train images, 8 classes, 4 steps an epoch of 16" in out
     assert re.search(r"data path [\d,]+ img/s, whole step [\d,]+ img/s: (data|compute)-bound \(waiting for data [\d.]+% of the step\)", out)
@@ -87,6 +145,7 @@ def test_classifier_prints_its_figures(classifier):
     assert re.findall(r"^epoch (\d): crops of (\d+) px", out, re.M) == [("0", "24"), ("1", "32"), ("2", "32")], out
 
 
+@slow
 def test_classifier_resumes_mid_epoch_on_the_same_batches(classifier):
     assert "checkpoint:" in classifier["stopped"] and "(step 2)" in classifier["stopped"]
     assert f"step {CLS_STOP}, epoch 0, {CLS_STOP * 16} samples of it already trained on" in classifier["resumed"]
@@ -95,6 +154,7 @@ def test_classifier_resumes_mid_epoch_on_the_same_batches(classifier):
     assert classifier["full.log"][0] != classifier["full.log"][4]
 
 
+@slow
 def test_classifier_resumed_weights_equal_uninterrupted(classifier):
     check_weights(classifier)
 
@@ -107,11 +167,12 @@ GPT_TOTAL, GPT_STOP = 12, 7
 @pytest.fixture(scope="module")
 def gpt(tmp_path_factory):
     base = tmp_path_factory.mktemp("gpt")
-    common = [base / "pack", "--demo", base / "text", "--demo-docs", 200, "--context", 32, "--batch-size", 8,
-              "--samples", 40, "--log-every", 4, "--device", "cpu"]
+    run("prepare.py", "text", base / "text", "--out", base / "pack", "--docs", 200)
+    common = [base / "pack", "--context", 32, "--batch-size", 8, "--samples", 40, "--log-every", 4, "--device", "cpu"]
     return three_runs("train_gpt.py", base, common, GPT_TOTAL, GPT_STOP)
 
 
+@slow
 def test_gpt_prints_its_figures(gpt):
     out = gpt["full"]
     assert re.search(r"5 steps an epoch of 8 x 32", out)
@@ -119,11 +180,13 @@ def test_gpt_prints_its_figures(gpt):
     assert re.search(r"^sample: '.+'$", out, re.M)
 
 
+@slow
 def test_gpt_resumes_mid_epoch_on_the_same_windows(gpt):
     assert "(step 2)" in gpt["stopped"] and "(step 6)" in gpt["stopped"] and f"(step {GPT_STOP})" in gpt["stopped"]
     assert f"resumed from {gpt['part']} at step {GPT_STOP} (epoch 1, 16 windows of it trained on)" in gpt["resumed"]
     check_resume(gpt, GPT_TOTAL, GPT_STOP)
 
 
+@slow
 def test_gpt_resumed_weights_equal_uninterrupted(gpt):
     check_weights(gpt)

@@ -191,8 +191,11 @@ def test_the_lightning_example_trains_stops_and_resumes(tmp_path):
     script = ROOT / "examples" / "lightning_classifier.py"
     common = [str(tmp_path / "pack"), "--size", "32", "--batch-size", "32", "--workers", "0", "--checkpoint", str(tmp_path / "l.ckpt"),
               "--checkpoint-every", "20"]
-    first = subprocess.run([sys.executable, str(script), *common, "--demo", str(tmp_path / "src"), "--max-steps", "20"],
-                           capture_output=True, text=True, timeout=300)
+    prepare = [sys.executable, str(ROOT / "examples" / "prepare.py"), "images", str(tmp_path / "src"), "--out", str(tmp_path / "pack"),
+               "--size", "32", "--images", "512"]
+    prepared = subprocess.run(prepare, capture_output=True, text=True, timeout=300)
+    assert prepared.returncode == 0, prepared.stderr[-3000:]
+    first = subprocess.run([sys.executable, str(script), *common, "--max-steps", "20"], capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "val accuracy" in first.stdout and "img/s" in first.stdout
     assert "step 20: Loader at epoch 1, 128 samples of it consumed" in first.stdout  # 16 steps an epoch

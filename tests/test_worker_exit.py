@@ -90,8 +90,11 @@ def test_train_classifier_batch_log_survives_sigkill(tmp_path):
     if not script.exists():
         pytest.skip(f"no {script}")
     log, out = tmp_path / "batches.log", tmp_path / "stdout"
-    cmd = [sys.executable, str(script), tmp_path / "pack", "--demo", tmp_path / "src", "--demo-images", 32, "--size", 16,
-           "--batch-size", 8, "--epochs", 100, "--log-every", 1, "--device", "cpu", "--workers", 0, "--log-batches", log]
+    prepare = [sys.executable, str(ROOT / "examples" / "prepare.py"), "images", tmp_path / "src", "--out", tmp_path / "pack",
+               "--images", 32, "--size", 16]
+    subprocess.run(list(map(str, prepare)), cwd=ROOT, check=True, capture_output=True, timeout=300)
+    cmd = [sys.executable, str(script), tmp_path / "pack", "--size", 16, "--batch-size", 8, "--epochs", 100, "--log-every", 1,
+           "--device", "cpu", "--workers", 0, "--log-batches", log]
     with open(out, "w") as o:
         proc = subprocess.Popen(list(map(str, cmd)), cwd=ROOT, stdout=o, stderr=subprocess.STDOUT)
     try:
