@@ -62,7 +62,7 @@ def test_a_state_saved_after_the_last_batch_resumes_into_nothing_then_the_next_e
 @pytest.mark.parametrize("set_epoch", [True, False])
 @pytest.mark.parametrize("stop", [3, 8, 9, 17])
 def test_the_readme_loop_killed_at_any_step_trains_each_epoch_exactly_once(packs, stop, set_epoch):  # noqa: F811
-    """The plain-PyTorch loop of the README: save {epoch, loader state} every step; restart from the last
+    """The plain-PyTorch loop of docs/training.md: save {epoch, loader state} every step; restart from the last
     save; with or without set_epoch each epoch. 9 is the last step of epoch 0 (batches of 7 over 60
     windows), 17 the last but one of epoch 1."""
     epochs = 3
