@@ -26,6 +26,7 @@ _LAZY = {
     "TokenDataset": ("dataprep.tokens.dataset", "TokenDataset"),
     "DocumentDataset": ("dataprep.tokens.dataset", "DocumentDataset"),
     "Schedule": ("dataprep.serve.progressive", "Schedule"),
+    "DataWait": ("dataprep.serve.stats", "DataWait"),
     "Normalize": ("dataprep.serve.transfer", "Normalize"),
     "to_device": ("dataprep.serve.transfer", "to_device"),
     "ResolutionBatchSampler": ("dataprep.serve.progressive", "ResolutionBatchSampler"),
@@ -55,6 +56,7 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time __getattr__ im
     from .serve.mixture import Mixture
     from .serve.partition import Partition
     from .serve.progressive import ResolutionBatchSampler, Schedule
+    from .serve.stats import DataWait
     from .serve.transfer import Normalize, to_device
     from .tables.dataset import TabularDataset
     from .tokens.dataset import DocumentDataset, TokenDataset

@@ -162,3 +162,91 @@ class PackDataModule(pl.LightningDataModule):
         for loader in self._loaders.values():
             loader.close()
         self._loaders = {}
+
+
+class DataWaitMonitor(pl.Callback):
+    """Logs how long training waits for data, through the Trainer's loggers: `data/wait_fraction` (the share
+    of the epoch's wall time spent waiting for the next batch) and `data/worker_busy` (the workers' mean
+    share spent filling batches), at each training epoch's end and, with `every_n_steps`, every N steps
+    (the epoch so far); warns once when an epoch waits more than `threshold`, naming what would help.
+
+    With a dataprep Loader (PackDataModule's, or your own) the figures are its `stats()`. With another
+    loader the wait is timed around the Trainer's fetch (from one batch's end to the next one's start: the
+    fetch, the transfer and Lightning's hooks) and worker_busy is not available.
+    """
+
+    def __init__(self, every_n_steps: int | None = None, threshold: float | None = None, warn: bool = True):
+        from .serve.stats import DATA_BOUND
+
+        if every_n_steps is not None and every_n_steps < 1:
+            raise DataprepError(f"every_n_steps must be >= 1 (or None), not {every_n_steps}")
+        self.every_n_steps, self.threshold, self.warn = every_n_steps, DATA_BOUND if threshold is None else threshold, warn
+        self._warned = False
+        self._started = self._last_end = None
+        self._waited, self._batches = 0.0, 0
+        self.last: dict[str, Any] | None = None  # the figures last logged
+
+    @staticmethod
+    def _loader(trainer):
+        """The train loader that measures (a dataprep Loader, possibly inside Lightning's CombinedLoader)."""
+        dl = getattr(trainer, "train_dataloader", None)
+        seen = [dl, *(getattr(dl, "flattened", None) or [])]
+        return next((d for d in seen if isinstance(d, Loader) and d.measure), None)
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        import time
+
+        self._started = self._last_end = time.perf_counter()
+        self._waited, self._batches = 0.0, 0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        import time
+
+        if self._last_end is not None:
+            self._waited += time.perf_counter() - self._last_end
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        import time
+
+        self._last_end = time.perf_counter()
+        self._batches += 1
+        if self.every_n_steps and trainer.global_step % self.every_n_steps == 0:
+            self._log(trainer)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        figures = self._log(trainer)
+        if figures is not None and self.warn and not self._warned and figures["wait_fraction"] > self.threshold:
+            from lightning.pytorch.utilities import rank_zero_warn
+
+            self._warned = True
+            rank_zero_warn(f"epoch {trainer.current_epoch}: {figures['verdict']} (dataprep.lightning.DataWaitMonitor)")
+
+    def _figures(self, trainer) -> dict[str, Any] | None:
+        import time
+
+        from .serve.stats import verdict
+
+        loader = self._loader(trainer)
+        if loader is not None:
+            try:
+                return loader.stats()
+            except DataprepError:
+                return None  # no epoch served yet
+        if self._started is None:
+            return None
+        wall = time.perf_counter() - self._started
+        fraction = min(self._waited / wall, 1.0) if wall > 0 else 0.0
+        return {"batches": self._batches, "wall_s": wall, "wait_s": self._waited, "wait_fraction": fraction,
+                "worker_busy": None, "verdict": verdict(fraction, None, None, self.threshold)}
+
+    def _log(self, trainer) -> dict[str, Any] | None:
+        figures = self._figures(trainer)
+        if figures is None:
+            return None
+        metrics = {"data/wait_fraction": float(figures["wait_fraction"])}
+        if figures.get("worker_busy"):
+            metrics["data/worker_busy"] = float(sum(figures["worker_busy"]) / len(figures["worker_busy"]))
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=trainer.global_step)
+        self.last = figures
+        return figures

@@ -296,6 +296,7 @@ def main(argv=None) -> None:
                 if step >= stop:  # stop before asking for another batch: the loader's position is this step's
                     break
             meter.report(f"epoch {epoch} step {step}")
+            print(f"epoch {epoch}: Loader.stats(): {train.stats()['verdict']}", flush=True)  # the Loader's own figure
             if val is not None:
                 print(f"epoch {epoch}: val accuracy {100 * evaluate(net, val, norm, device, autocast):.1f}% "
                       f"({len(val.dataset)} images at {args.size} px)", flush=True)

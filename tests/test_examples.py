@@ -141,6 +141,7 @@ def test_classifier_prints_its_figures(classifier):
     assert re.search(r"data path [\d,]+ img/s, whole step [\d,]+ img/s: (data|compute)-bound \(waiting for data [\d.]+% of the step\)", out)
     assert re.search(r"^done: 10 steps; data path [\d,]+ img/s, whole step [\d,]+ img/s: (data|compute)-bound", out, re.M)
     assert len(re.findall(r"^epoch \d: val accuracy \d+\.\d% \(16 images at 32 px\)", out, re.M)) == 3
+    assert len(re.findall(r"^epoch \d: Loader.stats\(\): (data|compute)-bound: waits \d+% of the time for data", out, re.M)) == 3
     # --progressive says each epoch's crop size (0.75 x 32 = 24 px, reaching 32 px two epochs before the end)
     assert re.findall(r"^epoch (\d): crops of (\d+) px", out, re.M) == [("0", "24"), ("1", "32"), ("2", "32")], out
 

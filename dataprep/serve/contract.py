@@ -163,6 +163,8 @@ ATTRIBUTES: dict[str, str] = {
     "manifest": "with `split`: the pack a Loader state records (a digest of the split's shard checksums), so a "
                 "state from another pack of the same length is refused; without them only the length is checked",
     "split": "see `manifest`",
+    "decode_paths": "a dict {path: count} the dataset adds to as it fills batches (image packs: 'full', '1/2', "
+                    "'full from 256 px', ...), per process; Loader.stats() sums it over the workers, per epoch",
 }
 
 

@@ -41,6 +41,7 @@ import multiprocessing as mp
 import os
 import sys
 import threading
+import time
 import warnings
 from multiprocessing.connection import wait
 from typing import Any, Iterable, Iterator
@@ -53,7 +54,8 @@ from . import contract
 from .order import rank_and_world, rank_batch_count, rank_batches
 from .request import Request
 from .resume import check_state, loader_state
-from .workers import rows, serve_requests
+from .stats import EpochStats
+from .workers import decode_snapshot, rows, serve_requests
 
 SMALL_FIELD = 1024  # bytes a sample: fields this small are served as fresh tensors, not slot views
 HOLD_BYTES = 1 << 30  # default bytes of spare ring slots for batches a caller keeps (reserved, not touched)
@@ -94,6 +96,8 @@ class Loader:
             slot); past them, batches are served as copies.
         indices: also yield each batch's sample indices (int64, last), e.g. for dataprep.gpu crops.
         prefetch: batches each worker may have in flight.
+        stats: measure how long the consumer waits for data (`stats()`: two clock reads a batch here, one
+            a part in each worker); False measures nothing.
 
     `state_dict()` / `load_state_dict()` follow torchdata's StatefulDataLoader: save the state with a
     checkpoint, restore it into a Loader over the same dataset in a new process, and the next `iter()`
@@ -105,7 +109,8 @@ class Loader:
                  drop_last: bool = False, sampler: Iterable[int] | None = None, pin_memory: bool = False,
                  layout: str = "nchw", crop: Any = None, flip: bool = False, schedule=None,
                  rank: int | None = None, world_size: int | None = None, copy: bool = False,
-                 indices: bool = False, prefetch: int = 2, timeout: float = 300.0, hold_bytes: int = HOLD_BYTES):
+                 indices: bool = False, prefetch: int = 2, timeout: float = 300.0, hold_bytes: int = HOLD_BYTES,
+                 stats: bool = True):
         contract.check_servable(dataset)  # once, here: a dataset lacking a required method never reaches a batch
         if contract.attribute(dataset, "transform") is not None or contract.attribute(dataset, "joint") is not None:
             raise DataprepError("Loader serves uint8 batches and applies no per-sample transform: make the dataset "
@@ -155,6 +160,10 @@ class Loader:
         self._gen = 0
         self._prefetched = None  # (key, thread, result) of the next epoch's order, drawn in the background
         self._resumed_len = None  # len() while a restored epoch is served (see __len__)
+        self.measure = bool(stats)
+        self._filling: EpochStats | None = None  # the figures of the pass being served
+        self._epoch_stats: dict[int, EpochStats] = {}  # epoch -> its figures (its last pass's), see stats()
+        self._gen_stats: dict[int, EpochStats] = {}  # worker generation -> the figures its parts count into
         # image packs' own attributes (no part of the contract): only for this warning
         if schedule is not None and num_workers and getattr(dataset, "cache", None) == "ram" \
                 and len(set(getattr(dataset, "resolutions", []))) > 1:
@@ -383,6 +392,25 @@ class Loader:
                 return s
         return None
 
+    # -- how long the consumer waits ---------------------------------------------------------------------
+    def stats(self, epoch: int | None = None) -> dict[str, Any]:
+        """How long the consumer waited for data in the epoch being served (or the last one served), or
+        in a finished `epoch`: batches and samples served, wall_s (from the epoch's first next() to its
+        end, or to now), wait_s (time spent in next()), wait_fraction, worker_busy (each worker's share
+        of wall_s spent filling batches; with num_workers=0, consumer_fill_fraction: the consumer's own),
+        decode_paths (counts per path, summed over workers: image packs), and a one-line verdict. A pass
+        served again (an epoch left early, then iterated) replaces that epoch's figures; a resumed epoch's
+        count from the resume. serve/stats.py says how each is measured."""
+        if not self.measure:
+            raise DataprepError("this Loader was made with stats=False: it measured nothing")
+        if epoch is None:
+            if not self._epoch_stats:
+                raise DataprepError("no epoch served yet: stats() describes one once its first batch is asked for")
+            epoch = max(self._epoch_stats)
+        if epoch not in self._epoch_stats:
+            raise DataprepError(f"epoch {epoch} was not served by this Loader (served: {sorted(self._epoch_stats)})")
+        return self._epoch_stats[epoch].as_dict()
+
     # -- iterating --------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         """A pass over `self.epoch`, from its start, or the rest of a restored epoch (nothing, when the state
@@ -400,6 +428,8 @@ class Loader:
         return pending if pending is not None else (self._next_epoch, 0)
 
     def _run(self):
+        clock = time.perf_counter
+        asked = clock()  # the pass's first next(): its planning is waiting too
         epoch, start = self._begin()
         if hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
@@ -413,29 +443,56 @@ class Loader:
         else:  # a sampler's order is this rank's already
             batches, after = rank_batches(self.epoch_order(epoch), start, 0, 1, self.batch_size, self.drop_last)
         self._state = (epoch, start)
+        rec = None
+        if self.measure:
+            rec = self._epoch_stats[epoch] = EpochStats(epoch, self.num_workers, started=asked)
+        self._filling = rec
         try:
-            yield from self._serve(epoch, req, layout, batches, after)
+            yield from self._serve(epoch, req, layout, batches, after, rec, asked)
         finally:
+            if rec is not None:
+                rec.end()
             if self._next_epoch == epoch:  # left before its last batch: the next pass serves the same again
                 self._restart = (epoch, start)
 
-    def _serve(self, epoch, req, layout, batches, after):
+    def _serve(self, epoch, req, layout, batches, after, rec: EpochStats | None = None, asked: float = 0.0):
+        """The pass's batches; with `rec`, each next()'s time (from the consumer asking, `asked`, to the
+        batch handed over: this generator runs only inside next()) counted into it (serve/stats.py)."""
+        clock = time.perf_counter
         ring = self._buffers(layout, epoch)
         runs = self._runs()
         if not self.num_workers:
+            if rec is not None:  # this process's decode counts, read against this start when asked (not per batch)
+                rec.paths_of, rec.paths_from = self.dataset, decode_snapshot(self.dataset)
             for b, idx in enumerate(batches):
                 slot = self._free_slot(())  # the caller holds at most all spare slots but one: never None
+                t0 = clock()
                 self.dataset.fill_batch(as_run(idx) if runs else idx, self._rows(layout, slot, 0, len(idx)), req)
                 self._served(epoch, after[b], b == len(batches) - 1)
                 if b == 0:
                     self._prefetch(epoch + 1)
-                yield self._view(layout, slot, len(idx)) + ((torch.from_numpy(idx.copy()),) if self.indices else ())
+                view = self._view(layout, slot, len(idx)) + ((torch.from_numpy(idx.copy()),) if self.indices else ())
+                if rec is not None:  # inline: a per-batch cost where a batch can take tens of microseconds
+                    now = clock()
+                    rec.busy_s[0] += now - t0
+                    rec.batches += 1
+                    rec.samples += len(idx)
+                    rec.wait_s += now - asked
+                yield view
+                asked = clock()
         else:
             for b, view in enumerate(self._with_workers(batches, ring, req, layout, runs)):
                 self._served(epoch, after[b], b == len(batches) - 1)
                 if b == 0:  # the workers are forked by now: a thread may run
                     self._prefetch(epoch + 1)
-                yield view + ((torch.from_numpy(batches[b].copy()),) if self.indices else ())
+                if self.indices:
+                    view = view + (torch.from_numpy(batches[b].copy()),)
+                if rec is not None:
+                    rec.served(len(batches[b]), clock() - asked)
+                yield view
+                asked = clock()
+        if rec is not None:
+            rec.wait_s += clock() - asked  # the next() that found no more batches
         self._next_epoch, self._state = epoch + 1, (epoch + 1, 0)
         self._resumed_len = None  # the restored epoch is over: whole epochs from here
 
@@ -502,6 +559,8 @@ class Loader:
         self._start(ring)
         self._gen += 1
         gen, nw, depth = self._gen, len(self._procs), self._slots() - 1  # depth: batches in flight at most
+        if self.measure:
+            self._gen_stats = {gen: self._filling}  # parts of earlier generations count nowhere
         pending: dict[int, int] = {}  # batch sent and not yet served -> its slot
         parts_left: dict[int, int] = {}
         ready: dict[int, tuple[int, int]] = {}
@@ -516,7 +575,8 @@ class Loader:
                     bounds = np.linspace(0, len(idx), nw + 1).astype(int)
                     parts = [(w, a, b) for w, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])) if b > a]
                     for w, a, b in parts:
-                        self._pipes[w].send((gen, sent, slot, int(a), as_run(idx[a:b]) if runs else idx[a:b], req, layout))
+                        self._pipes[w].send((gen, sent, slot, int(a), as_run(idx[a:b]) if runs else idx[a:b], req, layout,
+                                            self.measure))
                         self._outstanding[(gen, sent, w)] = (slot, idx[a:b])
                     parts_left[sent], pending[sent] = len(parts), slot
                     sent += 1
@@ -576,8 +636,12 @@ class Loader:
         except (EOFError, OSError):
             return []  # the worker is gone (a reset if it died with tasks unread): its sentinel reports it
         if msg[0] == "ok":
-            _, gen, b = msg
+            _, gen, b, busy, paths = msg
             slot, _ = self._outstanding.pop((gen, b, w))
+            rec = self._gen_stats.get(gen)
+            if rec is not None:
+                rec.busy_s[w] += busy
+                rec.count_paths(paths)
             return [(gen, b, w, slot)]
         raise DataprepError(f"loader worker failed on batch {msg[2]}: {msg[3]}")
 

@@ -332,6 +332,15 @@ class Mixture:
         return {k: v for k, v in self.__dict__.items() if k not in ("_plans", "_last", "_orders", "_joined")}
 
     # -- a dataset ------------------------------------------------------------------------------------
+    @property
+    def decode_paths(self) -> dict[str, int]:
+        """The members' decode path counts in this process, summed (the contract's `decode_paths`)."""
+        out: dict[str, int] = {}
+        for d in self.datasets:
+            for k, v in (contract.attribute(d, "decode_paths") or {}).items():
+                out[k] = out.get(k, 0) + v
+        return out
+
     def __len__(self) -> int:
         return self.samples
 

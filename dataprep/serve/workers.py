@@ -1,12 +1,14 @@
 """A Loader worker: takes batch requests from its pipe, fills the requested rows of the shared ring
-with the dataset's `fill_batch`, and says which it finished (or why it could not), until told to stop
-or its parent goes. Forked by serve/loader.py; nothing it needs comes from the dataset's state at fork
-time except the data itself (every request carries serve/request.py's Request).
+with the dataset's `fill_batch`, and says which it finished (with the seconds it took and the decode paths
+it counted, for Loader.stats()) or why it could not, until told to stop or its parent goes. Forked by
+serve/loader.py; nothing it needs comes from the dataset's state at fork time except the data itself
+(every request carries serve/request.py's Request).
 """
 from __future__ import annotations
 
 import math
 import signal
+import time
 
 import numpy as np
 import torch
@@ -35,10 +37,11 @@ def serve_requests(dataset, ring: dict[str, np.ndarray], conn, parent_ends: list
             return
         if msg is None:
             return
-        gen, b, slot, start, idx, req, layout = msg
+        gen, b, slot, start, idx, req, layout, measure = msg
         try:
+            t0, before = time.perf_counter(), decode_snapshot(dataset) if measure else None
             dataset.fill_batch(idx, rows(ring, layout, slot, start, len(idx)), req)
-            reply = ("ok", gen, b)
+            reply = ("ok", gen, b, time.perf_counter() - t0, paths_since(before, decode_snapshot(dataset)) if measure else {})
         except Exception as e:  # reported with the batch; the main process raises it
             reply = ("err", gen, b, f"{type(e).__name__}: {e} (samples {np.asarray(idx[:8]).tolist()})")
         try:
@@ -54,3 +57,17 @@ def rows(ring: dict[str, np.ndarray], layout: dict, slot: int, start: int, n: in
         per = math.prod(shape) * dt.itemsize
         out[k] = ring[k][slot, start * per : (start + n) * per].view(dt).reshape(n, *shape)
     return out
+
+
+def decode_snapshot(dataset) -> dict[str, int] | None:
+    """A snapshot of the dataset's decode path counts (contract attribute `decode_paths`), if it keeps them."""
+    paths = contract.attribute(dataset, "decode_paths")
+    return dict(paths) if paths else None
+
+
+def paths_since(before: dict[str, int] | None, now: dict[str, int] | None) -> dict[str, int]:
+    """The decode paths counted between two snapshots."""
+    if not now:
+        return {}
+    before = before or {}
+    return {k: v - before.get(k, 0) for k, v in now.items() if v != before.get(k, 0)}
