@@ -47,7 +47,7 @@ from dataprep.synthetic import write_tree  # noqa: E402
 BATCH, CROP = 32, 224
 # Issue 34's goals against FFCV, measured beside it in the same run (side_by_side); never a quoted figure.
 GOAL_VS_FFCV = {256: 1.8, 512: 1.5}
-GOAL_VS_STOCK = 2.0
+GOAL_VS_STOCK = 2.5  # issue 34: the stock DataLoader with the per-sample path and equivalent transforms
 
 
 class StockCrop:
@@ -133,6 +133,65 @@ def fill_cost(ds, rounds: int) -> float:
             ds.fill_batch(idx, {k: v[: len(idx)] for k, v in out.items()}, req)
         times.append((time.perf_counter() - t0) / len(order))
     return statistics.median(times)
+
+
+def stage_costs(ds, rounds: int) -> dict[str, float]:
+    """Where a crop's time goes, per image on one core (ms): fill_batch over a shuffled epoch (as
+    fill_cost), its stages timed by wrapping the functions the fill calls (the header check, the decode,
+    full or reduced, the resample of the box into the batch row, the flip); `bookkeeping` is the rest of
+    the fill (Python per image and per batch: boxes, paths, views). Wrappers cost ~0.3 us a call."""
+    import dataprep.images.batches as batches
+    import dataprep.images.codec as codec
+    import dataprep.images.dataset as dataset
+
+    spent: dict[str, float] = {"header": 0.0, "decode": 0.0, "resample": 0.0, "flip": 0.0}
+
+    def timed(stage, fn):
+        def run(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[stage] += time.perf_counter() - t0
+        return run
+
+    patches = [(dataset, "jpeg_header", "header"), (batches, "jpeg_header", "header"),
+               (batches, "decode_cv2_reduced", "decode"), (batches.crops, "apply", "resample"),
+               (batches.resample, "warp_into", "resample"), (batches.crops, "flip_into", "flip")]
+    saved = [(mod, name, getattr(mod, name)) for mod, name, _ in patches]
+    saved_cv2 = codec.DECODERS["cv2"]
+    try:
+        for mod, name, stage in patches:
+            setattr(mod, name, timed(stage, getattr(mod, name)))
+        codec.DECODERS["cv2"] = timed("decode", saved_cv2)
+        totals = []
+        for _ in range(rounds):
+            for k in spent:
+                spent[k] = 0.0
+            total = fill_cost(ds, 1) * len(ds)
+            totals.append((total, dict(spent)))
+        total, parts = sorted(totals, key=lambda t: t[0])[len(totals) // 2]  # the median round, whole
+    finally:
+        for mod, name, fn in saved:
+            setattr(mod, name, fn)
+        codec.DECODERS["cv2"] = saved_cv2
+    n = len(ds)
+    out = {k: 1e3 * v / n for k, v in parts.items()}
+    out["bookkeeping"] = 1e3 * (total - sum(parts.values())) / n
+    out["fill"] = 1e3 * total / n
+    return out
+
+
+def handoff_cost(ds, fill_ms: float, epochs: int) -> dict[str, float]:
+    """What the Loader adds to a fill: per image, the wall time of Loader(num_workers=1) (one worker fills,
+    the training process only receives) against the same fill in this process; the difference is the
+    request, the pipe, the ring and the tensors (IPC and copies)."""
+    ld = dataprep.Loader(ds, BATCH, shuffle=True, num_workers=1, crop=dataprep.RandomResizedCrop(CROP), flip=True)
+    epochs_seconds(ld, 1)
+    wall = statistics.median(epochs_seconds(ld, 1) for _ in range(max(epochs, 3)))
+    ld.close()
+    per = 1e3 * wall / len(ds)
+    return {"loader_1_worker": per, "handoff": per - fill_ms}
 
 
 def region_candidate(ds, rounds: int) -> dict | None:
@@ -301,6 +360,7 @@ def main() -> int:
                     help="the python of FFCV's venv (bash ../shared/peers/setup.sh makes it); absent: no side-by-side run")
     ap.add_argument("--repeat", type=int, default=4, help="side by side: every photo listed this many times (epochs long enough to time)")
     ap.add_argument("--ffcv-only", action="store_true", help="run only the side-by-side rounds against FFCV")
+    ap.add_argument("--no-ffcv", action="store_true", help="leave the side-by-side rounds against FFCV out")
     a = ap.parse_args()
     torch.set_num_threads(1)
     import cv2
@@ -318,7 +378,9 @@ def main() -> int:
             print(f"no corpus at {root} (no train/ folder): synthetic photos instead (dataprep.synthetic.write_tree)")
             root = write_tree(tmp / "src", classes=4, per_class=89)
             what = "synthetic photos"
-        if Path(a.ffcv).exists() and (root / "train").is_dir():
+        if a.no_ffcv:
+            pass
+        elif Path(a.ffcv).exists() and (root / "train").is_dir():
             print(f"\nbeside FFCV ({a.ffcv}), {root / 'train'} listed {a.repeat} times, RandomResizedCrop({CROP}) + flip, "
                   f"batch {BATCH}, 2 threads / 2 workers, {a.rounds} interleaved rounds of {max(a.epochs, 3)} epochs:", flush=True)
             sbs = side_by_side(a.ffcv, root / "train", tmp, a.rounds, max(a.epochs, 3), a.repeat)
@@ -393,6 +455,16 @@ def main() -> int:
                   f"vs OpenCV's full decode {reg['full_ms']:.2f} ms, interleaved: {reg['region_ms'] / reg['full_ms']:.2f}x "
                   f"the cost; pixels {'identical to' if reg['identical'] else 'DIFFERENT from'} the full decode's box "
                   "(not a path the Loader takes: see docs/serving.md)")
+        print("\nwhere a crop's time goes, per image on one core, ms (fill_batch's stages; median round of "
+              f"{a.rounds}); then what the Loader adds (1 worker filling, the training process receiving):")
+        res["stages_ms"] = {}
+        for name, d in (("256 pack", ds[256]), ("512 pack", big), ("multi-res pack", ds["multi"])):
+            st = stage_costs(d, a.rounds)
+            st.update(handoff_cost(d, st["fill"], a.epochs))
+            res["stages_ms"][name] = st
+            print(f"  {name:15s} fill {st['fill']:.3f} = decode {st['decode']:.3f} + resample {st['resample']:.3f} + flip "
+                  f"{st['flip']:.3f} + header {st['header']:.3f} + bookkeeping {st['bookkeeping']:.3f}; Loader(1 worker) "
+                  f"{st['loader_1_worker']:.3f}: handoff {st['handoff']:+.3f}")
         print("decode paths taken over one epoch of Loader(num_workers=0), % of crops:")
         for k, sh in shares.items():
             print(f"  {k:15s} " + ("(the dataset counts no decode paths)" if sh is None else
