@@ -128,14 +128,33 @@ def _check(o: dict[str, Any]) -> None:
     """Each option of `o` that has a range or a fixed set of values, checked as the CLI checks it."""
     for k, (lo, hi) in _RANGES.items():
         v = o.get(k)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi)):
+        if v is not None and (_integer(v) is None or v < lo or (hi is not None and v > hi)):
             raise UsageError(f"{k}={v!r}: must be an integer " + (f"from {lo} to {hi}" if hi is not None else f"of {lo} or more"))
+        if v is not None:
+            o[k] = _integer(v)
+    if "seed" in o and _integer(o["seed"]) is None:
+        raise UsageError(f"seed={o['seed']!r}: must be an integer")
+    if "fill_value" in o and (isinstance(o["fill_value"], bool) or not isinstance(o["fill_value"], (int, float))):
+        raise UsageError(f"fill_value={o['fill_value']!r}: must be a number")
     for k, allowed in _choices().items():
-        if k in o and o[k] not in allowed and str(o[k]) not in builtins.map(str, allowed):
-            raise UsageError(f"{k}={o[k]!r}: must be one of {', '.join(str(a) for a in allowed if a is not None)}")
+        spelled = {str(a) for a in allowed if a is not None}  # the CLI's spelling: depth "8" for 8
+        if k in o and o[k] not in allowed and not (isinstance(o[k], str) and o[k] in spelled):
+            raise UsageError(f"{k}={o[k]!r}: must be one of {', '.join(sorted(spelled))}")
     v = o.get("val_fraction")
     if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1):
         raise UsageError(f"val_fraction={v!r}: must be a number from 0 up to (not including) 1")
+
+
+def _integer(v) -> int | None:
+    """`v` as an int where it is one (numpy's integers too, never a bool), else None."""
+    import operator
+
+    if isinstance(v, bool):
+        return None
+    try:
+        return operator.index(v)
+    except TypeError:
+        return None
 
 
 def _options(given: dict[str, Any], table: dict[str, Any], what: str) -> dict[str, Any]:
@@ -200,22 +219,26 @@ def _out_name(out):
 
 @contextlib.contextmanager
 def _running(out, o: dict[str, Any], workers: int, what: str, total: int | None, unit: str, notices: _Notices,
-             resume: bool = False, label: str | None = None):
+             resume: bool = False, label: str | None = None, resumable: bool = True):
     """The engine, the staged output and the progress of one build: yields (engine, target, bar) and
     collects the output's closing lines (stored as, uploaded to) in `after`; Ctrl-C inside stops the
-    workers and becomes BuildInterrupted."""
+    workers and becomes BuildInterrupted where the build can be resumed (`resumable`), else stays a
+    KeyboardInterrupt (a table build keeps nothing to resume from: run it again)."""
     from .engine import open_engine
     from .output import staged_output
     from .progress import Progress
 
     after: builtins.list[str] = []
     with open_engine(o["engine"], workers, o["address"], o["scheduler_file"], say=notices) as eng, \
-            staged_output(out, o["fmt"], o["compress"], o["overwrite"], eng, resume, progress=o["progress"], said=after) as target:
+            staged_output(out, o["fmt"], o["compress"], o["overwrite"], eng, resume, progress=o["progress"], said=after,
+                          notice=notices) as target:
         with Progress(f"{what} {_shown(out)}", total, unit, show=bool(o["progress"]), label=label) as bar:
             try:
                 yield eng, target, bar, after
             except KeyboardInterrupt:
                 bar.close(failed=True)
+                if not resumable:
+                    raise
                 raise BuildInterrupted(target) from None
 
 
@@ -475,7 +498,8 @@ def table(src: Sequence[str | os.PathLike] | str | os.PathLike, out: str | os.Pa
         raise UsageError(f"target_file={os.fspath(o['target_file'])!r}: no such file")
     paths = _paths(src, "src")
     notices = _Notices(o["progress"])
-    with _running(out, o, o["workers"], "table", input_bytes(paths), "bytes", notices) as (eng, target_dir, bar, after):
+    with _running(out, o, o["workers"], "table", input_bytes(paths), "bytes", notices,
+                  resumable=False) as (eng, target_dir, bar, after):
         r = build_table(paths, target_dir, settings, read, o["target_file"], o["overwrite"], engine=eng, progress=bar)
     summary = TableSummary(r)
     summary.out, summary.after, summary.notices = _shown(out), after, builtins.list(notices)

@@ -21,16 +21,16 @@ def _notice(line: str) -> None:
 
 @contextlib.contextmanager
 def staged_output(out, fmt: str, compress: str, overwrite: bool, engine=None, resume: bool = False,
-                  progress: bool | None = None, said: list[str] | None = None):
+                  progress: bool | None = None, said: list[str] | None = None, notice=None):
     """Yield where the npy build goes; for hdf5/zarr convert it to `out` afterwards (Zarr chunk ranges as
     tasks on `engine`, progress shown as `convert`'s) and remove the staging directory (kept when the build
-    fails, so --resume continues it)."""
+    fails, so --resume continues it). `notice` tells what is being done as it starts (stderr by default)."""
     from .errors import DataprepError, PackExistsError
     from .remote.urls import is_url
 
     said = [] if said is None else said
     if is_url(out):
-        yield from _published(str(out), fmt, compress, overwrite, resume, said)
+        yield from _published(str(out), fmt, compress, overwrite, resume, said, notice or _notice)
         return
     out = Path(out)
     if fmt == "npy":
@@ -51,7 +51,7 @@ def staged_output(out, fmt: str, compress: str, overwrite: bool, engine=None, re
     said.append(f"stored as {fmt}{' (' + compress + ')' if compress != 'none' else ''}: {out}, {r['bytes'] / 1e6:.1f} MB")
 
 
-def _published(url: str, fmt: str, compress: str, overwrite: bool, resume: bool, said: list[str]):
+def _published(url: str, fmt: str, compress: str, overwrite: bool, resume: bool, said: list[str], notice=_notice):
     """A build to a URL: npy shards staged in a local directory (kept when the build fails, so --resume
     continues it) and uploaded as they are finished; the manifest uploaded last."""
     import hashlib
@@ -67,7 +67,7 @@ def _published(url: str, fmt: str, compress: str, overwrite: bool, resume: bool,
     store = claim(url, overwrite, resume=resume)
     staging = cache_root() / "builds" / hashlib.sha256(store.shown.encode()).hexdigest()[:20]
     staging.parent.mkdir(parents=True, exist_ok=True)
-    _notice(f"staging the build in {staging}, uploading to {store.shown} as shards finish")
+    notice(f"staging the build in {staging}, uploading to {store.shown} as shards finish")
     pub = Publisher(staging, store).start()
     try:
         yield staging

@@ -232,3 +232,58 @@ def test_a_ctrl_c_inside_a_build_is_build_interrupted_and_keeps_the_staging(inpu
     r = cli("build", "folder", inputs["tree"] / "train", "--size", 24, "-j", 1, "--out", tmp_path / "q", "--no-progress")
     assert r.exit_code == 130
     assert f"interrupted: workers stopped, finished shards kept in {tmp_path / 'q'}; run the same command with --resume" in r.stderr
+
+
+def test_every_build_command_has_its_front_door_and_its_case():
+    """A build command added later (`build coco`) must join the front door and these tests."""
+    from dataprep.cli.build import build as group
+
+    commands = set(group.commands) | {"table", "tokenize"}
+    assert commands == set(CASES) == set(FRONT), (commands ^ set(CASES), commands ^ set(FRONT))
+
+
+OTHER_BAD = [("tokenize", "val_fraction", 1.0, ["--val-fraction", "1"]), ("tokenize", "chunk_mb", 0, ["--chunk-mb", "0"]),
+             ("tokenize", "train_bpe", 100, ["--train-bpe", "100"]), ("table", "missing", "x", ["--missing", "x"]),
+             ("table", "seed", "one", ["--seed", "one"]), ("volumes", "shape", "1,2", ["--shape", "1,2"]),
+             ("volumes", "depth", 12, ["--depth", "12"])]
+
+
+@pytest.mark.parametrize("name,key,value,flags", OTHER_BAD, ids=[f"{b[0]}-{b[1]}" for b in OTHER_BAD])
+def test_the_text_table_and_volume_builds_refuse_bad_values_as_their_commands_do(name, key, value, flags, inputs, tmp_path):
+    args, _ = CASES[name]
+    r = cli(*args(inputs, tmp_path / "cli"), *flags)
+    assert r.exit_code == 2, r.output
+    fn, _ = FRONT[name]
+    src = {"tokenize": inputs["text"], "table": inputs["table"], "volumes": inputs["vol"]}[name]
+    extra = {"target": "y"} if name == "table" else ({"tokenizer": inputs["tokenizer"]} if name == "tokenize" else {})
+    with pytest.raises(dataprep.UsageError, match=key):
+        fn(src, tmp_path / "py", **extra, **{key: value})
+    assert not (tmp_path / "py").exists()
+
+
+def test_numpy_integers_are_integers_and_a_spelled_none_is_not_none(inputs, tmp_path):
+    import numpy as np
+
+    s = build.folder(inputs["tree"] / "train", tmp_path / "p", size=np.int64(24), workers=np.int32(1))
+    assert s.written == 12
+    with pytest.raises(dataprep.UsageError, match="input_format"):
+        build.table(inputs["table"], tmp_path / "t", target="y", input_format="None")
+
+
+def test_ctrl_c_in_tokenize_says_resume_and_in_table_aborts_as_before(inputs, tmp_path, monkeypatch):
+    import dataprep.tables.build as tables
+    import dataprep.tokens.tokenize as tokens
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tokens, "tokenize", interrupted)
+    r = cli("tokenize", inputs["text"], "--tokenizer", inputs["tokenizer"], "--out", tmp_path / "tok", "--no-progress")
+    assert r.exit_code == 130
+    assert f"interrupted: finished shards kept in {tmp_path / 'tok'}; run the same command with --resume to continue" in r.stderr
+    monkeypatch.setattr(tables, "build_table", interrupted)
+    with pytest.raises(KeyboardInterrupt) as e:  # a table build keeps nothing to resume: no BuildInterrupted
+        build.table(inputs["table"], tmp_path / "t", target="y")
+    assert not isinstance(e.value, build.BuildInterrupted)
+    r = cli("table", inputs["table"], "--target", "y", "--out", tmp_path / "t2", "--no-progress")
+    assert r.exit_code == 1 and "resume" not in r.output + r.stderr  # click's "Aborted!", as before the front door
