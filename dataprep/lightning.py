@@ -184,13 +184,15 @@ class DataWaitMonitor(pl.Callback):
         self._warned = False
         self._started = self._last_end = None
         self._waited, self._batches = 0.0, 0
+        self._logged_step: int | None = None  # the global step last logged at: one row a step, never two
         self.last: dict[str, Any] | None = None  # the figures last logged
 
     @staticmethod
     def _loader(trainer):
-        """The train loader that measures (a dataprep Loader, possibly inside Lightning's CombinedLoader)."""
-        dl = getattr(trainer, "train_dataloader", None)
-        seen = [dl, *(getattr(dl, "flattened", None) or [])]
+        """The first train loader that measures (a dataprep Loader), among those the Trainer serves: one, or
+        a list or dict of them (Lightning's CombinedLoader flattens them)."""
+        combined = getattr(getattr(trainer, "fit_loop", None), "_combined_loader", None)
+        seen = [getattr(trainer, "train_dataloader", None), *(getattr(combined, "flattened", None) or [])]
         return next((d for d in seen if isinstance(d, Loader) and d.measure), None)
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
@@ -210,7 +212,7 @@ class DataWaitMonitor(pl.Callback):
 
         self._last_end = time.perf_counter()
         self._batches += 1
-        if self.every_n_steps and trainer.global_step % self.every_n_steps == 0:
+        if self.every_n_steps and self._batches % self.every_n_steps == 0:  # batches: global_step stalls under accumulation
             self._log(trainer)
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
@@ -229,7 +231,7 @@ class DataWaitMonitor(pl.Callback):
         loader = self._loader(trainer)
         if loader is not None:
             try:
-                return loader.stats()
+                return loader.stats(threshold=self.threshold)
             except DataprepError:
                 return None  # no epoch served yet
         if self._started is None:
@@ -243,10 +245,13 @@ class DataWaitMonitor(pl.Callback):
         figures = self._figures(trainer)
         if figures is None:
             return None
+        self.last = figures
+        if trainer.global_step == self._logged_step:
+            return figures  # at the step just logged (an epoch's last, every N steps): one row a step
+        self._logged_step = trainer.global_step
         metrics = {"data/wait_fraction": float(figures["wait_fraction"])}
         if figures.get("worker_busy"):
             metrics["data/worker_busy"] = float(sum(figures["worker_busy"]) / len(figures["worker_busy"]))
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=trainer.global_step)
-        self.last = figures
         return figures

@@ -82,6 +82,41 @@ def test_a_compute_bound_loop_waits_little_as_timers_say(packs, workers):
     assert s["verdict"].startswith("compute-bound") and s["decode_paths"] == {}  # decoded pixels: nothing to decode
 
 
+def test_a_loop_waiting_part_of_the_time_is_measured_as_timers_say(packs):
+    """Between the two ends: work a step about as long as a worker takes to fill a batch, so the loop waits
+    a middle share of the time, where a measure that drops or adds a phase of the pass shows."""
+    ds = packs["jpeg"]
+    with dataprep.Loader(ds, 16, shuffle=True, num_workers=1, crop=dataprep.RandomResizedCrop(128)) as ld:
+        timed_epoch(ld)
+        per_batch = ld.stats()["worker_busy"][0] * ld.stats()["wall_s"] / ld.stats()["batches"]
+        n, waited, wall = timed_epoch(ld, work_s=0.6 * per_batch)
+        s = ld.stats()
+    check(s, n, waited, wall, len(ds))
+    assert 0.1 < waited / wall < 0.9, waited / wall
+
+
+def test_a_pass_with_nothing_to_serve_records_nothing(packs):
+    ds = packs["raw"]
+    with dataprep.Loader(ds, 8) as ld:
+        timed_epoch(ld)
+        it = iter(ld)
+        for _ in range(len(ld)):
+            next(it)
+        state = ld.state_dict()  # after the epoch's last batch, before the pass ended
+    with dataprep.Loader(ds, 8) as again:
+        again.load_state_dict(state)
+        assert list(again) == []
+        with pytest.raises(DataprepError, match="no epoch served yet"):
+            again.stats()  # not a data-bound epoch of no batches
+
+
+def test_the_verdict_gives_a_decoded_pack_no_decoding_advice_and_takes_the_threshold(packs):
+    with dataprep.Loader(packs["raw"], 8, num_workers=0) as ld:
+        timed_epoch(ld)
+        assert "--mode raw" not in ld.stats(threshold=0.0)["verdict"]
+        assert ld.stats(threshold=1.0)["verdict"].startswith("compute-bound")
+
+
 def test_the_workers_busy_share_is_not_the_wait(packs):
     """Negative control for the tolerance: with work a step, the wait and the workers' busy share differ by
     more than it, so reporting one for the other fails `check`."""
@@ -120,6 +155,10 @@ def test_stats_of_a_finished_epoch_and_of_the_one_in_progress(packs):
         now = ld.stats()
         assert now["epoch"] == 1 and now["batches"] == 2 and not now["finished"]
         assert ld.stats(epoch=0) == first and first["batches"] == len(packs["raw"]) // 8
+        del it
+        ld.set_epoch(0)  # an epoch served again: its figures are the new pass's, and the default is the latest pass
+        next(iter(ld))
+        assert ld.stats()["epoch"] == 0 and ld.stats()["batches"] == 1 and ld.stats(epoch=1)["batches"] == 2
         with pytest.raises(DataprepError, match="epoch 7 was not served"):
             ld.stats(epoch=7)
     with dataprep.Loader(packs["raw"], 8, stats=False) as off:
@@ -193,7 +232,10 @@ def test_the_lightning_callback_logs_the_wait_through_a_csv_logger(packs, tmp_pa
         rows = list(csv.DictReader(f))
     waits = [float(r["data/wait_fraction"]) for r in rows if r.get("data/wait_fraction")]
     busy = [float(r["data/worker_busy"]) for r in rows if r.get("data/worker_busy")]
-    assert len(waits) >= 2 + 2 * 3 and all(0 < w <= 1 for w in waits) and len(busy) == len(waits)  # 2 epochs + every 2 of 6 steps
+    steps = [int(r["step"]) for r in rows if r.get("data/wait_fraction")]
+    # every 2 of an epoch's 6 steps, twice; the epochs' ends fall on logged steps: one row a step, never two
+    assert sorted(steps) == sorted(set(steps)) and len(steps) == 6, steps
+    assert all(0 < w <= 1 for w in waits) and len(busy) == len(waits)
     assert monitor.last["batches"] == len(packs["jpeg"]) // 16
 
 

@@ -54,7 +54,7 @@ from . import contract
 from .order import rank_and_world, rank_batch_count, rank_batches
 from .request import Request
 from .resume import check_state, loader_state
-from .stats import EpochStats
+from .stats import DATA_BOUND, EpochStats
 from .workers import decode_snapshot, rows, serve_requests
 
 SMALL_FIELD = 1024  # bytes a sample: fields this small are served as fresh tensors, not slot views
@@ -96,8 +96,8 @@ class Loader:
             slot); past them, batches are served as copies.
         indices: also yield each batch's sample indices (int64, last), e.g. for dataprep.gpu crops.
         prefetch: batches each worker may have in flight.
-        stats: measure how long the consumer waits for data (`stats()`: two clock reads a batch here, one
-            a part in each worker); False measures nothing.
+        stats: measure how long the consumer waits for data (`stats()`: three clock reads a batch here,
+            one a part in each worker); False measures nothing.
 
     `state_dict()` / `load_state_dict()` follow torchdata's StatefulDataLoader: save the state with a
     checkpoint, restore it into a Loader over the same dataset in a new process, and the next `iter()`
@@ -164,6 +164,7 @@ class Loader:
         self._filling: EpochStats | None = None  # the figures of the pass being served
         self._epoch_stats: dict[int, EpochStats] = {}  # epoch -> its figures (its last pass's), see stats()
         self._gen_stats: dict[int, EpochStats] = {}  # worker generation -> the figures its parts count into
+        self._latest = 0  # the epoch of the pass served last: what stats() describes by default
         # image packs' own attributes (no part of the contract): only for this warning
         if schedule is not None and num_workers and getattr(dataset, "cache", None) == "ram" \
                 and len(set(getattr(dataset, "resolutions", []))) > 1:
@@ -393,23 +394,25 @@ class Loader:
         return None
 
     # -- how long the consumer waits ---------------------------------------------------------------------
-    def stats(self, epoch: int | None = None) -> dict[str, Any]:
+    def stats(self, epoch: int | None = None, threshold: float = DATA_BOUND) -> dict[str, Any]:
         """How long the consumer waited for data in the epoch being served (or the last one served), or
         in a finished `epoch`: batches and samples served, wall_s (from the epoch's first next() to its
         end, or to now), wait_s (time spent in next()), wait_fraction, worker_busy (each worker's share
         of wall_s spent filling batches; with num_workers=0, consumer_fill_fraction: the consumer's own),
         decode_paths (counts per path, summed over workers: image packs), and a one-line verdict. A pass
         served again (an epoch left early, then iterated) replaces that epoch's figures; a resumed epoch's
-        count from the resume. serve/stats.py says how each is measured."""
+        count from the resume; a pass that serves nothing (resumed after an epoch's last batch) records
+        nothing; workers' time finishing parts of a pass left early counts in no epoch. `threshold`: the
+        wait share above which the verdict says data-bound. serve/stats.py says how each is measured."""
         if not self.measure:
             raise DataprepError("this Loader was made with stats=False: it measured nothing")
         if epoch is None:
             if not self._epoch_stats:
                 raise DataprepError("no epoch served yet: stats() describes one once its first batch is asked for")
-            epoch = max(self._epoch_stats)
+            epoch = self._latest
         if epoch not in self._epoch_stats:
             raise DataprepError(f"epoch {epoch} was not served by this Loader (served: {sorted(self._epoch_stats)})")
-        return self._epoch_stats[epoch].as_dict()
+        return self._epoch_stats[epoch].as_dict(threshold)
 
     # -- iterating --------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
@@ -443,9 +446,12 @@ class Loader:
         else:  # a sampler's order is this rank's already
             batches, after = rank_batches(self.epoch_order(epoch), start, 0, 1, self.batch_size, self.drop_last)
         self._state = (epoch, start)
+        if self._filling is not None:
+            self._filling.end()  # a pass left early whose iterator is still held ends where this one starts
         rec = None
-        if self.measure:
+        if self.measure and len(batches):  # a pass with nothing to serve (resumed after its last batch) says nothing
             rec = self._epoch_stats[epoch] = EpochStats(epoch, self.num_workers, started=asked)
+            self._latest = epoch
         self._filling = rec
         try:
             yield from self._serve(epoch, req, layout, batches, after, rec, asked)

@@ -1,7 +1,7 @@
 """How long training waits for data: per epoch, the time the consumer spent blocked in `next()` against the
 epoch's wall time, how busy each worker was filling batches, and which decode paths were taken; with a
-one-line verdict. `Loader.stats()` gives them for its epochs (serve/loader.py records them: two clock reads
-a batch in the consumer, one a part in each worker); `DataWait` gives the consumer-side figures for any
+one-line verdict. `Loader.stats()` gives them for its epochs (serve/loader.py records them: three clock
+reads a batch in the consumer, one a part in each worker); `DataWait` gives the consumer-side figures for any
 iterable of batches (the stock DataLoader, whose workers report nothing).
 
 wall_s runs from the epoch's first `next()` to the pass's end (the `next()` that finds no more batches, or
@@ -11,6 +11,7 @@ which with num_workers=0 includes filling the batch in the consumer's own proces
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
@@ -20,19 +21,21 @@ DATA_BOUND = 0.10  # waiting for data more than this share of the wall time: the
 BUSY = 0.85  # workers filling batches more than this share of the time: they are the limit, not the handoff
 
 
-def verdict(wait_fraction: float, busy: list[float] | None, workers: int | None, threshold: float = DATA_BOUND) -> str:
-    """One line a person acts on: data-bound or compute-bound, by how much, and what would help."""
+def verdict(wait_fraction: float, busy: list[float] | None, workers: int | None, threshold: float = DATA_BOUND,
+            decoded: bool = False) -> str:
+    """One line a person acts on: data-bound or compute-bound, by how much, and what would help (`decoded`:
+    the pack's images are stored decoded, so a decoded pack is no advice)."""
     if wait_fraction <= threshold:
         return f"compute-bound: waits {wait_fraction:.0%} of the time for data"
     head = f"data-bound: waits {wait_fraction:.0%} of the time for data"
     if workers == 0:
         return f"{head}; batches are filled in the training process: num_workers > 0 would help"
+    helps = "more workers or smaller stored images" if decoded else "more workers, a decoded pack (--mode raw) or smaller stored images"
     if not busy:
-        return f"{head}; more workers, a decoded pack (--mode raw) or smaller stored images would help"
+        return f"{head}; {helps} would help"
     mean = sum(busy) / len(busy)
     if mean >= BUSY:
-        return (f"{head}; workers busy {mean:.0%}: more workers, a decoded pack (--mode raw) or a smaller stored "
-                "resolution would help")
+        return f"{head}; workers busy {mean:.0%}: {helps} would help"
     return (f"{head}; workers busy only {mean:.0%}: the handoff or the training process is the limit "
             "(another process on these cores? batches too small?)")
 
@@ -99,7 +102,8 @@ class EpochStats:
                 "wait_s": self.wait_s, "wait_fraction": fraction, "workers": self.workers,
                 "worker_busy": busy if self.workers else [], "consumer_fill_fraction": busy[0] if not self.workers else None,
                 "decode_paths": dict(self.paths), "finished": self.ended is not None,
-                "verdict": verdict(fraction, busy if self.workers else None, self.workers, threshold)}
+                "verdict": verdict(fraction, busy if self.workers else None, self.workers, threshold,
+                                   decoded=self.samples > 0 and not self.paths)}
 
 
 class DataWait:
@@ -147,6 +151,8 @@ def _timed(batches: Iterable, rec: EpochStats) -> Iterator:
                 rec.wait_s += time.perf_counter() - t0
             rec.batches += 1
             first = item[0] if isinstance(item, (tuple, list)) else item
+            if isinstance(first, Mapping):
+                first = next(iter(first.values()), first)  # a batch as a mapping: its first field's rows
             rec.samples += int(len(first)) if hasattr(first, "__len__") else 1
             yield item
     finally:
