@@ -40,7 +40,7 @@ def verdict(wait_fraction: float, busy: list[float] | None, workers: int | None,
             "(another process on these cores? batches too small?)")
 
 
-@dataclass
+@dataclass(slots=True)  # slots: its counters are updated every batch
 class EpochStats:
     """One epoch's figures as the Loader gathers them (see the module's docstring)."""
 
