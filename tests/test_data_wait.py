@@ -248,3 +248,16 @@ def test_the_callback_warns_once_when_data_bound(packs):
     with pytest.warns(UserWarning, match="data-bound: waits .* num_workers > 0 would help") as got:
         fit(packs, 0, DataWaitMonitor(threshold=0.01))
     assert len([w for w in got if "DataWaitMonitor" in str(w.message)]) == 1
+
+
+def test_a_pass_left_early_ends_when_the_next_begins_even_while_its_iterator_is_held(packs):
+    with dataprep.Loader(packs["raw"], 8, shuffle=True) as ld:
+        held = iter(ld)
+        next(held), next(held)
+        ld.set_epoch(5)
+        timed_epoch(ld)
+        early = ld.stats(epoch=0)
+        time.sleep(0.05)
+        assert early["finished"] and early["batches"] == 2 and ld.stats(epoch=0)["wall_s"] == early["wall_s"]
+        assert ld.stats()["epoch"] == 5 and ld.stats()["finished"]
+        del held

@@ -433,6 +433,8 @@ class Loader:
     def _run(self):
         clock = time.perf_counter
         asked = clock()  # the pass's first next(): its planning is waiting too
+        if self._filling is not None:
+            self._filling.end()  # a pass left early whose iterator is still held ends where this one starts
         epoch, start = self._begin()
         if hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
@@ -446,8 +448,6 @@ class Loader:
         else:  # a sampler's order is this rank's already
             batches, after = rank_batches(self.epoch_order(epoch), start, 0, 1, self.batch_size, self.drop_last)
         self._state = (epoch, start)
-        if self._filling is not None:
-            self._filling.end()  # a pass left early whose iterator is still held ends where this one starts
         rec = None
         if self.measure and len(batches):  # a pass with nothing to serve (resumed after its last batch) says nothing
             rec = self._epoch_stats[epoch] = EpochStats(epoch, self.num_workers, started=asked)
