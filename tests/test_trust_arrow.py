@@ -22,6 +22,8 @@ pq = pytest.importorskip("pyarrow.parquet")
 import pyarrow.feather  # noqa: E402, F401 (makes pa.feather available; pyarrow does not import it)
 import pyarrow.ipc  # noqa: E402, F401 (pa.ipc)
 
+from dataprep.sources.parquet_pages import _uvarint  # noqa: E402 (the varint the crafted pages are written with)
+
 STRUCT = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
 ROWS, BATCH = 8, 2  # rows of the small tables, in record batches (row groups) of 2
 
@@ -236,15 +238,6 @@ def test_validation_cost_on_a_realistic_file(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------------------------------------------------
 # 3. A small Parquet file with a huge cell: skipped by the size its page declares, never decompressed
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b, n = n & 0x7F, n >> 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
 
 
 def _skip_struct(buf: bytes, pos: int, ints: dict | None = None) -> int:

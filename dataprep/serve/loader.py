@@ -54,8 +54,8 @@ from . import contract
 from .order import rank_and_world, rank_batch_count, rank_batches
 from .request import Request
 from .resume import check_state, loader_state
-from .stats import DATA_BOUND, EpochStats
-from .workers import decode_snapshot, rows, serve_requests
+from .stats import DATA_BOUND, EpochStats, decode_snapshot
+from .workers import rows, serve_requests
 
 SMALL_FIELD = 1024  # bytes a sample: fields this small are served as fresh tensors, not slot views
 HOLD_BYTES = 1 << 30  # default bytes of spare ring slots for batches a caller keeps (reserved, not touched)

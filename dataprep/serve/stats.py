@@ -15,7 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
-__all__ = ["DATA_BOUND", "BUSY", "EpochStats", "DataWait", "verdict"]
+from .contract import attribute
+
+__all__ = ["DATA_BOUND", "BUSY", "EpochStats", "DataWait", "verdict", "decode_snapshot", "paths_since"]
 
 DATA_BOUND = 0.10  # waiting for data more than this share of the wall time: the data path bounds the step
 BUSY = 0.85  # workers filling batches more than this share of the time: they are the limit, not the handoff
@@ -81,8 +83,6 @@ class EpochStats:
     def _settle_paths(self) -> None:
         """Fold this process's decode counts since the pass began into `paths` (no workers: see paths_of)."""
         if self.paths_of is not None:
-            from .workers import decode_snapshot, paths_since
-
             now = decode_snapshot(self.paths_of)
             self.count_paths(paths_since(self.paths_from, now))
             self.paths_from = now
@@ -157,3 +157,17 @@ def _timed(batches: Iterable, rec: EpochStats) -> Iterator:
             yield item
     finally:
         rec.end()
+
+
+def decode_snapshot(dataset) -> dict[str, int] | None:
+    """A snapshot of the dataset's decode path counts (contract attribute `decode_paths`), if it keeps them."""
+    paths = attribute(dataset, "decode_paths")
+    return dict(paths) if paths else None
+
+
+def paths_since(before: dict[str, int] | None, now: dict[str, int] | None) -> dict[str, int]:
+    """The decode paths counted between two snapshots."""
+    if not now:
+        return {}
+    before = before or {}
+    return {k: v - before.get(k, 0) for k, v in now.items() if v != before.get(k, 0)}

@@ -15,6 +15,7 @@ import torch
 
 from ..engine.local import exit_with_parent
 from . import contract
+from .stats import decode_snapshot, paths_since
 
 
 def serve_requests(dataset, ring: dict[str, np.ndarray], conn, parent_ends: list, parent: int) -> None:
@@ -58,16 +59,3 @@ def rows(ring: dict[str, np.ndarray], layout: dict, slot: int, start: int, n: in
         out[k] = ring[k][slot, start * per : (start + n) * per].view(dt).reshape(n, *shape)
     return out
 
-
-def decode_snapshot(dataset) -> dict[str, int] | None:
-    """A snapshot of the dataset's decode path counts (contract attribute `decode_paths`), if it keeps them."""
-    paths = contract.attribute(dataset, "decode_paths")
-    return dict(paths) if paths else None
-
-
-def paths_since(before: dict[str, int] | None, now: dict[str, int] | None) -> dict[str, int]:
-    """The decode paths counted between two snapshots."""
-    if not now:
-        return {}
-    before = before or {}
-    return {k: v - before.get(k, 0) for k, v in now.items() if v != before.get(k, 0)}
