@@ -37,7 +37,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 
 import dataprep  # noqa: E402
 from dataprep.images.build import build_images  # noqa: E402
-from dataprep.images.codec import decode_cv2, decode_cv2_reduced  # noqa: E402
+from dataprep.images.codec import decode_cv2, decode_cv2_reduced, decode_fast, jpeg_layout, region_jpeg  # noqa: E402
 from dataprep.images.settings import ImageSettings  # noqa: E402
 from dataprep.serve.request import Request  # noqa: E402
 from dataprep.settings import BuildSettings  # noqa: E402
@@ -138,13 +138,14 @@ def fill_cost(ds, rounds: int) -> float:
 def stage_costs(ds, rounds: int) -> dict[str, float]:
     """Where a crop's time goes, per image on one core (ms): fill_batch over a shuffled epoch (as
     fill_cost), its stages timed by wrapping the functions the fill calls (the header check, the decode,
-    full or reduced, the resample of the box into the batch row, the flip); `bookkeeping` is the rest of
+    full or reduced, fast or accurate; with decode="fast", finding the restart segments (`layout`) and
+    cutting the box's out (`region`); the resample of the box into the batch row, the flip); `bookkeeping` is the rest of
     the fill (Python per image and per batch: boxes, paths, views). Wrappers cost ~0.3 us a call."""
     import dataprep.images.batches as batches
     import dataprep.images.codec as codec
     import dataprep.images.dataset as dataset
 
-    spent: dict[str, float] = {"header": 0.0, "decode": 0.0, "resample": 0.0, "flip": 0.0}
+    spent: dict[str, float] = {"header": 0.0, "layout": 0.0, "region": 0.0, "decode": 0.0, "resample": 0.0, "flip": 0.0}
 
     def timed(stage, fn):
         def run(*a, **k):
@@ -156,7 +157,8 @@ def stage_costs(ds, rounds: int) -> dict[str, float]:
         return run
 
     patches = [(dataset, "jpeg_header", "header"), (batches, "jpeg_header", "header"),
-               (batches, "decode_cv2_reduced", "decode"), (batches.crops, "apply", "resample"),
+               (batches, "decode_cv2_reduced", "decode"), (batches, "decode_fast", "decode"),
+               (batches, "jpeg_layout", "layout"), (batches, "region_jpeg", "region"), (batches.crops, "apply", "resample"),
                (batches.resample, "warp_into", "resample"), (batches.crops, "flip_into", "flip")]
     saved = [(mod, name, getattr(mod, name)) for mod, name, _ in patches]
     saved_cv2 = codec.DECODERS["cv2"]
@@ -432,7 +434,16 @@ def main() -> int:
         # -- what each decode path costs, one core, this process ------------------------------------
         big = ds[512]
         bufs = [big.stored(i) for i in range(n)]
+        boxes = dataprep.RandomResizedCrop(CROP).boxes(big.shapes[:, 0], big.shapes[:, 1], (0, 0), np.arange(n))
+
+        def box_fast(k):  # what decode="fast" decodes for a crop: the restart segments around its box
+            t, l, h, w = (int(v) for v in boxes[k])
+            buf = np.asarray(bufs[k])
+            decode_fast(region_jpeg(buf, jpeg_layout(buf), t - 2, t + h + 2, l - 2, l + w + 2)[0], 3)
+
         cost = {"full decode": per_image(lambda b: decode_cv2(b, 3), bufs, a.rounds),
+                "full decode, fast": per_image(lambda b: decode_fast(np.asarray(b), 3), bufs, a.rounds),
+                "box region, fast": per_image(box_fast, range(n), a.rounds),
                 "1/2 decode": per_image(lambda b: decode_cv2_reduced(b, 3, 2), bufs, a.rounds),
                 "1/4 decode": per_image(lambda b: decode_cv2_reduced(b, 3, 4), bufs, a.rounds),
                 "crop, 512 pack": fill_cost(big, a.rounds),
@@ -445,6 +456,8 @@ def main() -> int:
         print(f"\nper image on one core (main process), over the 512 pack's {n} images, median of {a.rounds}:")
         for k, v in cost.items():
             print(f"  {k:18s} {1e3 * v:6.2f} ms  ({1 / v:6,.0f} img/s)")
+        print("  (the 1/2 and 1/4 decodes and the full one are OpenCV's accurate decode; 'fast': simplejpeg's fast IDCT "
+              "and upsampling; the box region: a RandomResizedCrop(224) box's restart segments, as decode='fast' crops)")
         reg = region_candidate(big, a.rounds)
         res["region_candidate"] = reg
         if reg is None:
@@ -463,7 +476,8 @@ def main() -> int:
             st.update(handoff_cost(d, st["fill"], a.epochs))
             res["stages_ms"][name] = st
             print(f"  {name:15s} fill {st['fill']:.3f} = decode {st['decode']:.3f} + resample {st['resample']:.3f} + flip "
-                  f"{st['flip']:.3f} + header {st['header']:.3f} + bookkeeping {st['bookkeeping']:.3f}; Loader(1 worker) "
+                  f"{st['flip']:.3f} + header {st['header']:.3f} + layout {st['layout']:.3f} + region {st['region']:.3f} + "
+                  f"bookkeeping {st['bookkeeping']:.3f}; Loader(1 worker) "
                   f"{st['loader_1_worker']:.3f}: handoff {st['handoff']:+.3f}")
         print("decode paths taken over one epoch of Loader(num_workers=0), % of crops:")
         for k, sh in shares.items():

@@ -224,8 +224,21 @@ def packs(tmp_path_factory):
     return out
 
 
-def decoded(ds, i: int) -> np.ndarray:
+def decoded(ds, i: int, decode: str = "accurate") -> np.ndarray:
+    """Sample i decoded whole as the dataset's training crops decode it: accurately (OpenCV), or with
+    decode="fast" the fast IDCT and upsampling (what the fast path's region decodes must equal)."""
+    if decode == "fast":
+        from dataprep.images.codec import decode_fast
+
+        return decode_fast(np.asarray(ds.stored(i)), 3)
     return cv2.cvtColor(cv2.imdecode(np.asarray(ds.stored(i)), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+
+
+def reduced(ds, i: int, factor: int, decode: str = "accurate") -> np.ndarray:
+    from dataprep.images.codec import decode_cv2_reduced, decode_fast
+
+    buf = np.asarray(ds.stored(i))
+    return decode_fast(buf, 3, factor) if decode == "fast" else decode_cv2_reduced(buf, 3, factor)
 
 
 def serve(ds, plan, flip=False) -> np.ndarray:
@@ -233,9 +246,11 @@ def serve(ds, plan, flip=False) -> np.ndarray:
     return x.numpy()
 
 
-def test_every_decode_path_gives_the_reference_crop(packs):
-    jpeg = dataprep.InMemoryImageDataset(packs["jpeg"])
-    fulls = [decoded(jpeg, i) for i in range(len(jpeg))]
+@pytest.mark.parametrize("decode", ["accurate", "fast"])
+def test_every_decode_path_gives_the_reference_crop(packs, decode):
+    """Each path's crops against the whole image decoded the same way (accurate or fast), cut and resized."""
+    jpeg = dataprep.InMemoryImageDataset(packs["jpeg"], decode=decode)
+    fulls = [decoded(jpeg, i, decode) for i in range(len(jpeg))]
     small = {i: (10 + i, 20 + 2 * i, 150 + 5 * i, 120 + 7 * i) for i in range(len(jpeg))}  # too small to reduce
     # shrinks of 1.7-2.1x on one side (supersampled), under 2x on the other: still a full decode
     shrink = {i: (4 + i, 6 + 3 * i, 250 + 15 * i, 470 - 10 * i) for i in range(len(jpeg))}
@@ -248,20 +263,20 @@ def test_every_decode_path_gives_the_reference_crop(packs):
         scores = [psnr(got[i], ref_crop(fulls[i], table[i], 224)) for i in range(len(jpeg))]
         assert min(scores) >= floor, (path, scores)
         if path == "1/2":  # negative control: the reduced decode's box off by one reduced pixel fails the floor
-            from dataprep.images.codec import decode_cv2_reduced
             from dataprep.images.resample import warp_into
 
             off = np.empty((224, 224, 3), np.uint8)
             wrong = []
             for i in range(len(jpeg)):
                 t, l, h, w = table[i]
-                warp_into(decode_cv2_reduced(np.asarray(jpeg.stored(i)), 3, 2), (t / 2 + 1, l / 2 + 1, h / 2, w / 2), off)
+                warp_into(reduced(jpeg, i, 2, decode), (t / 2 + 1, l / 2 + 1, h / 2, w / 2), off)
                 wrong.append(psnr(off, ref_crop(fulls[i], table[i], 224)))
             assert np.median(wrong) < floor, wrong
-    multi = dataprep.InMemoryImageDataset(packs["multi"], resolution="all")
+    multi = dataprep.InMemoryImageDataset(packs["multi"], resolution="all", decode=decode)
     got = serve(multi, Fixed(160, big))
     assert set(multi.decode_paths) == {"full from 256 px"}  # ~460 px boxes at 512: 115 px at 128 (< 160), 230 at 256
-    assert min(psnr(got[i], ref_crop(fulls[i], big[i], 160)) for i in range(len(jpeg))) >= 32.0
+    if decode == "accurate":  # fast: two fast decodes apart (31 dB); test_region_decode holds it to the whole-image path
+        assert min(psnr(got[i], ref_crop(fulls[i], big[i], 160)) for i in range(len(jpeg))) >= 32.0
     raw = dataprep.InMemoryImageDataset(packs["raw"])
     got = serve(raw, Fixed(224, small))
     assert min(psnr(got[i], ref_crop(raw.image(i), small[i], 224)) for i in range(len(raw))) >= 40.0
@@ -437,14 +452,16 @@ def test_crops_and_flips_do_not_depend_on_workers_or_runs(packs, workers):
     assert not torch.equal(batches(0, seed=8), base)
 
 
+@pytest.mark.parametrize("decode", ["accurate", "fast"])
 @pytest.mark.parametrize("size", [48, (30, 50), (96, 40)])
-def test_random_boxes_through_reduced_decodes_keep_the_floor(packs, size):
+def test_random_boxes_through_reduced_decodes_keep_the_floor(packs, size, decode):
     """Random boxes and non-square outputs: reduced decodes whose box is still 2x the output or more on one
-    side (the residual shrink goes through an area step) stay within 32 dB of the full-decode reference."""
-    jpeg = dataprep.InMemoryImageDataset(packs["jpeg"])
+    side (the residual shrink goes through an area step) stay within 32 dB of the full-decode reference
+    (decoded the same way: accurately, or fast)."""
+    jpeg = dataprep.InMemoryImageDataset(packs["jpeg"], decode=decode)
     plan = RandomResizedCrop(size)
     oh, ow = plan.size
-    fulls = [decoded(jpeg, i) for i in range(len(jpeg))]
+    fulls = [decoded(jpeg, i, decode) for i in range(len(jpeg))]
     scores, paths = [], {}
     for epoch in range(4):
         loader = Loader(jpeg, len(jpeg), crop=plan, layout="nhwc", indices=True, seed=epoch)

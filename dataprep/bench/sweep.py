@@ -357,7 +357,7 @@ def run_bench(pack: str | os.PathLike, workers: list[int] | None = None, batches
     dataset (a token pack's `context`); `crop` (H, W) serves a variable-size image pack [default: a
     square of its median shorter side]."""
     from ..errors import DataprepError
-    from ..images.codec import DECODERS
+    from ..images.codec import DECODERS, SAME_SAMPLES_AS
     from ..kinds import kind_of
     from ..pack.backends import read_manifest
     from ..serve.request import Request
@@ -369,7 +369,7 @@ def run_bench(pack: str | os.PathLike, workers: list[int] | None = None, batches
     m = read_manifest(pack)
     served = next(iter(kind_of(m, pack).served_fields(m, None, pack).values()))
     if getattr(served, "encoding", None) == "jpeg":
-        avail = [d for d in DECODERS if DECODERS[d] is not None]
+        avail = [d for d in DECODERS if DECODERS[d] is not None and d not in SAME_SAMPLES_AS]
     else:
         avail = [gather_path(served)]
     if paths and any(p not in avail for p in paths):

@@ -15,9 +15,11 @@ from ..pack.arrays import take_rows
 from ..serve.request import Request
 from . import crops, resample
 from .captions import fill_caption_ids
-from .codec import decode_cv2_reduced, jpeg_header
+from .codec import decode_cv2_reduced, decode_fast, fast_decoding, jpeg_header, jpeg_layout, region_jpeg
 from .crops import CenterCrop, RandomResizedCrop
 from .resize import center_crop_into
+
+_FAST = fast_decoding()  # simplejpeg imports (it is a dependency): else every crop decodes accurately
 
 
 class BatchFilling:
@@ -111,8 +113,10 @@ class BatchFilling:
     def _cut(self, plan, i: int, box, out: np.ndarray) -> None:
         """One crop of sample i into its batch row, decoding no more than it needs: from the smallest held
         resolution that gives at least the output size across the crop (resolution="all"), then at the
-        largest JPEG DCT scale-down that still does; the box is resampled exactly (resample.warp_into). The
-        path taken is counted in `decode_paths` (per process)."""
+        largest JPEG DCT scale-down that still does; the box is resampled exactly (resample.warp_into).
+        Training crops (RandomResizedCrop) of a JPEG pack with decode="fast" decode only the restart
+        segments around the box, with the fast IDCT and upsampling (`_cut_fast`); every other crop decodes
+        the whole image accurately. The path taken is counted in `decode_paths` (per process)."""
         oh, ow = out.shape[:2]
         h, w = (int(v) for v in self._shapes[i, :2])
         if isinstance(plan, CenterCrop):  # the box is the whole image, resized to `resize` on the shorter side
@@ -137,6 +141,9 @@ class BatchFilling:
             factor = 1
         path = ("full" if factor == 1 else f"1/{factor}") + ("" if res == self.resolution else f" from {res} px")
         self.decode_paths[path] = self.decode_paths.get(path, 0) + 1
+        if field.encoding == "jpeg" and not field.fixed and self.decode == "fast" and isinstance(plan, RandomResizedCrop) \
+                and _FAST and self._cut_fast(plan, store, field, i, factor, res, (t, lft, bh, bw), (h, w), out):
+            return
         if res == self.resolution and factor == 1:
             crops.apply(plan, self._pixels_of(i), box, out)  # the reference path: whole pixels, integer box
             return
@@ -150,20 +157,56 @@ class BatchFilling:
             sy, sx = ry / h / factor, rx / w / factor
         resample.warp_into(pixels, (t * sy, lft * sx, bh * sy, bw * sx), out)
 
-    def _decoded(self, store, field, i: int, factor: int, res) -> np.ndarray:
-        """Sample i of a held resolution's store, decoded at 1/factor (JPEG) or as stored (raw)."""
+    def _cut_fast(self, plan, store, field, i: int, factor: int, res, box, hw, out: np.ndarray) -> bool:
+        """`_cut` for a training crop with decode="fast": the restart segments covering the box (plus the
+        pixels bilinear sampling reads around it) cut out as a JPEG of their own (codec.region_jpeg),
+        decoded with the fast IDCT and upsampling at 1/factor, then resampled as the whole image would be
+        (the same box, the same arithmetic). A JPEG without restart segments (a source file the build
+        kept as it was, or a pack built before them) is decoded whole, fast. False, having done nothing,
+        where the fast decoder cannot read the bytes (CMYK, damage): the caller's accurate path decides."""
+        buf = self._jpeg_of(store, field, i, res)
+        lay = jpeg_layout(buf)
+        (h, w), (t, lft, bh, bw) = hw, box
+        sh, sw = (int(v) for v in store.arrays["shapes"][i, :2])
+        ry, rx = sh / h, sw / w  # the store's pixels per the pack's (1 at the main resolution)
+        if lay is None:
+            sub, top, left = buf, 0, 0
+        else:
+            margin = 2 * factor  # bilinear taps and the area step's rounding, in the store's full pixels
+            y0, x0 = int(t * ry) - margin, int(lft * rx) - margin
+            y1, x1 = int(np.ceil((t + bh) * ry)) + margin, int(np.ceil((lft + bw) * rx)) + margin
+            sub, top, left = region_jpeg(buf, lay, y0, y1, x0, x1)
+        pixels = decode_fast(sub, field.channels, factor)
+        if pixels is None:
+            return False
+        if factor == 1 and res == self.resolution:  # integer box, whole pixels: as crops.apply cuts it
+            crops.apply(plan, pixels, (t - top, lft - left, bh, bw), out)
+            return True
+        ky, kx = ry / factor, rx / factor  # reduced pixel k covers the store's pixels [k f, (k + 1) f)
+        resample.warp_into(pixels, ((t * ry - top) / factor, (lft * rx - left) / factor, bh * ky, bw * kx), out)
+        return True
+
+    def _jpeg_of(self, store, field, i: int, res) -> np.ndarray:
+        """Sample i's JPEG bytes in a held resolution's store, once its frame header agrees with the shape
+        the store records (a damaged pack must not make a small sample decode to a huge image)."""
         a = store.arrays
         shape = tuple(int(v) for v in a["shapes"][i])
-        if field.fixed:
-            return a["images"][i]
         buf = a["images"][a["offsets"][i] : a["offsets"][i + 1]]
-        if field.encoding == "raw":
-            return buf.view(field.np_dtype).reshape(shape)
         head = jpeg_header(buf)
         if head is None or head[:2] != shape[:2]:
             raise PackError(f"{self.pack}/{self.split}: sample {i} at {res} px does not hold a {shape[1]}x{shape[0]} JPEG; "
                             "not decoded (verify the pack, or rebuild it)")
-        img = decode_cv2_reduced(buf, field.channels, factor)
+        return buf
+
+    def _decoded(self, store, field, i: int, factor: int, res) -> np.ndarray:
+        """Sample i of a held resolution's store, decoded at 1/factor (JPEG) or as stored (raw)."""
+        a = store.arrays
+        if field.fixed:
+            return a["images"][i]
+        if field.encoding == "raw":
+            shape = tuple(int(v) for v in a["shapes"][i])
+            return a["images"][a["offsets"][i] : a["offsets"][i + 1]].view(field.np_dtype).reshape(shape)
+        img = decode_cv2_reduced(self._jpeg_of(store, field, i, res), field.channels, factor)
         if img is None:
             raise PackError(f"{self.pack}/{self.split}: sample {i} ({self.sources[i]}) at {res} px does not decode as JPEG")
         return img

@@ -2,21 +2,40 @@
 decoders take a sample's stored JPEG bytes (a uint8 view of the RAM cache) and give HWC uint8 pixels.
 
 `DECODERS` is the registry the datasets' `decode=` argument is checked against.
+
+Region decoding. A pack's JPEGs carry a restart marker every few MCUs, at a period that divides an MCU
+row (`restart_interval`). Each restart segment is entropy-coded on its own (the DC predictors restart),
+so the segments that cover a box, cut out and joined under a frame header that declares the box's size,
+are themselves a valid JPEG: `region_jpeg` makes it, and a decoder then reads only those bytes (no
+Huffman decoding, IDCT or colour conversion of the rest). Blocks are transformed independently and,
+with the fast (non-fancy) upsampling, colour planes are upsampled within their MCU, so the region's
+pixels equal the whole image's decoded the same way (tests/test_region_decode.py holds that).
 """
 from __future__ import annotations
 
 import io
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
+RESTART_MCUS = 4  # the longest restart period: a box's edges are rounded out to at most this many MCUs
+
+
+def restart_interval(width: int, mcu_width: int = 16) -> int:
+    """Restart period (in MCUs) for an image `width` px wide: the largest divisor of its MCUs per row up to
+    RESTART_MCUS, so every MCU row holds whole segments and a region's columns are whole segments."""
+    mcus = max(1, -(-width // mcu_width))
+    return max(d for d in range(1, min(RESTART_MCUS, mcus) + 1) if mcus % d == 0)
+
 
 def encode_jpeg(pixels: np.ndarray, quality: int) -> np.ndarray:
-    """JPEG-encode RGB or L pixels with OpenCV (4:2:0, as Pillow's default); returns a uint8 byte array."""
+    """JPEG-encode RGB or L pixels with OpenCV (4:2:0, as Pillow's default) with restart markers for
+    region decoding (`restart_interval`); returns a uint8 byte array."""
     import cv2
 
     img = pixels[:, :, 0] if pixels.shape[2] == 1 else cv2.cvtColor(pixels, cv2.COLOR_RGB2BGR)
-    ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
+    rst = restart_interval(pixels.shape[1], 8 if pixels.shape[2] == 1 else 16)
+    ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, int(quality), cv2.IMWRITE_JPEG_RST_INTERVAL, rst])
     if not ok:  # pragma: no cover - OpenCV only fails here on invalid input shapes
         raise ValueError(f"OpenCV could not encode a {pixels.shape} image")
     return buf.reshape(-1)
@@ -54,6 +73,161 @@ def jpeg_header(buf) -> tuple[int, int, int] | None:
             return None
         i += 2 + length
     return None
+
+
+class JpegLayout(NamedTuple):
+    """Where a baseline JPEG's restart segments lie: segment k (MCU row k // columns, segment k % columns
+    of it) is bytes [starts[k], ends[k]); `header` bytes precede the first; the frame header is at `sof`."""
+
+    header: int
+    sof: int
+    height: int
+    width: int
+    mcu_h: int
+    mcu_w: int
+    interval: int  # MCUs per segment
+    columns: int  # segments per MCU row
+    rows: int  # MCU rows
+    starts: np.ndarray
+    ends: np.ndarray
+
+
+def jpeg_layout(buf: np.ndarray) -> JpegLayout | None:
+    """The restart segments of a sequential (SOF0/SOF1) single-scan JPEG whose restart period divides its
+    MCU rows; None for any other JPEG (progressive, no or another restart period, a marker count that
+    does not add up): those are decoded whole."""
+    b = np.asarray(buf, np.uint8).reshape(-1)
+    n = len(b)
+    head = bytes(b[: min(n, 4096)])  # the marker segments before the scan (Python ints: faster to walk)
+    if n < 4 or head[0] != 0xFF or head[1] != 0xD8:
+        return None
+    i, sof, dri, comps = 2, -1, 0, 0
+    while True:
+        if i + 4 > len(head):
+            if len(head) == n:
+                return None
+            head = bytes(b)  # tables longer than usual: walk the whole file
+            continue
+        if head[i] != 0xFF:
+            return None
+        marker = head[i + 1]
+        if marker == 0xFF:
+            i += 1
+            continue
+        length = (head[i + 2] << 8) | head[i + 3]
+        if length < 2 or i + 2 + length > n:
+            return None
+        if i + 2 + length > len(head) and marker in (0xC0, 0xC1, 0xDD, 0xDA):
+            head = bytes(b)
+        if marker in (0xC0, 0xC1):
+            if sof >= 0 or length < 8:
+                return None
+            sof, comps = i, head[i + 9]
+            if comps not in (1, 3) or length != 8 + 3 * comps:
+                return None
+            height, width = (head[i + 5] << 8) | head[i + 6], (head[i + 7] << 8) | head[i + 8]
+            factors = [head[i + 11 + 3 * k] for k in range(comps)]
+            if min(f >> 4 for f in factors) < 1 or min(f & 15 for f in factors) < 1:
+                return None
+            hmax, vmax = (max(f >> 4 for f in factors), max(f & 15 for f in factors)) if comps == 3 else (1, 1)
+        elif 0xC2 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            return None  # progressive, lossless or arithmetic-coded frames
+        elif marker == 0xDD:
+            if length != 4:
+                return None
+            dri = (head[i + 4] << 8) | head[i + 5]
+        elif marker == 0xDA:
+            if sof < 0 or dri == 0 or head[i + 4] != comps:
+                return None
+            header = i + 2 + length
+            break
+        elif marker in (0xD8, 0xD9):
+            return None
+        i += 2 + length
+    if height == 0 or width == 0:
+        return None
+    mcu_h, mcu_w = 8 * vmax, 8 * hmax
+    per_row, rows = -(-width // mcu_w), -(-height // mcu_h)
+    if per_row % dri:
+        return None
+    columns = per_row // dri
+    ff = np.flatnonzero(b[header:-1] == 0xFF)
+    ff += header
+    nxt = b[ff + 1]
+    rst = ff[(nxt & 0xF8) == 0xD0]
+    eoi = ff[nxt == 0xD9]
+    segments = rows * columns
+    if len(eoi) == 0 or len(rst) != segments - 1 or (len(rst) and rst[-1] > eoi[0]):
+        return None
+    starts = np.empty(segments, np.int64)
+    ends = np.empty(segments, np.int64)
+    starts[0], starts[1:] = header, rst + 2
+    ends[:-1], ends[-1] = rst, eoi[0]
+    return JpegLayout(header, sof, height, width, mcu_h, mcu_w, dri, columns, rows, starts, ends)
+
+
+_EOI = np.array([0xFF, 0xD9], np.uint8)
+
+
+def region_jpeg(buf: np.ndarray, lay: JpegLayout, y0: int, y1: int, x0: int, x1: int) -> tuple[np.ndarray, int, int]:
+    """The smallest JPEG of whole restart segments that covers pixel rows [y0, y1) and columns [x0, x1) of
+    `buf` (clipped to the image), and its origin (top, left) in the image's pixels: `buf` itself when
+    that is the whole image."""
+    cw = lay.interval * lay.mcu_w
+    r0, r1 = max(0, y0 // lay.mcu_h), min(lay.rows, -(-y1 // lay.mcu_h))
+    c0, c1 = max(0, x0 // cw), min(lay.columns, -(-x1 // cw))
+    if r1 <= r0 or c1 <= c0:
+        r0, r1, c0, c1 = 0, lay.rows, 0, lay.columns
+    if (r0, r1, c0, c1) == (0, lay.rows, 0, lay.columns):
+        return buf, 0, 0
+    b = np.asarray(buf, np.uint8).reshape(-1)
+    sub_h = min(lay.height, r1 * lay.mcu_h) - r0 * lay.mcu_h
+    sub_w = min(lay.width, c1 * cw) - c0 * cw
+    head = b[: lay.header].copy()
+    head[lay.sof + 5 : lay.sof + 9] = (sub_h >> 8, sub_h & 255, sub_w >> 8, sub_w & 255)
+    first = np.arange(r0 * lay.columns + c0, r1 * lay.columns, lay.columns)
+    a, z = lay.starts[first], lay.ends[first + (c1 - c0 - 1)]
+    pieces = [head]
+    for s, e in zip(a.tolist(), z.tolist()):  # a row's segments are contiguous bytes, their own markers between them
+        pieces += (b[s:e], _EOI)  # _EOI: a placeholder for the marker ending the row (the last one stays EOI)
+    out = np.concatenate(pieces)
+    # where the restart markers fall in `out`: each row's own (c1 - c0 - 1), then the one after it
+    length = z - a + 2
+    base = lay.header + np.concatenate(([0], np.cumsum(length[:-1])))
+    inner = lay.ends[first[:, None] + np.arange(c1 - c0 - 1)] - a[:, None] + base[:, None]
+    pos = np.concatenate((inner, (base + length - 2)[:, None]), axis=1).reshape(-1)[:-1]  # the last: EOI
+    if len(pos):  # restart markers must count 0..7 in order through the new image
+        out[pos] = 0xFF
+        out[pos + 1] = 0xD0 | (np.arange(len(pos)) & 7)
+    return out, r0 * lay.mcu_h, c0 * cw
+
+
+def decode_fast(buf: np.ndarray, channels: int, factor: int = 1, hw: tuple[int, int] | None = None) -> np.ndarray | None:
+    """Decode with libjpeg-turbo's fast integer IDCT and fast (replicating) chroma upsampling, through
+    simplejpeg, at 1/factor scale (1, 2, 4 or 8: ceil(H / factor) x ceil(W / factor), as
+    `decode_cv2_reduced`; `hw`, the frame's size, saves reading it again); None when the bytes do not decode. The pixels differ from the accurate
+    decode's by what docs/benchmarks.md ("Fast decoding") states; the accurate path is `decode="accurate"`."""
+    import simplejpeg
+
+    try:
+        if factor == 1:
+            img = simplejpeg.decode_jpeg(buf, "GRAY" if channels == 1 else "RGB", fastdct=True, fastupsample=True)
+        else:
+            h, w = hw if hw is not None else simplejpeg.decode_jpeg_header(buf)[:2]
+            img = simplejpeg.decode_jpeg(buf, "GRAY" if channels == 1 else "RGB", fastdct=True, fastupsample=True,
+                                         min_height=-(-h // factor), min_width=-(-w // factor))
+    except ValueError:
+        return None
+    return img
+
+
+def fast_decoding() -> bool:
+    """Whether the fast decoder (simplejpeg, a dependency with wheels for every supported platform) imports."""
+    try:
+        import simplejpeg  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def decode_cv2(buf: np.ndarray, channels: int) -> np.ndarray | None:
@@ -95,7 +269,14 @@ def decode_pil(buf: np.ndarray, channels: int) -> np.ndarray | None:
 
 
 DECODERS: dict[str, Callable[[np.ndarray, int], np.ndarray | None] | None] = {
-    "cv2": decode_cv2,
+    # "fast": training crops (RandomResizedCrop batches) with decode_fast and region decoding; a sample
+    # read alone, evaluation and fixed crops decode accurately (images/batches.py says which path is which)
+    "fast": decode_cv2,
+    "accurate": decode_cv2,  # every path accurate: OpenCV's libjpeg-turbo, accurate IDCT, fancy upsampling
+    "cv2": decode_cv2,  # the same as "accurate" (its name before "fast" existed)
     "pil": decode_pil,
     "none": None,  # serve the stored bytes themselves
 }
+# names whose samples decode as another's does ("fast" and "accurate" differ only in training crops):
+# `dataprep bench`, which serves samples and fixed crops, measures each decoder once, under its own name
+SAME_SAMPLES_AS = {"fast": "cv2", "accurate": "cv2"}

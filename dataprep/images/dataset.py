@@ -32,9 +32,14 @@ class InMemoryImageDataset(BatchFilling, Dataset):
         pack: the pack directory, or its URL (s3://, gs://, az://, file://, ...: fetched with every
             checksum checked; see dataprep/remote/).
         split: which split to serve ("train", "val", ...).
-        decode: "cv2" or "pil" to decode JPEG packs, "none" for the stored bytes (a 1-D uint8 array).
-            For GPU decoding with nvJPEG, serve the dataset with `DaliImageLoader` (images/dali.py), which
-            decodes whole batches; `decode="dali"` says so.
+        decode: how JPEG packs are decoded. "fast" [default]: training crops (a Loader's
+            RandomResizedCrop) decode only the restart segments around each box, with libjpeg-turbo's fast
+            IDCT and upsampling (simplejpeg); samples read alone (`ds[i]`), center and fixed crops decode
+            accurately. "accurate" (or "cv2"): every path with OpenCV's accurate IDCT and fancy upsampling
+            (the pixel cost of "fast" is in docs/benchmarks.md, "Fast decoding"). "pil": samples decoded
+            by Pillow. "none": samples are the stored bytes (a 1-D uint8 array). For GPU decoding with
+            nvJPEG, serve the dataset with `DaliImageLoader` (images/dali.py), which decodes whole batches;
+            `decode="dali"` says so.
             Decoded (raw) packs are served without decoding whatever this says.
         transform: called on each image (a CHW uint8 tensor, or HWC numpy with `as_numpy`).
         as_numpy: return HWC uint8 numpy arrays instead of CHW uint8 tensors.
@@ -80,7 +85,7 @@ class InMemoryImageDataset(BatchFilling, Dataset):
         self,
         pack: str | os.PathLike,
         split: str = "train",
-        decode: str = "cv2",
+        decode: str = "fast",
         transform: Callable[[Any], Any] | None = None,
         as_numpy: bool = False,
         verify: bool = False,

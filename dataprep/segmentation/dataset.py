@@ -35,7 +35,7 @@ class SegmentationDataset(InMemoryImageDataset):
 
     kinds = ("segmentation",)
 
-    def __init__(self, pack: str | os.PathLike, split: str = "train", decode: str = "cv2",
+    def __init__(self, pack: str | os.PathLike, split: str = "train", decode: str = "fast",
                  transform: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None,
                  as_numpy: bool = False, verify: bool = False, cache: str = "ram", progress: bool | None = None,
                  resolution: int | None = None, keep_resolutions: int = 1):
