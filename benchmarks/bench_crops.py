@@ -7,6 +7,7 @@ fixed-shape raw pack (on CPU here, on CUDA where there is one).
 
     .venv/bin/python benchmarks/bench_crops.py [--corpus ../shared/corpus/images] [--rounds 3] [--epochs 3]
     .venv/bin/python benchmarks/bench_crops.py --ffcv-only --rounds 3 [--ffcv /tmp/ffcv-venv/bin/python] [--repeat 4]
+    .venv/bin/python benchmarks/bench_crops.py --sweep --rounds 3 --epochs 3   # the Loader at 1..cores workers
 
 Rates are img/s, the median of --rounds rounds; a round is --epochs full epochs timed from the first
 request to the last batch. Workers (the Loader's, and the stock DataLoader's persistent ones) are started
@@ -316,6 +317,29 @@ def loader_round(ds, epochs: int) -> list[float]:
     return rates
 
 
+def worker_sweep(pack: Path, rounds: int, epochs: int) -> dict:
+    """The Loader (RandomResizedCrop(224) + flip, batch 32) at 1, 2, ... cores workers over one pack,
+    interleaved rounds; each against its ceiling, workers x the one-core fill rate (at most the cores)."""
+    ds = dataprep.InMemoryImageDataset(pack)
+    counts = list(range(1, (os.cpu_count() or 1) + 1))
+    one = 1.0 / fill_cost(ds, rounds)
+    cases = {f"{w} workers": dataprep.Loader(ds, BATCH, shuffle=True, num_workers=w, crop=dataprep.RandomResizedCrop(CROP), flip=True)
+             for w in counts}
+    rates = interleaved(cases, len(ds), rounds, epochs)
+    for ld in cases.values():
+        ld.close()
+    cores = os.cpu_count() or 1
+    print(f"\nworker sweep, 256 px pack ({len(ds)} images), median of {rounds} rounds of {epochs} epochs; one-core fill "
+          f"{one:,.0f} img/s; load {os.getloadavg()[0]:.2f}:")
+    out = {"one_core_fill": one, "rates": {}}
+    for w in counts:
+        r = rates[f"{w} workers"]
+        ceiling = min(w, cores) * one
+        out["rates"][w] = r
+        print(f"  {w:2d} workers  {r:8,.0f} img/s  {r / w:7,.0f} per worker  {100 * r / ceiling:5.1f} % of {ceiling:,.0f}")
+    return out
+
+
 def side_by_side(python: str, src: Path, tmp: Path, rounds: int, epochs: int, repeat: int) -> dict:
     """FFCV and the Loader over the same photos (each listed `repeat` times), crop and flip, batch 32, 2
     threads against 2 workers, in interleaved rounds (FFCV 256, Loader 256, FFCV 512, Loader 512, Loader
@@ -363,6 +387,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=4, help="side by side: every photo listed this many times (epochs long enough to time)")
     ap.add_argument("--ffcv-only", action="store_true", help="run only the side-by-side rounds against FFCV")
     ap.add_argument("--no-ffcv", action="store_true", help="leave the side-by-side rounds against FFCV out")
+    ap.add_argument("--sweep", action="store_true",
+                    help="run only the worker sweep: the Loader at 1..cores workers over the 256 px pack, img/s and per worker")
     a = ap.parse_args()
     torch.set_num_threads(1)
     import cv2
@@ -380,6 +406,12 @@ def main() -> int:
             print(f"no corpus at {root} (no train/ folder): synthetic photos instead (dataprep.synthetic.write_tree)")
             root = write_tree(tmp / "src", classes=4, per_class=89)
             what = "synthetic photos"
+        if a.sweep:
+            res["sweep"] = worker_sweep(build(root, tmp / "p256", size=256), a.rounds, a.epochs)
+            if a.json:
+                Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+                Path(a.json).with_name("bench_crops_sweep.json").write_text(json.dumps(res, indent=1, default=str))
+            return 0
         if a.no_ffcv:
             pass
         elif Path(a.ffcv).exists() and (root / "train").is_dir():
