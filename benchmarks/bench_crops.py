@@ -8,6 +8,7 @@ fixed-shape raw pack (on CPU here, on CUDA where there is one).
     .venv/bin/python benchmarks/bench_crops.py [--corpus ../shared/corpus/images] [--rounds 3] [--epochs 3]
     .venv/bin/python benchmarks/bench_crops.py --ffcv-only --rounds 3 [--ffcv /tmp/ffcv-venv/bin/python] [--repeat 4]
     .venv/bin/python benchmarks/bench_crops.py --sweep --rounds 3 --epochs 3   # the Loader at 1..cores workers
+    .venv/bin/python benchmarks/bench_crops.py --threads --rounds 4             # fill_batch on threads vs processes
 
 Rates are img/s, the median of --rounds rounds; a round is --epochs full epochs timed from the first
 request to the last batch. Workers (the Loader's, and the stock DataLoader's persistent ones) are started
@@ -317,6 +318,48 @@ def loader_round(ds, epochs: int) -> list[float]:
     return rates
 
 
+def threads_against_processes(pack: Path, rounds: int, epochs: int) -> dict:
+    """ds.fill_batch of RandomResizedCrop(224) + flip batches from a pool of 1..cores+1 threads, each batch
+    into its own buffers (what a thread-backed Loader does, without its bookkeeping: its ceiling), against
+    Loader(num_workers=2) processes; interleaved rounds of `epochs` epochs, img/s."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    ds = dataprep.InMemoryImageDataset(pack)
+    plan = dataprep.RandomResizedCrop(CROP)
+    layout = ds.batch_layout(Request(crop=plan, flip=True))
+    n = len(ds) * epochs
+    counts = list(range(1, (os.cpu_count() or 1) + 2))
+    pools = {t: ThreadPoolExecutor(t) for t in counts}
+    ld = dataprep.Loader(ds, BATCH, shuffle=True, num_workers=2, crop=plan, flip=True)
+
+    def threaded(t: int, r: int) -> float:
+        req = Request(epoch=r, crop=plan, flip=True)
+        order = np.random.default_rng(r).permutation(n) % len(ds)
+        bufs = [{k: np.empty((BATCH, *shape), dt) for k, (shape, dt) in layout.items()} for _ in range(2 * t)]
+        t0 = time.perf_counter()
+        jobs = [pools[t].submit(ds.fill_batch, order[i : i + BATCH],
+                                {k: v[: len(order[i : i + BATCH])] for k, v in bufs[(i // BATCH) % len(bufs)].items()}, req)
+                for i in range(0, n, BATCH)]
+        for j in jobs:
+            j.result()
+        return n / (time.perf_counter() - t0)
+
+    epochs_seconds(ld, 1)
+    rates: dict[str, list[float]] = {f"{t} threads": [] for t in counts} | {"Loader, 2 processes": []}
+    for r in range(rounds):
+        for t in counts:
+            rates[f"{t} threads"].append(threaded(t, r))
+        rates["Loader, 2 processes"].append(len(ds) * epochs / epochs_seconds(ld, epochs))
+    ld.close()
+    for p in pools.values():
+        p.shutdown()
+    print(f"\nthreads against processes, 256 px pack ({len(ds)} images x {epochs}), {rounds} interleaved rounds, "
+          f"load {os.getloadavg()[0]:.2f}:")
+    for k, v in rates.items():
+        print(f"  {k:20s} median {statistics.median(v):7,.0f} img/s (range {min(v):,.0f}-{max(v):,.0f})")
+    return {k: statistics.median(v) for k, v in rates.items()}
+
+
 def worker_sweep(pack: Path, rounds: int, epochs: int) -> dict:
     """The Loader (RandomResizedCrop(224) + flip, batch 32) at 1, 2, ... cores workers over one pack,
     interleaved rounds; each against its ceiling, workers x the one-core fill rate (at most the cores)."""
@@ -387,6 +430,9 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=4, help="side by side: every photo listed this many times (epochs long enough to time)")
     ap.add_argument("--ffcv-only", action="store_true", help="run only the side-by-side rounds against FFCV")
     ap.add_argument("--no-ffcv", action="store_true", help="leave the side-by-side rounds against FFCV out")
+    ap.add_argument("--threads", action="store_true",
+                    help="run only threads against processes: fill_batch from a thread pool (1..cores+1 threads, batches "
+                         "filled in place, no IPC: a thread-backed Loader at best) against the Loader's 2 worker processes")
     ap.add_argument("--sweep", action="store_true",
                     help="run only the worker sweep: the Loader at 1..cores workers over the 256 px pack, img/s and per worker")
     a = ap.parse_args()
@@ -406,6 +452,9 @@ def main() -> int:
             print(f"no corpus at {root} (no train/ folder): synthetic photos instead (dataprep.synthetic.write_tree)")
             root = write_tree(tmp / "src", classes=4, per_class=89)
             what = "synthetic photos"
+        if a.threads:
+            res["threads"] = threads_against_processes(build(root, tmp / "p256", size=256), a.rounds, max(a.epochs, 4))
+            return 0
         if a.sweep:
             res["sweep"] = worker_sweep(build(root, tmp / "p256", size=256), a.rounds, a.epochs)
             if a.json:
