@@ -517,10 +517,11 @@ def main() -> int:
         bufs = [big.stored(i) for i in range(n)]
         boxes = dataprep.RandomResizedCrop(CROP).boxes(big.shapes[:, 0], big.shapes[:, 1], (0, 0), np.arange(n))
 
-        def box_fast(k):  # what decode="fast" decodes for a crop: the restart segments around its box
+        def box_fast(k):  # what decode="fast" decodes for a crop: the restart segments around its box (a kept source: all)
             t, l, h, w = (int(v) for v in boxes[k])
             buf = np.asarray(bufs[k])
-            decode_fast(region_jpeg(buf, jpeg_layout(buf), t - 2, t + h + 2, l - 2, l + w + 2)[0], 3)
+            lay = jpeg_layout(buf)
+            decode_fast(buf if lay is None else region_jpeg(buf, lay, t - 2, t + h + 2, l - 2, l + w + 2)[0], 3)
 
         cost = {"full decode": per_image(lambda b: decode_cv2(b, 3), bufs, a.rounds),
                 "full decode, fast": per_image(lambda b: decode_fast(np.asarray(b), 3), bufs, a.rounds),
