@@ -101,7 +101,10 @@ def jpeg_layout(buf: np.ndarray) -> JpegLayout | None:
     head = bytes(b[: min(n, 4096)])  # the marker segments before the scan (Python ints: faster to walk)
     if n < 4 or head[0] != 0xFF or head[1] != 0xD8:
         return None
-    i, sof, dri, comps = 2, -1, 0, 0
+    known = _known_header(head)
+    if known is not None:
+        return _segments(b, *known)
+    i, sof, dri, comps, dri_at = 2, -1, 0, 0, -1
     while True:
         if i + 4 > len(head):
             if len(head) == n:
@@ -135,7 +138,7 @@ def jpeg_layout(buf: np.ndarray) -> JpegLayout | None:
         elif marker == 0xDD:
             if length != 4:
                 return None
-            dri = (head[i + 4] << 8) | head[i + 5]
+            dri, dri_at = (head[i + 4] << 8) | head[i + 5], i
         elif marker == 0xDA:
             if sof < 0 or dri == 0 or head[i + 4] != comps:
                 return None
@@ -144,7 +147,33 @@ def jpeg_layout(buf: np.ndarray) -> JpegLayout | None:
         elif marker in (0xD8, 0xD9):
             return None
         i += 2 + length
-    if height == 0 or width == 0:
+    if len(_HEADERS) < 16:  # the tables before the scan, as a template the next JPEGs like it match
+        _HEADERS.append((header, sof, dri_at, _template(head, header, sof, dri_at), hmax, vmax))
+    return _segments(b, header, sof, height, width, hmax, vmax, dri)
+
+
+# Headers seen (their bytes but the frame size and restart period, and where those lie): a pack's JPEGs
+# share their tables, so a match stands for the walk through the marker segments that found them.
+_HEADERS: list[tuple[int, int, int, bytes, int, int]] = []
+
+
+def _template(head: bytes, header: int, sof: int, dri_at: int) -> bytes:
+    return head[: sof + 5] + head[sof + 9 : dri_at + 4] + head[dri_at + 6 : header]
+
+
+def _known_header(head: bytes):
+    """(header, sof, height, width, hmax, vmax, interval) where `head` matches a template seen before."""
+    for header, sof, dri_at, key, hmax, vmax in _HEADERS:
+        if len(head) >= header and _template(head, header, sof, dri_at) == key:
+            return (header, sof, (head[sof + 5] << 8) | head[sof + 6], (head[sof + 7] << 8) | head[sof + 8], hmax, vmax,
+                    (head[dri_at + 4] << 8) | head[dri_at + 5])
+    return None
+
+
+def _segments(b: np.ndarray, header: int, sof: int, height: int, width: int, hmax: int, vmax: int, dri: int) -> JpegLayout | None:
+    """The layout, from the frame and restart period the header gives, once the markers in the entropy-coded
+    data add up to them."""
+    if height == 0 or width == 0 or dri == 0:
         return None
     mcu_h, mcu_w = 8 * vmax, 8 * hmax
     per_row, rows = -(-width // mcu_w), -(-height // mcu_h)
@@ -181,24 +210,26 @@ def region_jpeg(buf: np.ndarray, lay: JpegLayout, y0: int, y1: int, x0: int, x1:
     if (r0, r1, c0, c1) == (0, lay.rows, 0, lay.columns):
         return buf, 0, 0
     b = np.asarray(buf, np.uint8).reshape(-1)
+    raw = b.tobytes()  # bytes slices and one join: cheaper than numpy views per row
     sub_h = min(lay.height, r1 * lay.mcu_h) - r0 * lay.mcu_h
     sub_w = min(lay.width, c1 * cw) - c0 * cw
-    head = b[: lay.header].copy()
-    head[lay.sof + 5 : lay.sof + 9] = (sub_h >> 8, sub_h & 255, sub_w >> 8, sub_w & 255)
+    sof = lay.sof
+    span = c1 - c0  # segments a row of the region holds
     first = np.arange(r0 * lay.columns + c0, r1 * lay.columns, lay.columns)
-    a, z = lay.starts[first], lay.ends[first + (c1 - c0 - 1)]
-    pieces = [head]
-    for s, e in zip(a.tolist(), z.tolist()):  # a row's segments are contiguous bytes, their own markers between them
-        pieces += (b[s:e], _EOI)  # _EOI: a placeholder for the marker ending the row (the last one stays EOI)
-    out = np.concatenate(pieces)
-    # where the restart markers fall in `out`: each row's own (c1 - c0 - 1), then the one after it
-    length = z - a + 2
-    base = lay.header + np.concatenate(([0], np.cumsum(length[:-1])))
-    inner = lay.ends[first[:, None] + np.arange(c1 - c0 - 1)] - a[:, None] + base[:, None]
-    pos = np.concatenate((inner, (base + length - 2)[:, None]), axis=1).reshape(-1)[:-1]  # the last: EOI
-    if len(pos):  # restart markers must count 0..7 in order through the new image
-        out[pos] = 0xFF
-        out[pos + 1] = 0xD0 | (np.arange(len(pos)) & 7)
+    a, z = lay.starts[first].tolist(), lay.ends[first + (span - 1)].tolist()
+    rows = len(a)
+    # each row's bytes (its segments and the markers between them) and then the marker ending it, numbered
+    # as the region's restart count has it there (k * span + span - 1); the last row ends with EOI
+    ends = [bytes((0xFF, 0xD0 | ((k * span + span - 1) & 7))) for k in range(rows - 1)] + [b"\xff\xd9"]
+    parts = [raw[: sof + 5], bytes((sub_h >> 8, sub_h & 255, sub_w >> 8, sub_w & 255)), raw[sof + 9 : lay.header]]
+    for k in range(rows):
+        parts += (raw[a[k] : z[k]], ends[k])
+    out = np.frombuffer(bytearray(b"".join(parts)), np.uint8)
+    if span > 1:  # the markers inside each row: renumbered as the region counts them
+        length = np.asarray(z) - np.asarray(a) + 2
+        base = lay.header - np.asarray(a) + np.concatenate(([0], np.cumsum(length[:-1])))
+        inner = (lay.ends[first[:, None] + np.arange(span - 1)] + base[:, None]).reshape(-1)
+        out[inner + 1] = 0xD0 | ((np.arange(rows)[:, None] * span + np.arange(span - 1)).reshape(-1) & 7)
     return out, r0 * lay.mcu_h, c0 * cw
 
 
