@@ -152,7 +152,10 @@ def run(source, build_fn, settings, o: dict[str, Any], noun: str = "images", not
 def _image_build(source, o: dict[str, Any], build_fn=None, noun: str = "images", notices: _Notices | None = None) -> BuildSummary:
     from .images.build import build_images
 
-    fn = functools.partial(_with_image, build_fn or build_images, _image_settings(o))
+    build_fn = build_fn or build_images
+    if o.get("drop_duplicates"):  # the audit's drop rule, applied to the built shards (dataprep/audit/drop.py)
+        build_fn = functools.partial(build_fn, drop_duplicates=True)
+    fn = functools.partial(_with_image, build_fn, _image_settings(o))
     return run(source, fn, _settings(o), o, noun, notices)
 
 

@@ -19,7 +19,7 @@ _RUN_OPTIONS: dict[str, Any] = {"overwrite": False, "progress": False, "engine":
 IMAGE_OPTIONS: dict[str, Any] = {
     "size": 512, "sizes": None, "resize": "shorter", "upscale": False, "grayscale": False, "mode": "encoded", "depth": 8,
     "quality": 90, "keep_jpeg": True, "workers": None, "limit": None, "shard_size": None, "strict": False,
-    "max_bytes": "256MiB", "resume": False, **_RUN_OPTIONS,
+    "max_bytes": "256MiB", "resume": False, "drop_duplicates": False, **_RUN_OPTIONS,
 }
 VOLUME_OPTIONS: dict[str, Any] = {
     "shape": None, "resample": "linear", "depth": 16, "window": None, "masks": None, "mask_dtype": "auto", "split": "train",

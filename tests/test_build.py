@@ -53,7 +53,7 @@ def test_manifest_describes_the_pack(index_tree, tmp_path):
     assert m["splits"]["train"]["count"] == 18 and len(m["splits"]["train"]["shards"]) == 5
     assert m["settings"]["image"]["resize"] == "center-crop"
     files = m["splits"]["train"]["shards"][0]["files"]
-    assert set(files) == {"images.npy", "shapes.npy", "labels.npy", "sources.npy", "source_offsets.npy"}
+    assert set(files) == {"images.npy", "shapes.npy", "labels.npy", "sources.npy", "source_offsets.npy", "phashes.npy", "digests.npy"}
     arr = np.load(tmp_path / "p" / "train" / "00000" / "images.npy", allow_pickle=False)  # plain numpy reads it
     assert arr.shape == (4, 32, 32, 3) and arr.dtype == np.uint8
     assert np.load(tmp_path / "p" / "train" / "00000" / "source_offsets.npy").dtype.str == "<i8"

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1] / "dataprep"
 KINDS = ("images", "segmentation", "volumes", "tokens", "tables")
 # Between kinds, imports run only toward images/ (segmentation and volumes build on its pixel stages).
 MAY_IMPORT = {"segmentation": {"images"}, "volumes": {"images"}}
-KIND_FREE = ("pack", "serve", "engine", "remote")
+KIND_FREE = ("pack", "serve", "engine", "remote", "audit")
 
 
 def module_name(path: Path) -> str:

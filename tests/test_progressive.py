@@ -180,11 +180,11 @@ def test_real_photos_look_the_same_at_every_size(tmp_path):
     assert np.min(values) >= 25, f"worst PSNR {np.min(values):.1f} dB"
 
 
-def _levels_from_source(path, settings, data=None):
+def _levels_from_source(path, settings, data=None, fingerprint=False):
     """Wrong implementation (negative control): every size resized from the decoded source on its own."""
     from dataclasses import replace
 
-    return [_real_levels(path, replace(settings, sizes=(), size=s), data)[0] for s in settings.all_sizes]
+    return [_real_levels(path, replace(settings, sizes=(), size=s), data, fingerprint)[0] for s in settings.all_sizes]
 
 
 def _bilinear_scale(pixels, geom):

@@ -51,6 +51,7 @@ class LazyGroup(click.Group):
         "tokenize": ("dataprep.cli.tokenize", "tokenize"),
         "convert": ("dataprep.cli.convert", "convert"),
         "cache": ("dataprep.cli.cache", "cache"),
+        "audit": ("dataprep.cli.audit", "audit"),
     },
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )

@@ -84,6 +84,10 @@ def image_build_options(f):
         click.option("--resume", is_flag=True,
                      help="Continue an interrupted build: shards finished with the same inputs and settings, "
                           "and intact by checksum, are kept; the rest are built."),
+        click.option("--drop-duplicates", is_flag=True, default=IMG["drop_duplicates"],
+                     help="Leave out exact and near duplicates (dataprep audit's default distance): a val or test image "
+                          "with a near twin in train, and within a split every copy after the first; counted in the "
+                          "summary and the manifest. The shards are built, then those that lose an image rewritten."),
         progress_option,
         config_option,
         profile_option,

@@ -208,7 +208,7 @@ class BatchFilling:
             return a["images"][a["offsets"][i] : a["offsets"][i + 1]].view(field.np_dtype).reshape(shape)
         img = decode_cv2_reduced(self._jpeg_of(store, field, i, res), field.channels, factor)
         if img is None:
-            raise PackError(f"{self.pack}/{self.split}: sample {i} ({self.sources[i]}) at {res} px does not decode as JPEG")
+            raise PackError(f"{self.pack}/{self.split}: sample {i} ({self._sources[i]}) at {res} px does not decode as JPEG")
         return img
 
     fills_rows = True  # fill_batch takes rows= (a Mixture's members write straight into their batch rows)

@@ -32,7 +32,7 @@ from ..sources.listing import capped
 from ..text import TOKENIZER_FILE
 from . import resize
 from .captions import CaptionTokenizer, caption_tokenizer
-from .field import CAPTION, ImageField
+from .field import CAPTION, DIGEST, PHASH, ImageField
 from .settings import ImageSettings
 
 
@@ -53,10 +53,13 @@ class ShardTask:
     reader: Any = FILES  # how the samples' bytes are read (sources/listing.py); files under root by default
     locators: tuple[Any, ...] = ()  # the reader's per-sample locators (members, rows); none for files
     tokenizer: CaptionTokenizer | None = None  # --tokenize: captions also stored as token ids
+    fingerprints: bool = True  # the audit's fields (phash, digest) stored beside the images
 
     def fingerprint(self) -> str:
         """A digest of everything the shard's bytes depend on (its inputs, their order, the settings)."""
         head = [self.index, self.image.to_dict(), self.label_dtype, self.strict]
+        if self.fingerprints:  # a shard an older dataprep wrote has no hashes: rebuilt, never reused without them
+            head.append(audit_record())
         if self.tokenizer is not None:  # packs without tokenized captions keep their digests
             head.append(["tokenizer", self.tokenizer.sha256, self.tokenizer.dtype, self.tokenizer.pad_id, self.tokenizer.special_tokens])
         if self.captions is not None or self.locators:  # packs of files and no captions keep their digests
@@ -97,6 +100,8 @@ def build_image_shard(task: ShardTask, samples: Iterator[bytes | ImageDecodeErro
     levels: list[list] = [[] for _ in fields]
     shapes: list[list] = [[] for _ in fields]
     labels, sources, captions, skipped = [], [], [], []
+    phashes: list[int] = []
+    digests: list[bytes] = []
     kept = source_bytes = 0
     counts: Counter = Counter()
     files = isinstance(task.reader, FileReader)
@@ -105,7 +110,7 @@ def build_image_shard(task: ShardTask, samples: Iterator[bytes | ImageDecodeErro
         try:
             if isinstance(data, ImageDecodeError):
                 raise data
-            done = _process(where, task.image, data)
+            done = _process(where, task.image, data, task.fingerprints)
         except ImageDecodeError as e:
             if task.strict:
                 raise ImageDecodeError(where, e.reason, e.detail) from None
@@ -118,6 +123,9 @@ def build_image_shard(task: ShardTask, samples: Iterator[bytes | ImageDecodeErro
             counts[f"upscaled@{size}"] += p.geometry.upscaled
         labels.append(label)
         sources.append(rel)
+        if task.fingerprints:
+            phashes.append(done[0].phash)
+            digests.append(_digest(done[0]))
         if task.captions is not None:
             captions.append(task.captions[i])  # i: the sample (k counts sizes above)
         kept += done[0].kept
@@ -128,6 +136,8 @@ def build_image_shard(task: ShardTask, samples: Iterator[bytes | ImageDecodeErro
     if task.label_dtype is not None:
         arrays.update(LabelField(dtype=task.label_dtype).shard_arrays(labels))
     arrays.update(StringsField().shard_arrays(sources))
+    if task.fingerprints:
+        arrays.update(audit_arrays(phashes, digests))
     if task.captions is not None:
         arrays.update(CAPTION.shard_arrays(captions))
         if task.tokenizer is not None:
@@ -153,10 +163,53 @@ def undersized_notes(summ: SplitSummary, image: ImageSettings) -> list[str]:
     return out
 
 
-def _process(path: str, settings: ImageSettings, data: bytes | None = None):
+def _process(path: str, settings: ImageSettings, data: bytes | None = None, fingerprint: bool = False):
     from .process import process_levels
 
-    return process_levels(path, settings, data)
+    return process_levels(path, settings, data, fingerprint)
+
+
+def _digest(done) -> bytes:
+    from .process import stored_digest
+
+    return stored_digest(done)
+
+
+# Whether builds store the audit's fields. Only benchmarks/bench_audit.py turns it off, to measure what the
+# hashes cost a build; a pack built without them is one built before them (hashed on the fly by an audit).
+FINGERPRINTS = True
+
+
+def audit_record() -> dict[str, Any]:
+    """The manifest's "audit" entry: which hash and digest the pack's phash and digest fields hold."""
+    from ..audit.hashes import DIGEST_NAME, HASH_NAME
+
+    return {"hash": HASH_NAME, "digest": DIGEST_NAME}
+
+
+def audit_arrays(phashes: list[int], digests: list[bytes]) -> dict[str, np.ndarray]:
+    """A shard's phash and digest arrays: (n,) uint64 little-endian, (n, 16) uint8."""
+    return {PHASH.name: np.asarray(phashes, np.uint64).astype("<u8"),
+            DIGEST.name: np.frombuffer(b"".join(digests), np.uint8).reshape(len(digests), 16).copy()}
+
+
+def audit_fields_manifest(fingerprints: bool) -> dict[str, Any]:
+    """The manifest's descriptions of the audit's fields (none without fingerprints)."""
+    return {"phash": PHASH.to_manifest(), "digest": DIGEST.to_manifest()} if fingerprints else {}
+
+
+def audit_manifest(out: Path, fingerprints: bool, drop_duplicates: bool, summaries, split_entries, fields) -> dict[str, Any]:
+    """The manifest's "audit" entry (none without fingerprints); with `drop_duplicates`, the shards are first
+    rewritten without the samples the audit's drop rule names, and the entry says what left
+    (dataprep/audit/drop.py)."""
+    if not fingerprints:
+        return {}
+    entry = audit_record()
+    if drop_duplicates:
+        from ..audit.drop import drop_duplicates as drop
+
+        entry["drop_duplicates"] = drop(out, summaries, split_entries, fields)
+    return {"audit": entry}
 
 
 def image_fields(image: ImageSettings) -> dict[str, ImageField]:
@@ -175,12 +228,17 @@ def build_images(
     progress: Callable[[int], None] | None = None,
     engine: Engine | None = None,
     tokenizer: str | os.PathLike | None = None,
+    drop_duplicates: bool = False,
 ) -> BuildSummary:
     """Build an image pack from `source` into `out` with the shard layout of `settings` and the image stages
     of `image`; return the summary. `progress(n)` is told of n more images; `engine` runs the shards
     (default: a local pool of settings.workers processes). `tokenizer`: a tokenizers JSON file; captions are
-    then also stored as its token ids (field caption_tokens), and the file is copied beside the manifest."""
+    then also stored as its token ids (field caption_tokens), and the file is copied beside the manifest.
+    `drop_duplicates`: leave out the samples dataprep/audit's drop rule names (dataprep/audit/drop.py)."""
     out = Path(out)
+    fingerprints = FINGERPRINTS
+    if drop_duplicates and not fingerprints:
+        raise DataprepError("--drop-duplicates needs the audit's hashes, and this build stores none")
     label = LabelField.for_classes(len(source.classes))
     tok = tok_bytes = tok_record = None
     if tokenizer is not None:
@@ -194,7 +252,7 @@ def build_images(
         return ShardTask(str(source.root), str(out / split.name), k, tuple(split.paths[start:stop]),
                          split.labels[start:stop], label.dtype if source.classes else None, image, settings.strict, settings.resume,
                          None if split.captions is None else tuple(split.captions[start:stop]), capped(split.reader, settings.max_bytes),
-                         () if split.locators is None else tuple(split.locators[start:stop]), tok)
+                         () if split.locators is None else tuple(split.locators[start:stop]), tok, fingerprints)
 
     splits = [s.limited(settings.limit) for s in source.splits]
     summaries, split_entries, seconds = build_shards(out, settings, splits, make_task, build_image_shard, progress, engine)
@@ -203,6 +261,15 @@ def build_images(
             str(size): {"kept": summ.counts[f"undersized@{size}"], "upscaled": summ.counts[f"upscaled@{size}"]}
             for size in image.all_sizes}
         summ.notes += undersized_notes(summ, image)
+    fields = {
+        **{k: f.to_manifest() for k, f in image_fields(image).items()},
+        **({"label": label.to_manifest()} if source.classes else {}),  # unlabelled: no classes, no labels
+        "source": StringsField().to_manifest(),
+        **({"caption": CAPTION.to_manifest()} if any(sp.captions is not None for sp in splits) else {}),
+        **({"caption_tokens": tok.tokens_field.to_manifest()} if tok is not None else {}),
+        **audit_fields_manifest(fingerprints),
+    }
+    audit_entry = audit_manifest(out, fingerprints, drop_duplicates, summaries, split_entries, fields)
     if tok is not None:  # written last but for the manifest, as token packs do (atomically; a full disk says what to do)
         write_attachment(out, TOKENIZER_FILE, tok_bytes)
     write_manifest(
@@ -216,14 +283,9 @@ def build_images(
             "classes": source.classes,
             "class_names": source.class_names,
             **({"resolutions": sorted(image.all_sizes)} if image.multires else {}),
-            "fields": {
-                **{k: f.to_manifest() for k, f in image_fields(image).items()},
-                **({"label": label.to_manifest()} if source.classes else {}),  # unlabelled: no classes, no labels
-                "source": StringsField().to_manifest(),
-                **({"caption": CAPTION.to_manifest()} if any(sp.captions is not None for sp in splits) else {}),
-                **({"caption_tokens": tok.tokens_field.to_manifest()} if tok is not None else {}),
-            },
+            "fields": fields,
             "splits": split_entries,
+            **audit_entry,
             **({"tokenizer": tok_record, "attachments": {TOKENIZER_FILE: attachment_record(tok_bytes)}} if tok is not None else {}),
         },
     )

@@ -22,7 +22,9 @@ from ..serve.cache import open_split
 from ..serve.partition import partition_of
 from .batches import BatchFilling
 from .codec import DECODERS, jpeg_header
-from .field import ImageField, served_fields
+from .field import ImageField, fields_of, served_fields
+
+EXCLUDE = (None, "leaks")  # what exclude= may leave out
 
 
 class InMemoryImageDataset(BatchFilling, Dataset):
@@ -63,6 +65,15 @@ class InMemoryImageDataset(BatchFilling, Dataset):
         partition: None (every shard), "node" (this node's part only, node and ranks from torchrun's
             environment) or a `dataprep.Partition`: a pack larger than one node's RAM held once across the
             nodes; the Loader shards each epoch over the node's ranks (serve/partition.py).
+        exclude: None, or "leaks": serve the split without its samples that have a near twin (within the audit's
+            default distance, dataprep/audit/) in another split of the pack: `len` shrinks and the samples are
+            numbered 0.. len - 1 over those served, in their order; `excluded` holds the split indices left
+            out. Read from the pack's stored hashes (a pack built without them is hashed once, with a note on
+            stderr; a pack at a URL has every split's hashes fetched), once: a pickled dataset (a spawned
+            worker's) carries the mask. `sources`, `labels`, `shapes` and `captions` are by position too,
+            `sources[i]` naming the file `dataset[i]` serves; with a partition they cover every held sample.
+            Crops and flips are drawn by each sample's index in the split, so a served sample gets the same
+            draws with or without the exclusion.
 
     `dataset[i]` gives `(image, label)`; `dataset[[i, j, ...]]` gives one collated batch
     `(images N x C x H x W uint8 in channels-last memory, labels int64)`; `__getitems__` gives a
@@ -95,6 +106,7 @@ class InMemoryImageDataset(BatchFilling, Dataset):
         keep_resolutions: int = 1,
         caption_length: int | None = None,
         partition: Any = None,
+        exclude: str | None = None,
     ):
         if caption_length is not None and (isinstance(caption_length, bool) or not isinstance(caption_length, (int, np.integer))
                                            or caption_length < 1):
@@ -104,6 +116,7 @@ class InMemoryImageDataset(BatchFilling, Dataset):
                                 "and serve it with dataprep.DaliImageLoader(dataset, batch_size)")
         if decode not in DECODERS:
             raise DataprepError(f"unknown decode {decode!r}; choose one of {sorted(DECODERS)} (or DaliImageLoader for DALI)")
+        self._origin = pack  # as asked for (a URL too): exclude= audits the whole pack
         pack, cache = resolve(pack, cache)  # a URL: a staged local directory, its files fetched with the cache
         self.pack = Path(pack)
         self.split = split
@@ -120,6 +133,10 @@ class InMemoryImageDataset(BatchFilling, Dataset):
         if self.partition is not None and self.partition.rotate_every and cache == "ram":
             raise DataprepError("a rotating partition reloads its part every few epochs: with cache='ram' each Loader "
                                 "worker would load a private copy; use cache='shm' (one copy a node) or 'mmap' / 'disk:DIR'")
+        if exclude not in EXCLUDE:
+            raise DataprepError(f"exclude is None or {', '.join(repr(e) for e in EXCLUDE if e)}, not {exclude!r}")
+        self.exclude = exclude
+        self._leaks: np.ndarray | None = None  # exclude="leaks": per sample of the split, whether it has a twin elsewhere
         self._part_epoch = 0  # the epoch whose part is held
         self.decode_paths: dict[str, int] = {}  # how crops were decoded in this process: "full", "1/2", "full from 256 px"
         self._load()
@@ -174,14 +191,19 @@ class InMemoryImageDataset(BatchFilling, Dataset):
         self._offsets = c.arrays.get("offsets")
         self._shapes = c.arrays["shapes"]
         self._labels = c.arrays.get("labels")
-        self.sources = c.fields["source"].strings(c.arrays)
+        self._sources = c.fields["source"].strings(c.arrays)  # by held row; `sources`: by position
         self._global = None  # a partitioned cache: the split index of each held sample (what draws are keyed by)
         if self.partition is not None:
             counts = [int(s["count"]) for s in c.manifest["splits"][self.split]["shards"]]
             starts = np.concatenate([[0], np.cumsum(counts)])
             self._global = np.concatenate([np.arange(starts[k], starts[k + 1]) for k in c.shards]).astype(np.int64)
             self._length = self.partition.length(counts)
-        self.captions = c.fields["caption"].strings(c.arrays) if "caption" in c.fields else None
+        self._kept = None  # exclude: the held rows served, in order (position i serves row _kept[i])
+        self._by_position: dict[str, Any] = {}  # exclude= without a partition: labels, shapes, ... of the served rows
+        self.excluded = np.zeros(0, np.int64)
+        if self.exclude is not None:
+            self._exclude(c)
+        self._captions = c.fields["caption"].strings(c.arrays) if "caption" in c.fields else None
         self.classes: list[str] = list(c.manifest.get("classes") or [])
         self.labelled = bool(self.classes) and self._labels is not None  # unlabelled: `classes` empty, no labels stored
         tokens = c.fields.get("caption_tokens")
@@ -190,23 +212,84 @@ class InMemoryImageDataset(BatchFilling, Dataset):
         self._caption_offsets = c.arrays[tokens.offsets] if tokens is not None else None
         if self.caption_length is not None and tokens is None:
             raise DataprepError(f"{self.pack}: caption_length={self.caption_length} serves tokenized captions, but the pack "
-                                + ("has no captions" if self.captions is None else "holds its captions as text only")
+                                + ("has no captions" if self._captions is None else "holds its captions as text only")
                                 + "; build it with --tokenize TOKENIZER (from captions), or leave caption_length out")
         self.class_names: list[str] | None = c.manifest.get("class_names")
         self.manifest = c.manifest
         self.resolutions: list[int] = sorted(c.manifest.get("resolutions") or [c.manifest["settings"]["image"]["size"]])
 
+    def _exclude(self, c) -> None:
+        """Serve the held rows without the excluded samples: through the mapping a partition uses (`_global`,
+        the split index of each held row; `_held_row`, position -> row), the rows restricted to those kept.
+        The leak mask is the whole pack's audit, made once (here, or in the process that pickled this
+        dataset: it travels in the state) from the pack as it was asked for (a URL: every split's hashes
+        fetched)."""
+        if self._leaks is None:
+            from ..audit.pack import leak_mask
+
+            try:  # the image fields and hashes of any image kind
+                self._leaks = leak_mask(self._origin, self.split, fields_of)
+            except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:  # not the manifest _load blames
+                raise PackError(f"{self._origin}: exclude='leaks' cannot audit the pack ({type(e).__name__}: {e})") from None
+        total = int(c.manifest["splits"][self.split]["count"])
+        if len(self._leaks) != total:
+            raise PackError(f"{self.pack}: the leak mask covers {len(self._leaks)} samples of {self.split!r}, the pack holds "
+                            f"{total}; the pack changed since the dataset was made")
+        held = self._global if self._global is not None else np.arange(len(self._shapes), dtype=np.int64)
+        self._kept = np.flatnonzero(~self._leaks[held]).astype(np.int64)
+        self.excluded = np.flatnonzero(self._leaks).astype(np.int64)
+        if self._global is None:
+            self._global, self._length = held, len(self._kept)
+            self._by_position = {"rows": self._kept}
+        else:  # every node serves as many as the largest part keeps
+            counts = [int(s["count"]) for s in c.manifest["splits"][self.split]["shards"]]
+            starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+            kept = [int((~self._leaks[starts[k]:starts[k + 1]]).sum()) for k in range(len(counts))]
+            self._length = max(sum(kept[k] for k in p) for p in self.partition.parts(counts))
+
+    def _positional(self, name: str, rows_of):
+        """A per-sample attribute read by position: as held, or (exclude= without a partition) restricted
+        to the rows served, position i being sample i as served (made once, read-only)."""
+        rows = self._by_position.get("rows")
+        if rows is None:
+            return rows_of
+        if name not in self._by_position:
+            if rows_of is None:
+                out = None
+            elif isinstance(rows_of, np.ndarray):
+                out = rows_of[rows]
+                out.flags.writeable = False
+            else:
+                out = _Rows(rows_of, rows)
+            self._by_position[name] = out
+        return self._by_position[name]
+
+    @property
+    def sources(self):
+        """Every served sample's source path relative to the build's source root, by position (a `Strings`)."""
+        return self._positional("sources", self._sources)
+
+    @property
+    def captions(self):
+        """Every served sample's caption, by position (None for a pack without captions)."""
+        return self._positional("captions", self._captions)
+
     def __getstate__(self) -> dict[str, Any]:
         # Spawned workers get the recipe, not the cache: a few hundred bytes through the pipe.
         keys = ("pack", "split", "decode", "transform", "as_numpy", "verify", "cache", "progress", "resolution", "keep_resolutions",
-                "caption_length", "partition", "_part_epoch")
+                "caption_length", "partition", "_part_epoch", "exclude", "_origin")
         state = {k: self.__dict__[k] for k in keys}
         if self._all:
             state["resolution"] = "all"
+        # exclude=: the leak mask made here, a bit a sample, so that no worker audits the pack again
+        state["_leaks"] = None if self._leaks is None else (np.packbits(self._leaks), len(self._leaks))
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state = dict(state)
+        packed = state.pop("_leaks", None)
         self.__dict__.update(state)
+        self._leaks = None if packed is None else np.unpackbits(packed[0], count=packed[1]).astype(bool)
         self.decode_paths = {}
         self._load()
 
@@ -231,13 +314,14 @@ class InMemoryImageDataset(BatchFilling, Dataset):
 
     @property
     def labels(self) -> np.ndarray | None:
-        """All labels, read-only, in the pack's (smallest) dtype (None for an unlabelled pack)."""
-        return self._labels
+        """Every served sample's label by position, read-only, in the pack's (smallest) dtype (None for an
+        unlabelled pack)."""
+        return self._positional("labels", self._labels)
 
     @property
     def shapes(self) -> np.ndarray:
-        """(N, 3) array of every sample's (H, W, C) once decoded."""
-        return self._shapes
+        """(N, 3) array of every served sample's (H, W, C) once decoded, by position."""
+        return self._positional("shapes", self._shapes)
 
     @property
     def _cached(self):
@@ -262,11 +346,15 @@ class InMemoryImageDataset(BatchFilling, Dataset):
     def jpeg(self, i: int) -> np.ndarray:
         """Sample i's JPEG bytes (a read-only view of the cache) once its frame header agrees with the shape
         the pack records: a damaged or hostile pack must not make a 633-byte sample decode to 12000 x 12000."""
+        return self._jpeg(self._check(i))
+
+    def _jpeg(self, i: int) -> np.ndarray:
+        """Held row i's JPEG bytes, its header checked (see `jpeg`)."""
         buf = self._blob[self._offsets[i] : self._offsets[i + 1]]
         head, (h, w, _) = jpeg_header(buf), self._shapes[i]
         if head is None or head[0] != h or head[1] != w:
             said = "no JPEG frame header" if head is None else f"a {head[1]}x{head[0]} JPEG"
-            raise PackError(f"{self.pack}/{self.split}: sample {i} ({self.sources[i]}) holds {said}, but the pack records "
+            raise PackError(f"{self.pack}/{self.split}: sample {i} ({self._sources[i]}) holds {said}, but the pack records "
                             f"{w}x{h}; not decoded (verify the pack, or rebuild it)")
         return buf
 
@@ -280,10 +368,10 @@ class InMemoryImageDataset(BatchFilling, Dataset):
         fn = DECODERS[self.decode]
         if fn is None:
             return self._blob[self._offsets[i] : self._offsets[i + 1]].copy()
-        buf = self.jpeg(i)
+        buf = self._jpeg(i)
         img = fn(buf, self.field.channels)
         if img is None:
-            raise PackError(f"{self.pack}/{self.split}: sample {i} ({self.sources[i]}) does not decode as JPEG")
+            raise PackError(f"{self.pack}/{self.split}: sample {i} ({self._sources[i]}) does not decode as JPEG")
         return img
 
     def _check(self, i) -> int:
@@ -296,12 +384,13 @@ class InMemoryImageDataset(BatchFilling, Dataset):
     def _held_row(self, i, epoch: int):
         """Position i (< len) -> the held row it serves: itself, or for a smaller part's padding positions,
         rows drawn anew each epoch (an offset from the epoch), so no sample is the one served twice every time."""
-        held = len(self._shapes)
         if self._global is None:
             return i
+        held = max(1, len(self._shapes) if self._kept is None else len(self._kept))
         shift = int(draws.bits((draws.PAD, int(epoch)), 0)) % held
-        return np.where(i < held, i, (i - held + shift) % held) if isinstance(i, np.ndarray) else (
+        q = np.where(i < held, i, (i - held + shift) % held) if isinstance(i, np.ndarray) else (
             i if i < held else (i - held + shift) % held)
+        return q if self._kept is None else (self._kept[q] if isinstance(q, np.ndarray) else int(self._kept[q]))
 
     def _finish(self, img: np.ndarray):
         if not self.as_numpy and img.ndim == 3:
@@ -333,7 +422,7 @@ class InMemoryImageDataset(BatchFilling, Dataset):
 
     def _sample(self, image, i: int):
         """Sample i as served: the image, then its label (labelled packs), then its caption (packs with captions)."""
-        out = (image,) + ((int(self._labels[i]),) if self.labelled else ()) + ((self.captions[i],) if self.captions is not None else ())
+        out = (image,) + ((int(self._labels[i]),) if self.labelled else ()) + ((self._captions[i],) if self._captions is not None else ())
         return out if len(out) > 1 else image
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
@@ -358,7 +447,7 @@ class InMemoryImageDataset(BatchFilling, Dataset):
         share one shape (a fixed-shape pack, or a transform that crops)."""
         idx = np.asarray([self._check(i) for i in np.asarray(indices).reshape(-1)], np.int64)
         rest = ((torch.from_numpy(self._labels[idx].astype(np.int64)),) if self.labelled else ()) + \
-            (([self.captions[i] for i in idx.tolist()],) if self.captions is not None else ())
+            (([self._captions[i] for i in idx.tolist()],) if self._captions is not None else ())
         images = self._batch_images(idx)
         return (images, *rest) if rest else images
 
@@ -374,3 +463,31 @@ class InMemoryImageDataset(BatchFilling, Dataset):
                 "--resize center-crop or pad, or pass a transform that crops to one size"
             )
         return np.stack(samples) if self.as_numpy else torch.stack(samples)
+
+
+class _Rows:
+    """A read-only sequence over some items of another (`Strings`), in the order `rows` gives."""
+
+    def __init__(self, items, rows: np.ndarray):
+        self._items, self._rows = items, rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, i):
+        n = len(self._rows)
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(n))]
+        if not -n <= i < n:
+            raise IndexError(f"index {i} out of range for {n} items")
+        return self._items[int(self._rows[i % n])]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, (list, tuple, _Rows)) or hasattr(other, "_offsets"):
+            return len(self) == len(other) and all(x == y for x, y in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None

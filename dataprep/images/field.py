@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import PackError
 from ..pack.arrays import BYTES, OFFSETS, SHAPES, LoadContext, blob_arrays, blob_shapes, load_blob, load_rows, rows_shape
-from ..pack.fields import Field, IdsField, LabelField, StringsField
+from ..pack.fields import Field, IdsField, LabelField, RowsField, StringsField
 
 # What each role's arrays are called: the generic keys a field's `load` returns (its stored names add the
 # field's suffix). Distinct per role, so one split's fields load into one flat dict.
@@ -275,6 +275,46 @@ def resolution_key(m: dict[str, Any], resolution: int | None, where: Path | str,
     return f"{base}@{resolution}"
 
 
+@dataclass(frozen=True)
+class AuditField(RowsField):
+    """A fingerprint per sample for `dataprep audit` (dataprep/audit/): `phash`, the 64-bit perceptual hash of
+    the sample's pixels at the smallest stored size (uint64, little-endian), or `digest`, 16 bytes of SHA-256
+    over the sample as stored at the largest size (its JPEG bytes, or its raw pixels with their shape).
+    The manifest's "audit" entry names the hash; a pack hashed otherwise is hashed again on the fly."""
+
+    mappable: bool = False  # small: read into RAM
+
+    @classmethod
+    def from_manifest(cls, key: str, spec: dict[str, Any], where: Path | str) -> "AuditField":
+        want = AUDIT_FIELDS[key]
+        try:
+            name, dtype = str(spec["arrays"][0]), np.dtype(spec["dtype"]).str
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise PackError(f"{where}: malformed {key} field description ({e})") from None
+        if dtype != want.dtype:
+            raise PackError(f"{where}: the {key} field is stored as {dtype}, not {want.dtype}")
+        return cls(name, dtype, want.row_shape)
+
+    def to_manifest(self) -> dict[str, Any]:
+        return {"dtype": self.dtype, "shape": [None, *self.row_shape], "arrays": [self.name],
+                "meaning": AUDIT_MEANING[self.name]}
+
+    def describe(self) -> str:
+        return AUDIT_MEANING.get(self.name, super().describe())
+
+
+PHASH = AuditField("phashes", "<u8")
+DIGEST = AuditField("digests", "|u1", (16,))
+AUDIT_FIELDS = {"phash": PHASH, "digest": DIGEST}
+AUDIT_MEANING = {"phashes": "64-bit perceptual hash of each sample at the smallest stored size (dataprep audit)",
+                 "digests": "16 bytes of SHA-256 of each sample as stored at the largest size (dataprep audit: exact copies)"}
+
+
+def audit_fields(m: dict[str, Any], where: Path | str) -> dict[str, Field]:
+    """The audit's fields (`phash`, `digest`) where the manifest has them: packs built before them have none."""
+    return {k: AuditField.from_manifest(k, m["fields"][k], where) for k in AUDIT_FIELDS if k in m["fields"]}
+
+
 def common_fields(m: dict[str, Any], where: Path | str) -> dict[str, Field]:
     """The label, source-path and caption fields (text, and token ids with --tokenize) beside the pixels, where
     the manifest has them."""
@@ -294,7 +334,7 @@ def fields_of(m: dict[str, Any], where: Path | str = "manifest") -> dict[str, Fi
     images = {k: ImageField.from_manifest(spec, where) for k, spec in m["fields"].items() if k.split("@")[0] == "image"}
     if not images:
         raise PackError(f"{where}: no image field")
-    return {**images, **common_fields(m, where)}
+    return {**images, **common_fields(m, where), **audit_fields(m, where)}
 
 
 def served_fields(m: dict[str, Any], resolution: int | None = None, where: Path | str = "manifest") -> dict[str, Field]:

@@ -23,6 +23,16 @@ class Processed:
     kept: bool  # the source JPEG's bytes are stored unchanged
     source_bytes: int
     geometry: resize.Geometry | None = None  # how the upright source became this (a mask follows it)
+    phash: int | None = None  # with process_levels(..., fingerprint=True): the sample's perceptual hash, on every size
+
+
+def stored_digest(done: Processed) -> bytes:
+    """16 bytes of SHA-256 over a sample as stored (its JPEG bytes, or its raw pixels with their shape): equal
+    digests mean equal stored samples, so equal served pixels (dataprep/audit/: "exact"). The stored bytes,
+    not the decoded pixels: hashing a whole decoded image costs several times the perceptual hash."""
+    from ..audit.hashes import pixel_digest
+
+    return pixel_digest(done.data)
 
 
 def process_image(path: str, settings: ImageSettings) -> Processed:
@@ -30,11 +40,14 @@ def process_image(path: str, settings: ImageSettings) -> Processed:
     return process_levels(path, settings)[0]
 
 
-def process_levels(path: str, settings: ImageSettings, data: bytes | None = None) -> list[Processed]:
+def process_levels(path: str, settings: ImageSettings, data: bytes | None = None, fingerprint: bool = False) -> list[Processed]:
     """One image at every size of `settings.all_sizes` (largest first), decoded once: each smaller size is
     made from the next larger one's scaled pixels with an area filter, then cropped or padded itself.
     `data`: the source's bytes when they come from elsewhere than the file `path` (a tar member, a row);
-    `path` then only names the sample in errors."""
+    `path` then only names the sample in errors. `fingerprint`: also the perceptual hash of the pixels of
+    the smallest size, before they are encoded (`Processed.phash`, the same on every size): the size an
+    audit of the pack decodes when it hashes on the fly, so stored and recomputed hashes agree up to the
+    JPEG's loss, and the smallest pixels are the cheapest to hash."""
     if data is None:
         data = read_source(path)
     dec = decode_source(data, path, settings)
@@ -57,6 +70,12 @@ def process_levels(path: str, settings: ImageSettings, data: bytes | None = None
                 out.append(Processed(encode_jpeg(pixels, settings.quality), shape, False, len(data), geom))
             except (cv2_error(), ValueError, MemoryError) as e:
                 raise ImageDecodeError(path, "cannot encode", f"{shape[1]}x{shape[0]} as JPEG: {type(e).__name__}: {e}") from None
+    if fingerprint:
+        from ..audit.hashes import perceptual_hash
+
+        h = int(perceptual_hash(pixels))  # `pixels`: the last (smallest) size's, as stored before encoding
+        for p in out:
+            p.phash = h
     return out
 
 

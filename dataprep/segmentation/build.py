@@ -17,7 +17,8 @@ from typing import Any, Callable
 from ..driver import BuildSummary, build_shards, finish_shard, pack_header, reused_shard, task_fingerprint
 from ..engine import LocalEngine
 from ..errors import ImageDecodeError, SourceError
-from ..images.build import image_fields
+from ..images import build as image_build
+from ..images.build import audit_arrays, audit_fields_manifest, audit_manifest, audit_record, image_fields
 from ..images.settings import ImageSettings
 from ..pack.fields import StringsField
 from ..pack.manifest import write_manifest
@@ -40,10 +41,13 @@ class PairShardTask:
     mask: MaskSettings
     strict: bool
     resume: bool = False
+    fingerprints: bool = True  # the audit's fields (phash, digest) stored beside the images
 
     def fingerprint(self) -> str:
-        return task_fingerprint(["segmentation", self.index, self.image.to_dict(), self.mask.to_dict(), self.strict],
-                                zip(self.images, self.masks))
+        head = ["segmentation", self.index, self.image.to_dict(), self.mask.to_dict(), self.strict]
+        if self.fingerprints:  # a shard an older dataprep wrote has no hashes: rebuilt, never reused without them
+            head.append(audit_record())
+        return task_fingerprint(head, zip(self.images, self.masks))
 
 
 def mask_fields(mask: MaskSettings, image: ImageSettings, ignore: int | None = None) -> dict[str, MaskField]:
@@ -55,14 +59,14 @@ def mask_fields(mask: MaskSettings, image: ImageSettings, ignore: int | None = N
     return out
 
 
-def process_pair(image_path: str, mask_path: str, image: ImageSettings, mask: MaskSettings):
+def process_pair(image_path: str, mask_path: str, image: ImageSettings, mask: MaskSettings, fingerprint: bool = False):
     """One pair into what the pack stores at every size (largest first): [(the image's Processed, the mask
     HxW in the stored dtype)], each mask taken from the full-size mask through that size's geometry,
     planned from the image."""
     from ..images.process import process_levels
 
     ids = decode_mask(read_source(mask_path), mask_path, mask.labels.colors if mask.labels else None)
-    levels = process_levels(image_path, image)
+    levels = process_levels(image_path, image, fingerprint=fingerprint)
     src = levels[0].geometry.source
     if ids.shape != src:
         raise ImageDecodeError(mask_path, "size mismatch",
@@ -80,11 +84,13 @@ def build_pair_shard(task: PairShardTask) -> dict[str, Any]:
     msk_fields = list(mask_fields(task.mask, task.image).values())
     images, shapes, masks, mshapes = ([[] for _ in img_fields] for _ in range(4))
     sources, msources, skipped = [], [], []
+    phashes: list[int] = []
+    digests: list[bytes] = []
     kept = source_bytes = 0
     for rel, mrel in zip(task.images, task.masks):
         ipath, mpath = os.path.join(task.image_root, rel), os.path.join(task.mask_root, mrel)
         try:
-            levels = process_pair(ipath, mpath, task.image, task.mask)
+            levels = process_pair(ipath, mpath, task.image, task.mask, task.fingerprints)
         except ImageDecodeError as e:
             if task.strict:
                 raise
@@ -98,6 +104,9 @@ def build_pair_shard(task: PairShardTask) -> dict[str, Any]:
             mshapes[k].append((m.shape[0], m.shape[1], 1))
         sources.append(rel)
         msources.append(mrel)
+        if task.fingerprints:
+            phashes.append(levels[0][0].phash)
+            digests.append(image_build._digest(levels[0][0]))
         kept += levels[0][0].kept
         source_bytes += levels[0][0].source_bytes
     arrays = {}
@@ -105,6 +114,8 @@ def build_pair_shard(task: PairShardTask) -> dict[str, Any]:
         arrays.update(fi.shard_arrays(images[k], shapes[k]))
         arrays.update(fm.shard_arrays(masks[k], mshapes[k]))
     arrays.update({**StringsField().shard_arrays(sources), **MASK_SOURCES.shard_arrays(msources)})
+    if task.fingerprints:
+        arrays.update(audit_arrays(phashes, digests))
     n = len(sources)
     return finish_shard(task, fp, arrays, n, skipped, kept, source_bytes)
 
@@ -161,9 +172,12 @@ def build_segmentation(
     num_classes: int | None = None,
     progress: Callable[[int], None] | None = None,
     engine=None,
+    drop_duplicates: bool = False,
 ) -> BuildSummary:
-    """Build a segmentation pack from image/mask pairs; `mask_dtype` ("uint8"/"uint16") overrides the choice."""
+    """Build a segmentation pack from image/mask pairs; `mask_dtype` ("uint8"/"uint16") overrides the choice;
+    `drop_duplicates` leaves out the pairs whose image the audit's drop rule names (dataprep/audit/drop.py)."""
     out = Path(out)
+    fingerprints = image_build.FINGERPRINTS
     unpaired = [u for s in source.splits for u in s.unpaired]
     if settings.strict and unpaired:
         u = unpaired[0]
@@ -180,9 +194,17 @@ def build_segmentation(
 
     def make_task(split, k: int, start: int, stop: int) -> PairShardTask:
         return PairShardTask(str(source.root), str(source.mask_root), str(out / split.name), k, tuple(split.paths[start:stop]),
-                             tuple(split.masks[start:stop]), image, mask, settings.strict, settings.resume)
+                             tuple(split.masks[start:stop]), image, mask, settings.strict, settings.resume, fingerprints)
 
     summaries, entries, seconds = build_shards(out, settings, splits, make_task, build_pair_shard, progress, engine)
+    fields = {
+        **{k: f.to_manifest() for k, f in image_fields(image).items()},
+        **{k: f.to_manifest() for k, f in mask_fields(mask, image, labels.ignore if labels else None).items()},
+        "source": StringsField().to_manifest(),
+        "mask_source": MASK_SOURCES.to_manifest(),
+        **audit_fields_manifest(fingerprints),
+    }
+    audit_entry = audit_manifest(out, fingerprints, drop_duplicates, summaries, entries, fields)
     write_manifest(out, {
         **pack_header("segmentation", settings, {"layout": source.layout, "root": str(source.root.resolve()),
                                                  "mask_root": str(source.mask_root.resolve())}, seconds,
@@ -190,12 +212,8 @@ def build_segmentation(
         "mask": {**mask.to_dict(), **how},
         "classes": list(labels.classes) if labels is not None and labels.classes else None,
         **({"resolutions": sorted(image.all_sizes)} if image.multires else {}),
-        "fields": {
-            **{k: f.to_manifest() for k, f in image_fields(image).items()},
-            **{k: f.to_manifest() for k, f in mask_fields(mask, image, labels.ignore if labels else None).items()},
-            "source": StringsField().to_manifest(),
-            "mask_source": MASK_SOURCES.to_manifest(),
-        },
+        "fields": fields,
         "splits": entries,
+        **audit_entry,
     })
     return BuildSummary(out, summaries, seconds, "pairs")

@@ -24,7 +24,7 @@ class SegmentationDataset(InMemoryImageDataset):
     """A segmentation pack's split, held in RAM (one copy for every worker, as InMemoryImageDataset).
 
     Args:
-        pack, split, decode, as_numpy, verify, cache, progress, resolution, keep_resolutions: as for
+        pack, split, decode, as_numpy, verify, cache, progress, resolution, keep_resolutions, exclude: as for
             InMemoryImageDataset (a multi-resolution pack has masks at every size, served with the images).
         transform: a joint transform `(image HWC, mask HW) -> (image, mask)` (see segmentation/transforms.py), applied
             before conversion to tensors, so crops and flips keep the two aligned.
@@ -38,9 +38,10 @@ class SegmentationDataset(InMemoryImageDataset):
     def __init__(self, pack: str | os.PathLike, split: str = "train", decode: str = "fast",
                  transform: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None,
                  as_numpy: bool = False, verify: bool = False, cache: str = "ram", progress: bool | None = None,
-                 resolution: int | None = None, keep_resolutions: int = 1):
+                 resolution: int | None = None, keep_resolutions: int = 1, exclude: str | None = None):
         self.joint = transform
-        super().__init__(pack, split, decode, None, as_numpy, verify, cache, progress, resolution, keep_resolutions)
+        super().__init__(pack, split, decode, None, as_numpy, verify, cache, progress, resolution, keep_resolutions,
+                         partition=None, exclude=exclude)
 
     def _fields(self, manifest: dict[str, Any], resolution: int | None) -> dict[str, Any]:
         return served_fields(manifest, resolution, self.pack / "manifest.json")
@@ -53,9 +54,14 @@ class SegmentationDataset(InMemoryImageDataset):
         self._mask_arrays = c.arrays
         if len(self) and not np.array_equal(np.asarray(c.arrays["mask_shapes"])[:, :2], np.asarray(c.arrays["shapes"])[:, :2]):
             raise PackError(f"{self.pack / self.split}: masks and images differ in size")
-        self.mask_sources = c.fields["mask_source"].strings(c.arrays)
+        self._mask_sources = c.fields["mask_source"].strings(c.arrays)  # by held row; `mask_sources`: by position
         self.ignore_index: int | None = self.mask_field.ignore
         self.num_classes: int | None = self.mask_field.num_classes
+
+    @property
+    def mask_sources(self):
+        """Every served sample's mask path, by position (as `sources`)."""
+        return self._positional("mask_sources", self._mask_sources)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**super().__getstate__(), "joint": self.joint}
@@ -123,6 +129,7 @@ class SegmentationDataset(InMemoryImageDataset):
         request = request or Request()
         if request.resolution is not None and request.resolution != self.resolution:
             self.use(request.resolution)
+        idx = np.asarray(self._held_row(np.asarray(idx, np.int64), request.epoch), np.int64)  # positions -> held rows
         images, masks, n = out["images"], out["masks"], len(idx)
         data = self._mask_arrays["masks"]
         if self._pixels is not None and images.shape[1:] == self._pixels.shape[1:]:

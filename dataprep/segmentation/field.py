@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import PackError
-from ..images.field import ImageField, common_fields, resolution_key
+from ..images.field import ImageField, audit_fields, common_fields, resolution_key
 from ..images.field import summary as image_summary
 from ..pack.fields import Field, StringsField
 
@@ -76,7 +76,7 @@ def fields_of(m: dict[str, Any], where: Path | str = "manifest") -> dict[str, Fi
             out[mask_key(key)] = MaskField.from_manifest(m["fields"][mask_key(key)], where)
     if not out:
         raise PackError(f"{where}: no image field")
-    return {**out, **common_fields(m, where), "mask_source": _mask_sources(m, where)}
+    return {**out, **common_fields(m, where), "mask_source": _mask_sources(m, where), **audit_fields(m, where)}
 
 
 def served_fields(m: dict[str, Any], resolution: int | None = None, where: Path | str = "manifest") -> dict[str, Field]:
