@@ -14,6 +14,7 @@ _LAZY = {
     "InMemoryImageDataset": ("dataprep.images.dataset", "InMemoryImageDataset"),
     "SegmentationDataset": ("dataprep.segmentation.dataset", "SegmentationDataset"),
     "VolumeDataset": ("dataprep.volumes.dataset", "VolumeDataset"),
+    "DetectionDataset": ("dataprep.detection.dataset", "DetectionDataset"),
     "Loader": ("dataprep.serve.loader", "Loader"),
     "Mixture": ("dataprep.serve.mixture", "Mixture"),
     "Partition": ("dataprep.serve.partition", "Partition"),
@@ -33,6 +34,8 @@ _LAZY = {
     "build_images": ("dataprep.images.build", "build_images"),
     "build_segmentation": ("dataprep.segmentation.build", "build_segmentation"),
     "build_volumes": ("dataprep.volumes.build", "build_volumes"),
+    "build_detection": ("dataprep.detection.build", "build_detection"),
+    "write_scenes": ("dataprep.detection.scenes", "write_scenes"),  # generated detection scenes (COCO and YOLO files)
     "read_manifest": ("dataprep.pack.backends", "read_manifest"),
     "is_pack": ("dataprep.pack.backends", "is_pack"),
     "build": ("dataprep.build", None),  # the front door: dataprep.build.imagenet(src, out, size=256), ...
@@ -45,6 +48,9 @@ __all__ = ["DataprepError", "PackError", "UsageError", "__version__", *_LAZY]
 if TYPE_CHECKING:  # what IDEs and type checkers see; at run time __getattr__ imports these on first use
     from . import build, gpu
     from .build import tokenize
+    from .detection.build import build_detection
+    from .detection.dataset import DetectionDataset
+    from .detection.scenes import write_scenes
     from .images.build import build_images
     from .images.crops import CenterCrop, RandomResizedCrop
     from .images.dali import DaliAugment, DaliImageLoader, DaliNormalize

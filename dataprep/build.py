@@ -6,6 +6,8 @@
     build.parquet(files, out, image_column="image", label_column="label")
     build.list("files.csv", out)
     build.segmentation(images, masks, out, labels="configs/labels/cityscapes.yaml")
+    build.coco(images, out, annotations="instances_train2017.json")
+    build.yolo("datasets/coco8", out, split="val")
     build.volumes(src, out, shape=(64, 128, 128))
     build.table("train.csv", out, target="label")
     build.tokenize(["corpus/"], out, tokenizer="tokenizer.json")      # also dataprep.tokenize
@@ -38,8 +40,8 @@ if TYPE_CHECKING:
     from .driver import BuildSummary
 
 __all__ = ["IMAGE_OPTIONS", "TABLE_OPTIONS", "TOKENIZE_OPTIONS", "VOLUME_OPTIONS", "BuildInterrupted", "TableSummary",
-           "TokenizeSummary", "folder", "imagenet", "list", "parquet", "segmentation", "table", "tokenize", "volumes",
-           "webdataset"]
+           "TokenizeSummary", "coco", "folder", "imagenet", "list", "parquet", "segmentation", "table", "tokenize", "volumes",
+           "webdataset", "yolo"]
 
 
 class BuildInterrupted(KeyboardInterrupt):
@@ -263,6 +265,41 @@ def segmentation(images: str | os.PathLike, masks: str | os.PathLike, out: str |
     fn = functools.partial(build_segmentation, labels=LabelMap.load(Path(labels)) if labels else None,
                            mask_dtype=None if mask_dtype == "auto" else mask_dtype, num_classes=num_classes)
     return _image_build(source, o, fn, noun="pairs")
+
+
+def coco(images: str | os.PathLike, out: str | os.PathLike, *, annotations: str | os.PathLike, split: str = "train",
+         **options) -> BuildSummary:
+    """Pack images with boxes from a COCO instances file (`annotations`; images under the folder `images`):
+    category ids become contiguous labels in id order, their names the classes; crowd flags kept; boxes
+    clipped to their image, degenerate ones skipped and counted; images without annotations kept with no
+    boxes. One split, named `split`. `options`: IMAGE_OPTIONS (the boxes are moved with the images)."""
+    from .detection.build import build_detection
+    from .sources.coco import scan_coco
+
+    o = {**_options(options, IMAGE_OPTIONS, "coco"), "out": out}
+    _no_drop(o, "coco")
+    return _image_build(scan_coco(images, annotations, split, strict=o["strict"], max_bytes=o["max_bytes"]), o, build_detection)
+
+
+def yolo(root: str | os.PathLike, out: str | os.PathLike, *, split: str = "train", **options) -> BuildSummary:
+    """Pack a YOLO dataset: ROOT/images and ROOT/labels/*.txt (normalised cx cy w h), flat or in split folders
+    (images/train, labels/train: `split` picks one, and names the pack's split); class names from
+    ROOT/classes.txt or ROOT/data.yaml. `options`: IMAGE_OPTIONS (the boxes are moved with the images)."""
+    from .detection.build import build_detection
+    from .sources.yolo import scan_yolo
+
+    o = {**_options(options, IMAGE_OPTIONS, "yolo"), "out": out}
+    _no_drop(o, "yolo")
+    return _image_build(scan_yolo(root, split, strict=o["strict"], max_bytes=o["max_bytes"]), o, build_detection)
+
+
+def _no_drop(o: dict[str, Any], what: str) -> None:
+    """Refuse drop_duplicates for detection builds: their hashes are stored, but the drop's shard rewrite
+    carries per-image rows only, not the boxes."""
+    if o["drop_duplicates"]:
+        raise UsageError(f"drop_duplicates: {what} builds cannot drop duplicates (the drop rewrites per-image rows; a detection "
+                         "shard's boxes are rows of boxes, which it does not carry); build without it, audit the pack with "
+                         "`dataprep audit`, and leave the duplicates out of the annotations")
 
 
 def _triple(value, what: str, cast, n: int, example: str) -> tuple | None:

@@ -52,6 +52,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("images", "dataprep.images", "build_images", "InMemoryImageDataset"),
     Kind("segmentation", "dataprep.segmentation", "build_segmentation", "SegmentationDataset"),
     Kind("volumes", "dataprep.volumes", "build_volumes", "VolumeDataset"),
+    Kind("detection", "dataprep.detection", "build_detection", "DetectionDataset"),
     Kind("tokens", "dataprep.tokens", "tokenize", "TokenDataset", build_module="tokenize"),
     Kind("table", "dataprep.tables", "build_table", "TabularDataset"),
 )}

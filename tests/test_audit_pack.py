@@ -337,6 +337,8 @@ def test_drop_duplicates_leaves_them_out_counted(tmp_path):
 def test_drop_duplicates_on_the_front_door_and_refused_where_unsupported(tmp_path, tree):
     s = build.folder(tree / "val", tmp_path / "p", size=48, workers=1, drop_duplicates=True)
     assert any("duplicates dropped" in ln for ln in s.lines())
+    with pytest.raises(dataprep.UsageError):
+        build.yolo(tmp_path, tmp_path / "q", drop_duplicates=True)
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -13,8 +13,10 @@ import torch
 
 pytest.importorskip("h5py", reason="needs h5py (a dependency of dataprep: pip install h5py)")
 
-from dataprep import InMemoryImageDataset, SegmentationDataset, TabularDataset, TokenDataset, VolumeDataset  # noqa: E402
+from dataprep import DetectionDataset, InMemoryImageDataset, SegmentationDataset, TabularDataset, TokenDataset, VolumeDataset  # noqa: E402
+from dataprep import build as front_door  # noqa: E402
 from dataprep.cli import main  # noqa: E402
+from dataprep.detection.scenes import write_scenes  # noqa: E402
 from dataprep.errors import PackError  # noqa: E402
 from dataprep.images.build import build_images  # noqa: E402
 from dataprep.images.settings import ImageSettings  # noqa: E402
@@ -95,6 +97,9 @@ def npy_packs(tmp_path_factory, index_tree) -> dict[str, Path]:
     csv.write_text("a,b,c,y\n" + "".join(f"{k * 0.5},{k % 3},x{k % 4},{k % 2}\n" for k in range(50)))
     packs["table"] = base / "table"
     assert _run("table", csv, "--target", "y", "--categorical", "c", "--out", packs["table"], "--val-fraction", 0.2).exit_code == 0
+    scenes = write_scenes(base / "det_src", n=7, sizes=((40, 52), (50, 36)))
+    packs["detection"] = base / "detection"  # no crowd box: its box_crowd arrays are all zero
+    front_door.coco(scenes["images"], packs["detection"], annotations=scenes["coco"], size=32, mode="raw", workers=1, shard_size=3)
     return packs
 
 
@@ -123,6 +128,9 @@ def _samples(kind: str, pack: Path, cache: str = "ram") -> list:
         elif kind in ("volumes", "volume_masks"):
             ds = VolumeDataset(pack, split, cache=cache, as_numpy=True)
             out += [ds[i] for i in range(len(ds))]
+        elif kind == "detection":
+            ds = DetectionDataset(pack, split, cache=cache, as_numpy=True, crowd="flag")
+            out += [(*ds[i], ds.sources[i]) for i in range(len(ds))]
         elif kind == "tokens":
             ds = TokenDataset(pack, context=8, split=split, mode="sequential", cache=cache)
             out += [ds[i] for i in range(len(ds))]
@@ -142,7 +150,7 @@ def _same(a, b) -> bool:
     return a == b
 
 
-@pytest.mark.parametrize("kind", ["encoded", "multires", "segmentation", "volumes", "volume_masks", "tokens", "table"])
+@pytest.mark.parametrize("kind", ["encoded", "multires", "segmentation", "volumes", "volume_masks", "tokens", "table", "detection"])
 @pytest.mark.parametrize("fmt,compress", VARIANTS)
 def test_every_backend_holds_the_same_arrays_and_serves_the_same_samples(npy_packs, tmp_path, kind, fmt, compress):
     src = npy_packs[kind]
@@ -153,7 +161,7 @@ def test_every_backend_holds_the_same_arrays_and_serves_the_same_samples(npy_pac
     assert verify_pack(out).ok
     want = _samples(kind, src)
     assert _same(_samples(kind, out), want)
-    if kind in ("encoded", "segmentation", "volumes", "volume_masks"):
+    if kind in ("encoded", "segmentation", "volumes", "volume_masks", "detection"):
         assert _same(_samples(kind, out, "shm"), want)
     mappable = fmt == "hdf5" and compress == "none"
     if mappable:
@@ -171,7 +179,7 @@ def _same_tree(a: Path, b: Path) -> None:
 
 
 @pytest.mark.parametrize("chain", [("hdf5",), _zarr(("hdf5", "zarr"))], ids=["hdf5", "hdf5-zarr"])
-@pytest.mark.parametrize("kind", ["encoded", "segmentation", "volume_masks", "tokens"])
+@pytest.mark.parametrize("kind", ["encoded", "segmentation", "volume_masks", "tokens", "detection"])
 def test_npy_to_hdf5_to_zarr_to_npy_round_trips_exactly(npy_packs, tmp_path, kind, chain):
     """npy -> HDF5 (-> Zarr, zstd) -> npy; the HDF5 leg alone also where zarr is missing."""
     src = prev = npy_packs[kind]
@@ -181,6 +189,24 @@ def test_npy_to_hdf5_to_zarr_to_npy_round_trips_exactly(npy_packs, tmp_path, kin
         prev = nxt
     convert(prev, tmp_path / "c", "npy")
     _same_tree(src, tmp_path / "c")  # every shard file, shard.json and manifest.json, byte for byte
+
+
+@needs_zarr
+@pytest.mark.parametrize("compress", ["none", "zstd"])
+def test_an_all_zero_array_is_stored_in_zarr_and_comes_back(npy_packs, tmp_path, compress):
+    """zarr 3 skips writing a chunk equal to the fill value unless told otherwise, and a missing chunk is
+    damage here: a detection pack without crowd boxes (every box_crowd flag 0) must convert with every chunk
+    on disk, serve, verify, and convert back to npy byte for byte."""
+    src = npy_packs["detection"]
+    crowd = np.concatenate([np.load(p) for p in sorted((src / "train").glob("*/box_crowd.npy"))])
+    assert len(crowd) > 10 and not crowd.any()
+    out = tmp_path / "p.zarr"
+    convert(src, out, "zarr", compress)
+    assert (out / "train" / "box_crowd" / "c" / "0").is_file()
+    assert verify_pack(out).ok
+    assert _same(_samples("detection", out), _samples("detection", src))
+    convert(out, tmp_path / "back", "npy")
+    _same_tree(src, tmp_path / "back")
 
 
 @pytest.mark.parametrize("fmt, name", [("hdf5", "p.h5"), _zarr("zarr", "p.zarr")])
@@ -274,7 +300,7 @@ def test_damaged_zarr_groups_are_clear_errors(npy_packs, tmp_path):
         VolumeDataset(tmp_path / "w.zarr")
 
 
-@pytest.mark.parametrize("kind", ["encoded", "multires", "segmentation", "volumes", "volume_masks", "tokens", "table"])
+@pytest.mark.parametrize("kind", ["encoded", "multires", "segmentation", "volumes", "volume_masks", "tokens", "table", "detection"])
 @pytest.mark.parametrize("fmt, compress, name", [("hdf5", "gzip", "p.h5"), _zarr("zarr", "zstd", "p.zarr")])
 def test_info_verify_and_plan_on_every_kind_and_backend(npy_packs, tmp_path, kind, fmt, compress, name):
     convert(npy_packs[kind], tmp_path / name, fmt, compress)

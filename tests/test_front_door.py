@@ -79,7 +79,11 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
     for i in range(4):
         (base / "text" / f"d{i}.txt").write_text(" ".join(f"word{j % 17} thing{i}" for j in range(200)) + "\n")
     build.tokenize(base / "text", base / "bpe", train_bpe=300, workers=1)
-    out = {"tree": tree, "tar": base / "w.tar", "list": base / "list.csv", "seg": base / "seg", "vol": base / "vol",
+    from dataprep.detection.scenes import write_scenes
+
+    scenes = write_scenes(base / "scenes", n=5)
+    out = {"scenes": scenes["images"], "coco": scenes["coco"], "yolo": scenes["yolo"], "tree": tree, "tar": base / "w.tar",
+           "list": base / "list.csv", "seg": base / "seg", "vol": base / "vol",
            "table": base / "t.csv", "text": base / "text", "tokenizer": base / "bpe" / "tokenizer.json"}
     try:
         import pyarrow as pa
@@ -107,6 +111,11 @@ CASES = {
     "segmentation": (lambda i, o: ["build", "segmentation", "--images", i["seg"] / "img", "--masks", i["seg"] / "mask", "--size", 32,
                                    "--num-classes", 4, "-j", 1, "--out", o],
                      lambda i, o: build.segmentation(i["seg"] / "img", i["seg"] / "mask", o, size=32, num_classes=4, workers=1)),
+    "coco": (lambda i, o: ["build", "coco", i["scenes"], "--annotations", i["coco"], "--size", 48, "--mode", "raw", "--split", "val",
+                           "-j", 1, "--out", o],
+             lambda i, o: build.coco(i["scenes"], o, annotations=i["coco"], size=48, mode="raw", split="val", workers=1)),
+    "yolo": (lambda i, o: ["build", "yolo", i["yolo"], "--size", 40, "--resize", "center-crop", "-j", 1, "--out", o],
+             lambda i, o: build.yolo(i["yolo"], o, size=40, resize="center-crop", workers=1)),
     "volumes": (lambda i, o: ["build", "volumes", i["vol"], "--shape", "4,8,8", "--depth", "8", "--window", "0,4000", "-j", 1,
                               "--out", o],
                 lambda i, o: build.volumes(i["vol"], o, shape=(4, 8, 8), depth=8, window=(0, 4000), workers=1)),
@@ -175,6 +184,7 @@ def _command(name: str) -> click.Command:
 FRONT = {"imagenet": (build.imagenet, build.IMAGE_OPTIONS), "folder": (build.folder, build.IMAGE_OPTIONS),
          "webdataset": (build.webdataset, build.IMAGE_OPTIONS), "parquet": (build.parquet, build.IMAGE_OPTIONS),
          "list": (build.list, build.IMAGE_OPTIONS), "segmentation": (build.segmentation, build.IMAGE_OPTIONS),
+         "coco": (build.coco, build.IMAGE_OPTIONS), "yolo": (build.yolo, build.IMAGE_OPTIONS),
          "volumes": (build.volumes, build.VOLUME_OPTIONS), "table": (build.table, build.TABLE_OPTIONS),
          "tokenize": (build.tokenize, build.TOKENIZE_OPTIONS)}
 CLI_ONLY = {"config", "profile_to"}  # a YAML of defaults and a cProfile: what a command line needs, not a call

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "dataprep"
-KINDS = ("images", "segmentation", "volumes", "tokens", "tables")
-# Between kinds, imports run only toward images/ (segmentation and volumes build on its pixel stages).
-MAY_IMPORT = {"segmentation": {"images"}, "volumes": {"images"}}
+KINDS = ("images", "segmentation", "volumes", "tokens", "tables", "detection")
+# Between kinds, imports run only toward images/ (segmentation, volumes and detection build on its pixel stages).
+MAY_IMPORT = {"segmentation": {"images"}, "volumes": {"images"}, "detection": {"images"}}
 KIND_FREE = ("pack", "serve", "engine", "remote", "audit")
 
 

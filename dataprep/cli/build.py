@@ -1,4 +1,4 @@
-"""`dataprep build imagenet|folder|webdataset|parquet|list|segmentation|volumes`: parse the options, call
+"""`dataprep build imagenet|folder|webdataset|parquet|list|segmentation|coco|yolo|volumes`: parse the options, call
 the front door's build of the same name (dataprep/build.py: it lists the source, makes the settings and
 runs the build), print its summary. The options' defaults are the front door's (IMAGE_OPTIONS,
 VOLUME_OPTIONS), so the two never drift apart."""
@@ -279,6 +279,38 @@ def segmentation(images, masks, pairs, image_suffix, mask_suffix, split, labels,
 
     _image_build(front.segmentation, images, masks, pairs=pairs, image_suffix=image_suffix, mask_suffix=mask_suffix, split=split,
                  labels=labels, mask_dtype=mask_dtype, num_classes=num_classes, **kw)
+
+
+@build.command()
+@click.argument("images", type=click.Path(file_okay=False))
+@click.option("--annotations", required=True, type=click.Path(dir_okay=False),
+              help="COCO instances JSON (images, annotations, categories; info, licenses and segmentation optional).")
+@click.option("--split", default="train", show_default=True, help="Name of the split to write.")
+@image_build_options
+def coco(images, annotations, split, **kw):
+    """Pack images with boxes from a COCO instances file: IMAGES is the folder its file names are under.
+
+    Category ids become contiguous labels in id order (names kept as the classes), iscrowd a flag per box;
+    boxes past the border are clipped, degenerate ones skipped and counted; images without annotations are
+    kept with no boxes. The boxes are moved with the images through every size and resize mode."""
+    from .. import build as front
+
+    _image_build(front.coco, images, annotations=annotations, split=split, **kw)
+
+
+@build.command()
+@click.argument("root", type=click.Path(file_okay=False))
+@click.option("--split", default="train", show_default=True,
+              help="Name of the split to write; with split folders (images/train, images/val), also the one read.")
+@image_build_options
+def yolo(root, split, **kw):
+    """Pack a YOLO dataset: ROOT/images and ROOT/labels/*.txt (class cx cy w h, normalised), flat or in split
+    folders as Ultralytics writes them; class names from ROOT/classes.txt or ROOT/data.yaml.
+
+    Images without a label file are kept with no boxes; the boxes are moved with the images."""
+    from .. import build as front
+
+    _image_build(front.yolo, root, split=split, **kw)
 
 
 def _window(ctx, param, value):

@@ -8,7 +8,7 @@ by a `NotServable` error naming its class and every name it lacks; nothing is ch
 
 Everything else is optional: a hook the Loader or a Mixture calls where the dataset has one (each its
 own small Protocol below: `WorkerInit`, `SetsEpoch`, `FillsRows`, `FillsRuns`, `FillsParts`,
-`Addressed`, `Windowed`), or an attribute it reads where set (`ATTRIBUTES`). A hook set to None counts
+`Addressed`, `Windowed`, `FinishesBatch`), or an attribute it reads where set (`ATTRIBUTES`). A hook set to None counts
 as absent, so a subclass can opt out of one its base class offers (SegmentationDataset does of
 `fill_parts`), as `isinstance` with these runtime-checkable Protocols also has it.
 
@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import DataprepError
 from .request import Request
 
-__all__ = ["Servable", "WorkerInit", "SetsEpoch", "FillsRows", "FillsRuns", "FillsParts", "Addressed", "Windowed",
+__all__ = ["Servable", "WorkerInit", "SetsEpoch", "FillsRows", "FillsRuns", "FillsParts", "Addressed", "Windowed", "FinishesBatch",
            "Request", "Layout", "REQUIRED", "HOOKS", "FLAGS", "ATTRIBUTES", "NotServable", "missing", "check_servable",
            "has_hook", "hook", "flag", "attribute", "fill_parts_of"]
 
@@ -139,8 +139,21 @@ class Windowed(Protocol):
     def fill_raw(self, w: np.ndarray, out: dict[str, np.ndarray], rows=None) -> None: ...
 
 
+@runtime_checkable
+class FinishesBatch(Protocol):
+    """finish_batch(batch) -> batch: called in the Loader's process on each batch's tensors ({key: tensor},
+    in batch_layout's order), after they are made and before the batch is handed out; gives the batch to
+    serve, the same keys in the same order. It may cut a tensor (a detection batch's boxes to the batch's
+    largest count: `t[:, :m]`) or replace one, never write into one: a tensor may be a view of the Loader's
+    ring, and a view of it holds its slot as the tensor itself does, so a held batch still never changes.
+    The buffers keep the full layout; only what is served is cut. A Mixture uses its first member's."""
+
+    def finish_batch(self, batch: dict[str, Any]) -> dict[str, Any]: ...
+
+
 HOOKS: dict[str, type] = {"worker_init": WorkerInit, "set_epoch": SetsEpoch, "fill_parts": FillsParts,
-                          "addresses": Addressed, "fill_addresses": Addressed, "windows": Windowed, "fill_raw": Windowed}
+                          "addresses": Addressed, "fill_addresses": Addressed, "windows": Windowed, "fill_raw": Windowed,
+                          "finish_batch": FinishesBatch}
 
 # flags: read as bool(getattr(dataset, name, False))
 FLAGS: dict[str, str] = {

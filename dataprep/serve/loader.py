@@ -373,6 +373,10 @@ class Loader:
             self._handed[slot] = views
         else:
             self._handed.pop(slot, None)
+        finish = contract.hook(self.dataset, "finish_batch")
+        if finish is not None:  # views of the tensors hold the slot as the tensors do (see _held)
+            done = finish(dict(zip(layout, out)))
+            out = [done[k] for k in layout]
         return tuple(out)
 
     def _held(self, slot: int) -> bool:

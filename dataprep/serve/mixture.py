@@ -109,6 +109,9 @@ class Mixture:
         if len(kinds) > 1:
             raise DataprepError(f"a Mixture mixes datasets of one kind, not {sorted(kinds)}")
         self._classes, self._label_key, self._luts = _label_space(self.datasets, labels)
+        # the first member's finish_batch (contract.FinishesBatch; members are of one class), None where it has
+        # none: an instance attribute, so the hook is absent for the Loader and for isinstance alike
+        self.finish_batch = contract.hook(self.datasets[0], "finish_batch")
         self.weights = w / w.sum()
         self.seed, self.exhausted, self.shuffle = int(seed), exhausted, shuffle
         self.lengths = np.array([len(d) for d in self.datasets], np.int64)
@@ -374,7 +377,7 @@ class Mixture:
         for lay in layouts[1:]:
             if {k: (tuple(s), np.dtype(t)) for k, (s, t) in lay.items()} != first:
                 raise DataprepError(f"a Mixture's members serve different batches ({first} vs {lay}): one context, "
-                                    "one image size (or one crop), one dtype")
+                                    "one image size (or one crop), one dtype, one max_boxes (detection packs)")
         return layouts[0]
 
     fills_rows = True
@@ -434,17 +437,19 @@ class Mixture:
 
     def _relabel(self, parts: list[Part], labels: np.ndarray, rows) -> None:
         """Each member's labels in the batch renumbered into the mixture's classes (labels="by_name" or
-        "offset"), once the member has filled its rows."""
+        "offset"), once the member has filled its rows. A label below 0 is padding (a detection row's unused
+        boxes are -1), never a class: kept as it is."""
         for p in parts:
             m, lut = p.member, self._luts[p.member]
             if lut is None:
                 continue
             at = p.rows if rows is None else np.asarray(rows)[p.rows]
             got = labels[at]
-            if got.size and (int(got.min()) < 0 or int(got.max()) >= len(lut)):
+            real = got >= 0
+            if real.any() and int(got[real].max()) >= len(lut):
                 raise DataprepError(f"Mixture member {m} ({_name(self.datasets[m], m)}) served label "
-                                    f"{int(got.min()) if int(got.min()) < 0 else int(got.max())} outside its {len(lut)} classes")
-            labels[at] = lut[got]
+                                    f"{int(got[real].max())} outside its {len(lut)} classes")
+            labels[at] = np.where(real, lut[np.where(real, got, 0)], got)
 
     def _fill_parts(self, parts: list[Part], out: dict[str, np.ndarray], r: Request, rows) -> None:
         """The members' parts of a batch, each into its rows: all in one call where the members' class fills
@@ -521,8 +526,11 @@ def _labels_of(d) -> tuple[str | None, list | None]:
     or None where it has none)."""
     if isinstance(d, Mixture):
         return d._label_key, d.classes
-    if "segmentation" in (getattr(d, "kinds", None) or ()):  # class labels are mask values
+    kinds = getattr(d, "kinds", None) or ()
+    if "segmentation" in kinds:  # class labels are mask values
         return "masks", list(d.classes) if getattr(d, "classes", None) else None
+    if "detection" in kinds:  # one label a box, under "labels" (padding -1), named by the pack's classes
+        return "labels", list(contract.attribute(d, "classes") or []) or None
     target = getattr(d, "target_info", None)
     if isinstance(target, dict):  # a table pack: a classification target
         return ("target", list(target.get("classes") or []) or None) if target.get("task") == "classification" else (None, None)

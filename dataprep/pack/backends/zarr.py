@@ -165,6 +165,20 @@ class ChunkTask:
     b: int
 
 
+def _write_rows(zarr, path: str, a: int, b: int, data: np.ndarray) -> None:
+    """Rows [a, b) of the array at `path` written with every chunk stored, an all-zero one too. zarr 3 skips a
+    chunk equal to the fill value unless the array's config says otherwise, and that config lives on the array
+    object, not in its metadata: what create_array was given is gone once a task reopens the array, so it is
+    set again here, on the array (`with_config`) where zarr has it; a process-wide zarr.config.set, the fallback
+    for zarr versions without it, is read as the array opens."""
+    arr = zarr.open_array(path, mode="r+")
+    if hasattr(arr, "with_config"):
+        arr.with_config({"write_empty_chunks": True})[a:b] = data
+        return
+    with zarr.config.set({"array.write_empty_chunks": True}):
+        zarr.open_array(path, mode="r+")[a:b] = data
+
+
 def write_chunks(t: ChunkTask) -> int:
     zarr = _zarr()
     reader = t.reader.reopen()  # its own handle: tasks in one process must not share an open file
@@ -173,7 +187,7 @@ def write_chunks(t: ChunkTask) -> int:
     finally:
         reader.close()
     try:
-        zarr.open_array(str(Path(t.store) / group_path(t.split, t.name)), mode="r+")[t.a : t.b] = data
+        _write_rows(zarr, str(Path(t.store) / group_path(t.split, t.name)), t.a, t.b, data)
     except OSError as e:
         from ..temporaries import disk_refused, write_failure
 
@@ -221,7 +235,7 @@ def write_zarr(reader, out: Path, manifest: dict[str, Any], compression: str = "
                           for a in range(0, p.total_rows, per)]
                 del arr
         for fname, data in reader.attachments().items():
-            root.create_array(f"{ATTACHMENTS}/{fname}", data=np.frombuffer(data, np.uint8))
+            root.create_array(f"{ATTACHMENTS}/{fname}", data=np.frombuffer(data, np.uint8), config={"write_empty_chunks": True})
         (engine or LocalEngine(1)).map(write_chunks, tasks, names=[f"{t.split}/{t.name}[{t.a}:{t.b}]" for t in tasks])
         root.attrs.update({"format": manifest["format"], "format_version": manifest["format_version"],
                            "kind": manifest["kind"], "backend": "zarr"})
