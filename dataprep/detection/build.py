@@ -13,7 +13,6 @@ notes. An image that cannot be used is skipped with its reason, or stops the bui
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 from collections import Counter
 from dataclasses import dataclass
@@ -81,44 +80,10 @@ def fields_for(image: ImageSettings, num_classes: int, max_boxes: int) -> dict[s
 EXIF_RULE = "coco-boxes-on-stored-pixels"
 
 
-def source_orientation(data: bytes) -> int:
-    """The EXIF orientation (1-8) the decoder turns a source upright by (images/decode.py: JPEG, TIFF and WebP
-    from their headers, PNG from its eXIf chunk wherever it lies; 1 for other formats or unreadable EXIF)."""
-    from PIL import Image
-
-    from ..images.decode import _ORIENT, sniff
-
-    fmt = sniff(data)
-    try:
-        if fmt == "PNG":
-            chunk = _png_exif(data)
-            if chunk is None:
-                return 1
-            exif = Image.Exif()
-            exif.load(b"Exif\x00\x00" + chunk)
-        elif fmt in ("JPEG", "TIFF", "WEBP"):
-            with Image.open(io.BytesIO(data)) as im:
-                exif = im.getexif()
-        else:
-            return 1
-        orientation = int(exif.get(0x0112, 1))
-    except Exception:  # as the decoder: unreadable EXIF leaves the picture as stored
-        return 1
-    return orientation if orientation in _ORIENT else 1
-
-
-def _png_exif(data: bytes) -> bytes | None:
-    """A PNG's eXIf chunk (before or after its pixels), None without one; walks the chunk headers only."""
-    at = 8
-    while at + 8 <= len(data):
-        n = int.from_bytes(data[at : at + 4], "big")
-        kind = data[at + 4 : at + 8]
-        if kind == b"eXIf":
-            return data[at + 8 : at + 8 + n]
-        if kind == b"IEND":
-            return None
-        at += 12 + n
-    return None
+def source_orientation(levels) -> int:
+    """The EXIF orientation (1-8) the decoder turned a source upright by (images/decode.py), as
+    process_levels records it on every size."""
+    return levels[0].orientation
 
 
 def _on_source(task: DetectionShardTask, i: int, source_hw: tuple[int, int], where: str, orientation: int = 1) -> tuple[np.ndarray, bool]:
@@ -177,7 +142,7 @@ def build_detection_shard(task: DetectionShardTask, samples=None) -> dict[str, A
             if data is None:
                 data = read_source(where)
             done = process_levels(where, task.image, data, task.fingerprints)
-            orientation = 1 if task.normalized else source_orientation(data)
+            orientation = 1 if task.normalized else source_orientation(done)
             on_source, turned = _on_source(task, i, done[0].geometry.source, where, orientation)
         except ImageDecodeError as e:
             if task.strict:

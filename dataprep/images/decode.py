@@ -60,6 +60,7 @@ class Decoded:
     source_shape: tuple[int, int]  # upright (h, w) at full scale
     geometry: resize.Geometry  # planned from the full-scale upright shape
     keepable_source: bool  # the source bytes decode to exactly `pixels` (a plain upright JPEG, full scale)
+    orientation: int = 1  # the EXIF orientation (1-8) the pixels were turned upright by
 
     @property
     def keepable(self) -> bool:
@@ -111,13 +112,13 @@ def decode_source(data: bytes, path: str, settings: ImageSettings) -> Decoded:
     if is_deep(im, fmt, data):
         # 16 bits per channel: Pillow would cut RGB to 8 bits, so OpenCV decodes these
         pixels = to_depth(_decode_deep(data, path, settings.grayscale, orientation), settings.depth)
-        return Decoded(pixels, fmt, (upright[1], upright[0]), geom, False)
+        return Decoded(pixels, fmt, (upright[1], upright[0]), geom, False, orientation)
     for op in _ORIENT.get(orientation, ()):
         im = im.transpose(op)
     pixels = to_depth(_to_uint8(im, path, settings.grayscale), settings.depth)
     keepable = (fmt == "JPEG" and orientation == 1 and not drafted and settings.depth == 8
                 and source_mode == ("L" if settings.grayscale else "RGB"))
-    return Decoded(pixels, fmt, (upright[1], upright[0]), geom, keepable)
+    return Decoded(pixels, fmt, (upright[1], upright[0]), geom, keepable, orientation)
 
 
 def _load(im: Image.Image, path: str) -> None:

@@ -24,6 +24,7 @@ class Processed:
     source_bytes: int
     geometry: resize.Geometry | None = None  # how the upright source became this (a mask follows it)
     phash: int | None = None  # with process_levels(..., fingerprint=True): the sample's perceptual hash, on every size
+    orientation: int = 1  # the source's EXIF orientation, which the decode turned it upright by (detection boxes follow it)
 
 
 def stored_digest(done: Processed) -> bytes:
@@ -70,6 +71,8 @@ def process_levels(path: str, settings: ImageSettings, data: bytes | None = None
                 out.append(Processed(encode_jpeg(pixels, settings.quality), shape, False, len(data), geom))
             except (cv2_error(), ValueError, MemoryError) as e:
                 raise ImageDecodeError(path, "cannot encode", f"{shape[1]}x{shape[0]} as JPEG: {type(e).__name__}: {e}") from None
+    for p in out:
+        p.orientation = dec.orientation
     if fingerprint:
         from ..audit.hashes import perceptual_hash
 
