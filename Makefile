@@ -7,7 +7,8 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 # What is installed is recorded by stamps: $(STAMP) for the venv, torch and the package, and $(STAMP)-NAME for
 # each extra NAME on top of it. So `make test` after `make demo` adds only the test extras, `make demo` after
-# `make test` installs nothing, and a change to setup.cfg, pyproject.toml or this file installs again.
+# `make test` installs nothing, and a change to setup.cfg, pyproject.toml, setup.py, the C source it builds
+# (dataprep/images/_jpegseg.c) or this file installs again.
 STAMP  ?= $(VENV)/.installed
 # Extras `make test` (and `make install`) add: test, dask and lightning everywhere; DALI's wheels exist for Linux x86_64
 # only (about 1 GB installed); lightning for dataprep.lightning. `make test EXTRAS=test` leaves them out, and their
@@ -22,7 +23,7 @@ EXTRA_STAMPS = $(addprefix $(STAMP)-,$(subst $(comma), ,$(EXTRAS)))
 install: $(STAMP) $(EXTRA_STAMPS)
 
 # --system-site-packages: a torch the user already has stays in use; we install ours only where none imports.
-$(STAMP): setup.cfg pyproject.toml Makefile
+$(STAMP): setup.cfg pyproject.toml setup.py dataprep/images/_jpegseg.c Makefile
 	test -x $(PY) || $(PYTHON) -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH)"
@@ -47,4 +48,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_core.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache dataprep/images/_jpegseg.*.so

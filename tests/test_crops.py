@@ -396,6 +396,45 @@ def test_resampling_puts_every_output_pixel_where_it_belongs(interpolation):
     assert ramp_error(one_area_call, 400, 120, 224, 224)[0] > 0.1
 
 
+def test_the_fast_paths_warp_puts_every_output_pixel_where_resize_does():
+    """resample.bilinear_window_into (decode="fast" training crops: warpAffine, taps weighed in 1/32 steps,
+    plain or onto twice the output and 2x2 means) maps output pixel centres as resize_into does, for the
+    ratios it takes (shrunk at most 2.5x, or enlarged), and declines every other. Negative control: the same
+    warp without the half-pixel terms (corners aligned, not centres) shifts an enlarged image by more
+    than 0.1 px."""
+    from dataprep.images.resample import bilinear_window_into
+
+    def warp(img, oh, ow):
+        out = np.empty((oh, ow, 1), np.float32)
+        assert bilinear_window_into(img, out, "bilinear")
+        return out
+
+    extra = [(180, 200, 224, 224), (250, 270, 224, 224), (100, 120, 224, 224), (448, 448, 224, 224), (500, 150, 224, 224)]
+    taken = [g for g in GEOMETRY + extra if g[0] / g[2] <= 2.5 and g[1] / g[3] <= 2.5]
+    assert {"plain", "twice"} <= {"plain" if max(h / oh, w / ow) <= 1.25 else "twice" for h, w, oh, ow in taken}
+    for h, w, oh, ow in taken:
+        shift, jitter = ramp_error(warp, h, w, oh, ow)
+        assert shift <= 0.02 and jitter <= 0.12, (h, w, oh, ow, shift, jitter)
+    for h, w, oh, ow in GEOMETRY:
+        if h / oh > 2.5 or w / ow > 2.5:
+            assert not bilinear_window_into(np.zeros((h, w, 3), np.uint8), np.empty((oh, ow, 3), np.uint8), "bilinear")
+    assert not bilinear_window_into(np.zeros((200, 200, 3), np.uint8), np.empty((224, 224, 3), np.uint8), "bicubic")
+    img = np.random.default_rng(0).integers(0, 256, (400, 380, 3), np.uint8)  # twice over, against resize_into
+    got, want = np.empty((224, 224, 3), np.uint8), np.empty((224, 224, 3), np.uint8)
+    assert bilinear_window_into(img, got, "bilinear")
+    from dataprep.images.resample import resize_into
+
+    resize_into(img, want, "bilinear")
+    assert psnr(got, want) >= 45.0
+
+    def corners(img, oh, ow):
+        sy, sx = img.shape[0] / oh, img.shape[1] / ow
+        m = np.array([[sx, 0.0, 0.0], [0.0, sy, 0.0]])
+        return cv2.warpAffine(img, m, (ow, oh), flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP, borderMode=cv2.BORDER_REPLICATE)
+
+    assert ramp_error(corners, 100, 120, 224, 224)[0] > 0.1
+
+
 @pytest.mark.parametrize("interpolation,pil", [("bilinear", Image.BILINEAR), ("bicubic", Image.BICUBIC)])
 def test_boxes_shrunk_along_one_axis_only_stay_close_to_pils_filter(packs, interpolation, pil):
     """Boxes enlarged along one axis and shrunk along the other, or kept along one: >= 40 dB from PIL's

@@ -16,11 +16,13 @@ import dataprep
 from dataprep.images import batches
 from dataprep.images.build import build_images
 from dataprep.images.codec import (
+    compiled,
     decode_cv2,
     decode_fast,
     encode_jpeg,
     jpeg_layout,
     region_jpeg,
+    region_of,
     restart_interval,
 )
 from dataprep.images.crops import RandomResizedCrop
@@ -105,19 +107,40 @@ def packs(tmp_path_factory):
         build_images(scan_imagenet(tree), base / name, BuildSettings(shard_size=5), ImageSettings(**image))
         out[name] = base / name
     small = write_tree(base / "small", classes=2, per_class=4, sizes=((300, 400), (300, 300)))  # 300 px: kept as they are
+    from PIL import Image
+
+    for k, f in enumerate(sorted(small.rglob("*.JPEG"))[::3]):  # some of them progressive: kept without markers
+        with Image.open(f) as im:
+            im.load()
+        im.save(f.with_name(f"prog{k}.JPEG"), quality=90, progressive=True)
+        f.unlink()
     build_images(scan_imagenet(small), base / "kept", BuildSettings(shard_size=4), ImageSettings(size=300))
-    out["kept"] = base / "kept"
+    out["kept"], out["kept_src"] = base / "kept", small
     return out
 
 
-def test_kept_source_jpegs_without_restart_markers_are_decoded_whole_and_fast(packs, monkeypatch):
+def test_kept_source_jpegs_get_restart_markers_and_progressive_ones_are_decoded_whole(packs, monkeypatch):
+    """A source JPEG the build keeps is given restart markers losslessly (images/_jpegseg.c), so its crops
+    are region-decoded like any other; a progressive one cannot be, and is decoded whole, fast."""
     ds = dataprep.InMemoryImageDataset(packs["kept"])
-    assert all(jpeg_layout(np.asarray(ds.stored(i))) is None for i in range(len(ds)))  # the source files, no markers
+    files = [str(packs["kept_src"] / p) for p in ds.sources]
+    progressive = [i for i, f in enumerate(files) if "prog" in f]
+    assert 0 < len(progressive) < len(ds)
+    for i in range(len(ds)):
+        stored = np.asarray(ds.stored(i))
+        source = np.fromfile(files[i], np.uint8)
+        assert np.array_equal(decode_cv2(stored, 3), decode_cv2(source, 3))  # the same pixels as the file
+        has_markers = jpeg_layout(stored) is not None
+        assert has_markers == (compiled() and i not in progressive), (files[i], has_markers)
     seen = []
     real = batches.decode_fast
     monkeypatch.setattr(batches, "decode_fast", lambda buf, *a: seen.append(len(buf)) or real(buf, *a))
     got = crops_of(ds, 96, 0)
-    assert sorted(seen) == sorted(len(ds.stored(i)) for i in range(len(ds)))  # each whole file, through the fast decoder
+    whole = {len(ds.stored(i)) for i in progressive}
+    assert whole <= set(seen)  # progressive files: each whole, through the fast decoder
+    if compiled():
+        assert sum(n not in whole for n in seen) == len(ds) - len(progressive)
+        assert min(n for n in seen if n not in whole) < min(len(ds.stored(i)) for i in range(len(ds)) if i not in progressive)
     acc = crops_of(dataprep.InMemoryImageDataset(packs["kept"], decode="accurate"), 96, 0)
     assert not np.array_equal(got, acc) and np.median([psnr(a, b) for a, b in zip(got, acc)]) > 30  # same crops, other decoder
 
@@ -127,20 +150,26 @@ def crops_of(ds, size, seed):
     return x.numpy()
 
 
-@pytest.mark.parametrize("name,resolution,size", [("jpeg", None, 224), ("jpeg", None, 64), ("multi", "all", 96), ("grey", None, 48)])
-def test_fast_crops_equal_the_whole_image_decoded_fast_and_cut_alike(packs, monkeypatch, name, resolution, size):
+@pytest.mark.parametrize("name,resolution,size", [("jpeg", None, 224), ("jpeg", None, 64), ("multi", "all", 96), ("grey", None, 48),
+                                                   ("kept", None, 96)])
+@pytest.mark.parametrize("pure", [False, True])
+def test_fast_crops_equal_the_whole_image_decoded_fast_and_cut_alike(packs, monkeypatch, name, resolution, size, pure):
     """Every path (full, 1/2 ... decodes, smaller stored copies) over four epochs of random boxes: the region
-    decode changes nothing but the bytes read."""
+    decode changes nothing but the bytes read, cut in C or in Python (`pure`)."""
+    if not pure and not compiled():
+        pytest.skip("images/_jpegseg.c is not built here (setup.py builds it where a C compiler is)")
+    cut = (lambda buf, *box: region_of(buf, *box, pure=True)) if pure else region_of
+    monkeypatch.setattr(batches, "region_of", cut)
     ds = dataprep.InMemoryImageDataset(packs[name], resolution=resolution)
     assert ds.decode == "fast"
     got = [crops_of(ds, size, seed) for seed in range(4)]
     taken = dict(ds.decode_paths)
-    monkeypatch.setattr(batches, "region_jpeg", lambda buf, lay, *box: (buf, 0, 0))  # the whole image, every time
+    monkeypatch.setattr(batches, "region_of", lambda buf, *box: (*cut(buf, *box)[:2], None, 0, 0))  # the whole image, every time
     whole = [crops_of(ds, size, seed) for seed in range(4)]
     assert all(np.array_equal(a, b) for a, b in zip(got, whole))
-    if name != "grey":
+    if name in ("jpeg", "multi"):
         assert len(taken) > 1, taken  # more than one path was exercised
-    monkeypatch.setattr(batches, "region_jpeg", lambda buf, lay, y0, y1, x0, x1: region_jpeg(buf, lay, y0, y1 - 32, x0, x1))
+    monkeypatch.setattr(batches, "region_of", lambda buf, y0, y1, x0, x1: cut(buf, y0, y1 - 32, x0, x1))
     shaved = [crops_of(ds, size, seed) for seed in range(4)]  # negative control: a region short of the box's last rows
     assert not all(np.array_equal(a, b) for a, b in zip(shaved, whole))
 

@@ -73,7 +73,7 @@ def image_build_options(f):
                           "8 scales 16-bit sources by round(x / 257), never truncates."),
         click.option("--quality", type=click.IntRange(1, 100), default=IMG["quality"], show_default=True, help="JPEG quality."),
         click.option("--keep-jpeg/--reencode", default=IMG["keep_jpeg"], show_default=True,
-                     help="Store a source JPEG's bytes unchanged when it needs no resize and no conversion."),
+                     help="Store a source JPEG as it is (its coefficients, with restart markers added) when it needs no resize and no conversion."),
         click.option("--workers", "-j", type=click.IntRange(1), default=None, help="Processes [default: all cores]."),
         click.option("--limit", type=click.IntRange(1), default=None, help="Build only N images per split, spread over the classes."),
         click.option("--shard-size", type=click.IntRange(1), default=None, help="Images per shard [default: from the split's size]."),

@@ -6,6 +6,7 @@ arrays.
 """
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -15,7 +16,7 @@ from ..pack.arrays import take_rows
 from ..serve.request import Request
 from . import crops, resample
 from .captions import fill_caption_ids
-from .codec import decode_cv2_reduced, decode_fast, fast_decoding, jpeg_header, jpeg_layout, region_jpeg
+from .codec import decode_cv2_reduced, decode_fast, fast_decoding, jpeg_header, region_of
 from .crops import CenterCrop, RandomResizedCrop
 from .resize import center_crop_into
 
@@ -110,15 +111,16 @@ class BatchFilling:
             return self._blob[self._offsets[i] : self._offsets[i + 1]].view(self.field.np_dtype).reshape(self._shapes[i])
         return self.image(i)
 
-    def _cut(self, plan, i: int, box, out: np.ndarray) -> None:
+    def _cut(self, plan, i: int, box, out: np.ndarray, hw: tuple[int, int] | None = None) -> None:
         """One crop of sample i into its batch row, decoding no more than it needs: from the smallest held
         resolution that gives at least the output size across the crop (resolution="all"), then at the
         largest JPEG DCT scale-down that still does; the box is resampled exactly (resample.warp_into).
         Training crops (RandomResizedCrop) of a JPEG pack with decode="fast" decode only the restart
         segments around the box, with the fast IDCT and upsampling (`_cut_fast`); every other crop decodes
-        the whole image accurately. The path taken is counted in `decode_paths` (per process)."""
+        the whole image accurately. The path taken is counted in `decode_paths` (per process). `hw`: sample
+        i's stored (height, width), where the caller has read it already (a batch's, in one gather)."""
         oh, ow = out.shape[:2]
-        h, w = (int(v) for v in self._shapes[i, :2])
+        h, w = hw if hw is not None else (int(v) for v in self._shapes[i, :2])
         if isinstance(plan, CenterCrop):  # the box is the whole image, resized to `resize` on the shorter side
             need = plan.resize / min(h, w)
             t = lft = 0.0
@@ -159,28 +161,34 @@ class BatchFilling:
 
     def _cut_fast(self, plan, store, field, i: int, factor: int, res, box, hw, out: np.ndarray) -> bool:
         """`_cut` for a training crop with decode="fast": the restart segments covering the box (plus the
-        pixels bilinear sampling reads around it) cut out as a JPEG of their own (codec.region_jpeg),
+        pixels bilinear sampling reads around it) cut out as a JPEG of their own (codec.region_of),
         decoded with the fast IDCT and upsampling at 1/factor, then resampled as the whole image would be
-        (the same box, the same arithmetic). A JPEG without restart segments (a source file the build
-        kept as it was, or a pack built before them) is decoded whole, fast. False, having done nothing,
+        (the same box, the same arithmetic). A JPEG without restart segments (a kept source the build
+        could not give markers: progressive, or no compiled part; a pack built before them) is decoded
+        whole, fast. False, having done nothing,
         where the fast decoder cannot read the bytes (CMYK, damage): the caller's accurate path decides."""
-        buf = self._jpeg_of(store, field, i, res)
-        lay = jpeg_layout(buf)
+        a = store.arrays
+        buf = a["images"][a["offsets"][i] : a["offsets"][i + 1]]
         (h, w), (t, lft, bh, bw) = hw, box
-        sh, sw = (int(v) for v in store.arrays["shapes"][i, :2])
+        sh, sw = (h, w) if res == self.resolution else (int(v) for v in a["shapes"][i, :2])
         ry, rx = sh / h, sw / w  # the store's pixels per the pack's (1 at the main resolution)
-        if lay is None:
-            sub, top, left = buf, 0, 0
-        else:
-            margin = 2 * factor  # bilinear taps and the area step's rounding, in the store's full pixels
-            y0, x0 = int(t * ry) - margin, int(lft * rx) - margin
-            y1, x1 = int(np.ceil((t + bh) * ry)) + margin, int(np.ceil((lft + bw) * rx)) + margin
-            sub, top, left = region_jpeg(buf, lay, y0, y1, x0, x1)
+        margin = 2 * factor  # bilinear taps and the area step's rounding, in the store's full pixels
+        y0, x0 = int(t * ry) - margin, int(lft * rx) - margin
+        y1, x1 = math.ceil((t + bh) * ry) + margin, math.ceil((lft + bw) * rx) + margin
+        cut = region_of(buf, y0, y1, x0, x1)  # the frame header checked against the store's shape, as _jpeg_of does
+        if cut is None or cut[:2] != (sh, sw):
+            raise PackError(f"{self.pack}/{self.split}: sample {i} at {res} px does not hold a {sw}x{sh} JPEG; "
+                            "not decoded (verify the pack, or rebuild it)")
+        _, _, sub, top, left = cut
+        if sub is None:
+            sub = buf
         pixels = decode_fast(sub, field.channels, factor)
         if pixels is None:
             return False
         if factor == 1 and res == self.resolution:  # integer box, whole pixels: as crops.apply cuts it
-            crops.apply(plan, pixels, (t - top, lft - left, bh, bw), out)
+            y, x = int(t) - top, int(lft) - left
+            if not resample.bilinear_window_into(pixels[y : y + int(bh), x : x + int(bw)], out, plan.interpolation):
+                crops.apply(plan, pixels, (t - top, lft - left, bh, bw), out)
             return True
         ky, kx = ry / factor, rx / factor  # reduced pixel k covers the store's pixels [k f, (k + 1) f)
         resample.warp_into(pixels, ((t * ry - top) / factor, (lft * rx - left) / factor, bh * ky, bw * kx), out)
@@ -284,9 +292,9 @@ class BatchFilling:
     def _pixels_into(self, idx: np.ndarray, images: np.ndarray, at, row, crop, boxes) -> None:
         """Samples `idx` into their batch rows: cut by a crop plan's boxes, a decoded pack's rows gathered,
         or each center-cropped."""
-        if boxes is not None:
-            for k, i in enumerate(idx):
-                self._cut(crop, int(i), boxes[k], images[row[k]])
+        if boxes is not None:  # Python ints and one gather a batch: per-image numpy scalars cost more than the cut
+            for i, box, r, hw in zip(idx.tolist(), boxes.tolist(), row, self._shapes[idx, :2].tolist()):
+                self._cut(crop, i, box, images[r], hw)
         elif self._pixels is not None and images.shape[1:] == self._pixels.shape[1:]:
             if isinstance(at, slice):
                 take_rows(self._pixels, idx, images[at])

@@ -10,6 +10,11 @@ are themselves a valid JPEG: `region_jpeg` makes it, and a decoder then reads on
 Huffman decoding, IDCT or colour conversion of the rest). Blocks are transformed independently and,
 with the fast (non-fancy) upsampling, colour planes are upsampled within their MCU, so the region's
 pixels equal the whole image's decoded the same way (tests/test_region_decode.py holds that).
+
+The compiled part (images/_jpegseg.c, built by setup.py where a C compiler is; optional) does the same
+cut in one call (`region_of`), and gives a kept source JPEG restart markers without touching its
+coefficients (`with_restarts`), so that its crops are region-decoded too. Without it `region_of` takes
+the Python path here (the same bytes) and kept sources stay as they are (decoded whole).
 """
 from __future__ import annotations
 
@@ -193,6 +198,45 @@ def _segments(b: np.ndarray, header: int, sof: int, height: int, width: int, hma
     starts[0], starts[1:] = header, rst + 2
     ends[:-1], ends[-1] = rst, eoi[0]
     return JpegLayout(header, sof, height, width, mcu_h, mcu_w, dri, columns, rows, starts, ends)
+
+
+try:  # the compiled part (setup.py builds it where it can; see the module docstring)
+    from . import _jpegseg
+except ImportError:  # pragma: no cover - an install without a C compiler
+    _jpegseg = None
+
+
+def compiled() -> bool:
+    """Whether images/_jpegseg.c was built and imports (region cuts in C, restart markers for kept JPEGs)."""
+    return _jpegseg is not None
+
+
+def region_of(buf: np.ndarray, y0: int, y1: int, x0: int, x1: int, pure: bool = False):
+    """The frame's (height, width) and the region JPEG covering rows [y0, y1), columns [x0, x1) of `buf`
+    (`region_jpeg`'s bytes) with its origin: (height, width, sub, top, left), `sub` None where `buf` is
+    decoded whole (no restart layout, or the region is the whole image); None where `buf` is not a JPEG
+    with a frame header. In C where the compiled part is (`pure=True`: the Python path, for tests)."""
+    if _jpegseg is not None and not pure:
+        return _jpegseg.region(buf, y0, y1, x0, x1)
+    head = jpeg_header(buf)
+    if head is None:
+        return None
+    lay = jpeg_layout(buf)
+    if lay is None:
+        return head[0], head[1], None, 0, 0
+    sub, top, left = region_jpeg(buf, lay, y0, y1, x0, x1)
+    return head[0], head[1], (None if sub is buf else sub), top, left
+
+
+def with_restarts(data: bytes) -> bytes:
+    """A source JPEG as a pack keeps it, with restart markers every `restart_interval` MCUs added
+    losslessly (the same coefficients, so the same pixels: tests/test_jpegseg.py decodes both), so that
+    training crops decode only the segments around their box. `data` itself where that is not done:
+    no compiled part, a progressive or otherwise unusual JPEG, damaged data, or markers already there."""
+    if _jpegseg is None:
+        return data
+    out = _jpegseg.add_restarts(data, RESTART_MCUS)
+    return data if out is None else out
 
 
 _EOI = np.array([0xFF, 0xD9], np.uint8)

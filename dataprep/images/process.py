@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import ImageDecodeError
 from ..sources.listing import read_source
 from . import resize
-from .codec import encode_jpeg
+from .codec import encode_jpeg, with_restarts
 from .decode import decode_source
 from .settings import ImageSettings
 
@@ -20,7 +20,7 @@ from .settings import ImageSettings
 class Processed:
     data: np.ndarray  # JPEG bytes (1-D uint8) or HWC pixels (uint8, or uint16 at depth 16)
     shape: tuple[int, int, int]  # HWC of the stored image once decoded
-    kept: bool  # the source JPEG's bytes are stored unchanged
+    kept: bool  # the source JPEG is stored as it was: its bytes, or its coefficients with restart markers added
     source_bytes: int
     geometry: resize.Geometry | None = None  # how the upright source became this (a mask follows it)
     phash: int | None = None  # with process_levels(..., fingerprint=True): the sample's perceptual hash, on every size
@@ -65,7 +65,8 @@ def process_levels(path: str, settings: ImageSettings, data: bytes | None = None
         if settings.mode == "raw":
             out.append(Processed(pixels, shape, False, len(data), geom))
         elif settings.keep_jpeg and dec.keepable_source and geom.identity:
-            out.append(Processed(np.frombuffer(data, np.uint8), shape, True, len(data), geom))
+            # its coefficients as they were, with restart markers added where they can be (region decoding)
+            out.append(Processed(np.frombuffer(with_restarts(data), np.uint8), shape, True, len(data), geom))
         else:
             try:
                 out.append(Processed(encode_jpeg(pixels, settings.quality), shape, False, len(data), geom))
