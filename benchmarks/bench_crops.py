@@ -9,6 +9,7 @@ fixed-shape raw pack (on CPU here, on CUDA where there is one).
     .venv/bin/python benchmarks/bench_crops.py --ffcv-only --rounds 3 [--ffcv /tmp/ffcv-venv/bin/python] [--repeat 4]
     .venv/bin/python benchmarks/bench_crops.py --sweep --rounds 3 --epochs 3   # the Loader at 1..cores workers
     .venv/bin/python benchmarks/bench_crops.py --threads --rounds 4             # fill_batch on threads vs processes
+    .venv/bin/python benchmarks/bench_crops.py --ffcv-only --busy               # beside FFCV, under load from a second process
 
 Rates are img/s, the median of --rounds rounds; a round is --epochs full epochs timed from the first
 request to the last batch. Workers (the Loader's, and the stock DataLoader's persistent ones) are started
@@ -25,6 +26,7 @@ import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -39,7 +41,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 
 import dataprep  # noqa: E402
 from dataprep.images.build import build_images  # noqa: E402
-from dataprep.images.codec import decode_cv2, decode_cv2_reduced, decode_fast, jpeg_layout, region_jpeg  # noqa: E402
+from dataprep.images.codec import compiled, decode_cv2, decode_cv2_reduced, decode_fast, region_of  # noqa: E402
 from dataprep.images.settings import ImageSettings  # noqa: E402
 from dataprep.serve.request import Request  # noqa: E402
 from dataprep.settings import BuildSettings  # noqa: E402
@@ -140,14 +142,15 @@ def fill_cost(ds, rounds: int) -> float:
 def stage_costs(ds, rounds: int) -> dict[str, float]:
     """Where a crop's time goes, per image on one core (ms): fill_batch over a shuffled epoch (as
     fill_cost), its stages timed by wrapping the functions the fill calls (the header check, the decode,
-    full or reduced, fast or accurate; with decode="fast", finding the restart segments (`layout`) and
-    cutting the box's out (`region`); the resample of the box into the batch row, the flip); `bookkeeping` is the rest of
-    the fill (Python per image and per batch: boxes, paths, views). Wrappers cost ~0.3 us a call."""
+    full or reduced, fast or accurate; with decode="fast", `cut`: the header check, finding the restart
+    segments and cutting the box's out (codec.region_of: in C where images/_jpegseg.c is built); the
+    resample of the box into the batch row, the flip); `bookkeeping` is the rest of the fill (Python per
+    image and per batch: boxes, paths, views). Wrappers cost ~0.3 us a call."""
     import dataprep.images.batches as batches
     import dataprep.images.codec as codec
     import dataprep.images.dataset as dataset
 
-    spent: dict[str, float] = {"header": 0.0, "layout": 0.0, "region": 0.0, "decode": 0.0, "resample": 0.0, "flip": 0.0}
+    spent: dict[str, float] = {"header": 0.0, "cut": 0.0, "decode": 0.0, "resample": 0.0, "flip": 0.0}
 
     def timed(stage, fn):
         def run(*a, **k):
@@ -160,8 +163,9 @@ def stage_costs(ds, rounds: int) -> dict[str, float]:
 
     patches = [(dataset, "jpeg_header", "header"), (batches, "jpeg_header", "header"),
                (batches, "decode_cv2_reduced", "decode"), (batches, "decode_fast", "decode"),
-               (batches, "jpeg_layout", "layout"), (batches, "region_jpeg", "region"), (batches.crops, "apply", "resample"),
-               (batches.resample, "warp_into", "resample"), (batches.crops, "flip_into", "flip")]
+               (batches, "region_of", "cut"), (batches.crops, "apply", "resample"),
+               (batches.resample, "warp_into", "resample"), (batches.resample, "bilinear_window_into", "resample"),
+               (batches.crops, "flip_into", "flip")]
     saved = [(mod, name, getattr(mod, name)) for mod, name, _ in patches]
     saved_cv2 = codec.DECODERS["cv2"]
     try:
@@ -294,8 +298,6 @@ def gpu_crop(raw_pack: Path, rounds: int, threads: int) -> dict:
 
 def ffcv_round(python: str, src: Path, size: int, epochs: int, repeat: int, out: Path) -> dict:
     """One run of the shared FFCV harness (../shared/peers/ffcv_bench.py) in its own venv: its JSON line."""
-    import subprocess
-
     harness = HERE.parents[1] / "shared" / "peers" / "ffcv_bench.py"
     cmd = [python, str(harness), str(src), "--size", str(size), "--crop", "rrc", "--workers", "2", "--batch", str(BATCH),
            "--epochs", str(epochs), "--repeat", str(repeat), "--out", str(out)]
@@ -320,8 +322,9 @@ def loader_round(ds, epochs: int) -> list[float]:
 
 def threads_against_processes(pack: Path, rounds: int, epochs: int) -> dict:
     """ds.fill_batch of RandomResizedCrop(224) + flip batches from a pool of 1..cores+1 threads, each batch
-    into its own buffers (what a thread-backed Loader does, without its bookkeeping: its ceiling), against
-    Loader(num_workers=2) processes; interleaved rounds of `epochs` epochs, img/s."""
+    into its own buffers (a thread-backed Loader without its bookkeeping: its ceiling), and the
+    thread-backed Loader itself (Loader(threads=True), 2 threads), against Loader(num_workers=2)
+    processes; interleaved rounds of `epochs` epochs, img/s."""
     from concurrent.futures import ThreadPoolExecutor
 
     ds = dataprep.InMemoryImageDataset(pack)
@@ -331,6 +334,7 @@ def threads_against_processes(pack: Path, rounds: int, epochs: int) -> dict:
     counts = list(range(1, (os.cpu_count() or 1) + 2))
     pools = {t: ThreadPoolExecutor(t) for t in counts}
     ld = dataprep.Loader(ds, BATCH, shuffle=True, num_workers=2, crop=plan, flip=True)
+    lt = dataprep.Loader(ds, BATCH, shuffle=True, num_workers=2, crop=plan, flip=True, threads=True)
 
     def threaded(t: int, r: int) -> float:
         req = Request(epoch=r, crop=plan, flip=True)
@@ -345,12 +349,15 @@ def threads_against_processes(pack: Path, rounds: int, epochs: int) -> dict:
         return n / (time.perf_counter() - t0)
 
     epochs_seconds(ld, 1)
-    rates: dict[str, list[float]] = {f"{t} threads": [] for t in counts} | {"Loader, 2 processes": []}
+    epochs_seconds(lt, 1)
+    rates: dict[str, list[float]] = {f"{t} threads": [] for t in counts} | {"Loader, 2 threads": [], "Loader, 2 processes": []}
     for r in range(rounds):
         for t in counts:
             rates[f"{t} threads"].append(threaded(t, r))
+        rates["Loader, 2 threads"].append(len(ds) * epochs / epochs_seconds(lt, epochs))
         rates["Loader, 2 processes"].append(len(ds) * epochs / epochs_seconds(ld, epochs))
     ld.close()
+    lt.close()
     for p in pools.values():
         p.shutdown()
     print(f"\nthreads against processes, 256 px pack ({len(ds)} images x {epochs}), {rounds} interleaved rounds, "
@@ -388,16 +395,9 @@ def side_by_side(python: str, src: Path, tmp: Path, rounds: int, epochs: int, re
     threads against 2 workers, in interleaved rounds (FFCV 256, Loader 256, FFCV 512, Loader 512, Loader
     multi-res; again): each side's rate is the median of its epochs after the first (FFCV's harness starts
     its loader in the first), both sides timed the same way; the ratio is of the medians over rounds."""
-    from dataprep import build as front
-
-    files = [p for p in sorted(src.rglob("*")) if p.is_file()]
-    listing = tmp / "repeated.csv"
-    listing.write_text("".join(f"{p},{p.parent.name}\n" for p in files) * repeat)
-    packs = {256: front.list(listing, tmp / "rep256", root="/", size=256, workers=2),
-             512: front.list(listing, tmp / "rep512", root="/", size=512, workers=2),
-             "multi": front.list(listing, tmp / "repmulti", root="/", sizes=(128, 256, 512), workers=2)}
-    ds = {256: dataprep.InMemoryImageDataset(packs[256].out), 512: dataprep.InMemoryImageDataset(packs[512].out),
-          "multi": dataprep.InMemoryImageDataset(packs["multi"].out, resolution="all")}
+    packs = repeated_packs(src, tmp, repeat)
+    ds = {256: dataprep.InMemoryImageDataset(packs[256]), 512: dataprep.InMemoryImageDataset(packs[512]),
+          "multi": dataprep.InMemoryImageDataset(packs["multi"], resolution="all")}
     got: dict[str, list[float]] = {k: [] for k in ("FFCV 256", "Loader 256", "FFCV 512", "Loader 512", "Loader multi-res 512")}
     loads = [os.getloadavg()[0]]
     for r in range(rounds):
@@ -414,6 +414,21 @@ def side_by_side(python: str, src: Path, tmp: Path, rounds: int, epochs: int, re
             "ratio_512": max(med["Loader 512"], med["Loader multi-res 512"]) / med["FFCV 512"], "load": loads}
 
 
+def repeated_packs(src: Path, tmp: Path, repeat: int) -> dict:
+    """Packs at 256 px, 512 px and 128/256/512 px of the photos under `src` listed `repeat` times (a
+    path list: epochs long enough to time), once per tmp folder."""
+    from dataprep import build as front
+
+    if (tmp / "rep256").exists():
+        return {256: tmp / "rep256", 512: tmp / "rep512", "multi": tmp / "repmulti"}
+    files = [p for p in sorted(src.rglob("*")) if p.is_file()]
+    listing = tmp / "repeated.csv"
+    listing.write_text("".join(f"{p},{p.parent.name}\n" for p in files) * repeat)
+    return {256: front.list(listing, tmp / "rep256", root="/", size=256, workers=2).out,
+            512: front.list(listing, tmp / "rep512", root="/", size=512, workers=2).out,
+            "multi": front.list(listing, tmp / "repmulti", root="/", sizes=(128, 256, 512), workers=2).out}
+
+
 def build(root: Path, out: Path, **image) -> Path:
     build_images(scan_imagenet(root), out, BuildSettings(workers=2), ImageSettings(**image), progress=False)
     return out
@@ -427,7 +442,8 @@ def main() -> int:
     ap.add_argument("--json", default=str(HERE / "results" / "bench_crops.json"))
     ap.add_argument("--ffcv", default="/tmp/ffcv-venv/bin/python",
                     help="the python of FFCV's venv (bash ../shared/peers/setup.sh makes it); absent: no side-by-side run")
-    ap.add_argument("--repeat", type=int, default=4, help="side by side: every photo listed this many times (epochs long enough to time)")
+    ap.add_argument("--repeat", type=int, default=4,
+                    help="every photo listed this many times (epochs long enough to time): beside FFCV, and against the stock DataLoader")
     ap.add_argument("--ffcv-only", action="store_true", help="run only the side-by-side rounds against FFCV")
     ap.add_argument("--no-ffcv", action="store_true", help="leave the side-by-side rounds against FFCV out")
     ap.add_argument("--threads", action="store_true",
@@ -435,15 +451,38 @@ def main() -> int:
                          "filled in place, no IPC: a thread-backed Loader at best) against the Loader's 2 worker processes")
     ap.add_argument("--sweep", action="store_true",
                     help="run only the worker sweep: the Loader at 1..cores workers over the 256 px pack, img/s and per worker")
+    ap.add_argument("--pure", action="store_true",
+                    help="without the compiled part (images/_jpegseg.c): Python region cuts, kept sources without restart markers")
+    ap.add_argument("--busy", action="store_true",
+                    help="under load from a second process: one more process spins a core (a Python loop) for the whole "
+                         "run, and is stopped at the end")
     a = ap.parse_args()
+    busy = None
+    if a.busy:  # started first, so that every round, FFCV's and ours, runs beside it
+        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        print(f"under load: a second process (pid {busy.pid}) spins one core for the whole run")
+    try:
+        return run(a)
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()
+
+
+def run(a) -> int:
+    if a.pure:
+        import dataprep.images.codec as codec
+
+        codec._jpegseg = None  # before the packs are built: their kept sources stay as they were
     torch.set_num_threads(1)
     import cv2
 
     cv2.setNumThreads(0)
     load0 = os.getloadavg()
     print(f"load average at the start: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} ({os.cpu_count()} cores)")
+    print("compiled part (images/_jpegseg.c): " + ("built" if compiled() else "not used: Python region cuts, kept sources without markers"))
     tmp = Path(tempfile.mkdtemp(prefix="dataprep-bench-crops-"))
-    res: dict = {"load_before": load0, "batch": BATCH, "crop": CROP, "rounds": a.rounds, "epochs": a.epochs}
+    res: dict = {"load_before": load0, "compiled": compiled(), "busy": a.busy, "batch": BATCH, "crop": CROP, "rounds": a.rounds, "epochs": a.epochs}
     try:
         root = Path(a.corpus)
         if (root / "train").is_dir():
@@ -480,9 +519,12 @@ def main() -> int:
                 Path(a.json).write_text(json.dumps(res, indent=1, default=str))
             return 0
         t0 = time.perf_counter()
-        packs = {256: build(root, tmp / "p256", size=256), 512: build(root, tmp / "p512", size=512),
-                 "multi": build(root, tmp / "pmulti", sizes=(128, 256, 512)),
-                 "raw": build(root, tmp / "raw256", size=256, resize="center-crop", mode="raw")}
+        if (root / "train").is_dir() and a.repeat > 1:  # the photos listed --repeat times, as beside FFCV
+            packs = repeated_packs(root / "train", tmp, a.repeat)
+        else:
+            packs = {256: build(root, tmp / "p256", size=256), 512: build(root, tmp / "p512", size=512),
+                     "multi": build(root, tmp / "pmulti", sizes=(128, 256, 512))}
+        packs["raw"] = build(root, tmp / "raw256", size=256, resize="center-crop", mode="raw")
         res["build_s"] = time.perf_counter() - t0
         ds = {256: dataprep.InMemoryImageDataset(packs[256]), 512: dataprep.InMemoryImageDataset(packs[512]),
               "multi": dataprep.InMemoryImageDataset(packs["multi"], resolution="all")}
@@ -520,8 +562,8 @@ def main() -> int:
         def box_fast(k):  # what decode="fast" decodes for a crop: the restart segments around its box (a kept source: all)
             t, l, h, w = (int(v) for v in boxes[k])
             buf = np.asarray(bufs[k])
-            lay = jpeg_layout(buf)
-            decode_fast(buf if lay is None else region_jpeg(buf, lay, t - 2, t + h + 2, l - 2, l + w + 2)[0], 3)
+            sub = region_of(buf, t - 2, t + h + 2, l - 2, l + w + 2)[2]
+            decode_fast(buf if sub is None else sub, 3)
 
         cost = {"full decode": per_image(lambda b: decode_cv2(b, 3), bufs, a.rounds),
                 "full decode, fast": per_image(lambda b: decode_fast(np.asarray(b), 3), bufs, a.rounds),
@@ -558,7 +600,7 @@ def main() -> int:
             st.update(handoff_cost(d, st["fill"], a.epochs))
             res["stages_ms"][name] = st
             print(f"  {name:15s} fill {st['fill']:.3f} = decode {st['decode']:.3f} + resample {st['resample']:.3f} + flip "
-                  f"{st['flip']:.3f} + header {st['header']:.3f} + layout {st['layout']:.3f} + region {st['region']:.3f} + "
+                  f"{st['flip']:.3f} + header {st['header']:.3f} + cut {st['cut']:.3f} + "
                   f"bookkeeping {st['bookkeeping']:.3f}; Loader(1 worker) "
                   f"{st['loader_1_worker']:.3f}: handoff {st['handoff']:+.3f}")
         print("decode paths taken over one epoch of Loader(num_workers=0), % of crops:")

@@ -28,6 +28,9 @@ def pack(index_tree, tmp_path_factory):
 
 
 def loader(pack, workers, **kw):
+    """workers: 0, a number of worker processes, or "threads" (two threads of this process, threads=True)."""
+    if workers == "threads":
+        workers, kw = 2, {**kw, "threads": True}
     return Loader(dataprep.InMemoryImageDataset(pack), 3, shuffle=True, seed=5, num_workers=workers, indices=True, **kw)
 
 
@@ -43,7 +46,7 @@ def in_ring(t: torch.Tensor, ld: Loader) -> bool:
     return lo <= t.data_ptr() < lo + ring.nbytes
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, 2, "threads"])
 def test_a_kept_epoch_never_changes_however_many_epochs_follow(pack, workers):
     with loader(pack, workers) as ld, warnings.catch_warnings():
         warnings.simplefilter("error")  # the spare slots hold an epoch of this size: no copy, no warning
@@ -55,7 +58,7 @@ def test_a_kept_epoch_never_changes_however_many_epochs_follow(pack, workers):
         assert all(in_ring(images, ld) for images, _, _ in kept)  # zero-copy: views of the ring
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, 2, "threads"])
 def test_without_the_hold_check_kept_batches_are_overwritten(pack, workers, monkeypatch):
     """Negative control: a Loader that refills slots regardless (the old ring) fails the check above."""
     monkeypatch.setattr(Loader, "_held", lambda self, slot: False)
@@ -65,7 +68,7 @@ def test_without_the_hold_check_kept_batches_are_overwritten(pack, workers, monk
         assert wrong(kept) > 0
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, 2, "threads"])
 def test_views_of_a_batch_hold_it_too(pack, workers):
     with loader(pack, workers) as ld:
         it = iter(ld)
@@ -81,7 +84,7 @@ def test_views_of_a_batch_hold_it_too(pack, workers):
         assert decode_index(as_numpy) == want[1]
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, 2, "threads"])
 def test_a_loop_that_drops_its_batches_cycles_the_pipeline_slots_and_copies_nothing(pack, workers):
     with loader(pack, workers, hold_bytes=0) as ld, warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -98,7 +101,7 @@ def test_a_loop_that_drops_its_batches_cycles_the_pipeline_slots_and_copies_noth
         assert ld._total == ld._slots() + 1
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, 2, "threads"])
 def test_gradient_accumulation_that_keeps_a_few_batches_is_served_without_copies(pack, workers):
     with loader(pack, workers) as ld, warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -108,7 +111,7 @@ def test_gradient_accumulation_that_keeps_a_few_batches_is_served_without_copies
             assert in_ring(batch[0], ld) and wrong(window) == 0
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, 2, "threads"])
 def test_past_the_spare_slots_batches_are_copies_and_one_warning_names_copy_true(pack, workers):
     with loader(pack, workers, hold_bytes=0) as ld:  # one spare slot
         with pytest.warns(UserWarning, match="copy=True") as caught:
@@ -120,7 +123,7 @@ def test_past_the_spare_slots_batches_are_copies_and_one_warning_names_copy_true
         assert ld._total == ld._slots() + 1          # the ring did not grow past its bound
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, 2, "threads"])
 def test_pinned_and_copied_batches_never_alias_the_ring(pack, workers):
     for kw in ({"pin_memory": True}, {"copy": True}):
         with loader(pack, workers, **kw) as ld:
@@ -134,11 +137,12 @@ def test_hold_bytes_must_not_be_negative(pack):
         loader(pack, 0, hold_bytes=-1)
 
 
-def test_a_jpeg_pack_with_random_crops_keeps_held_batches_too(photo_tree, tmp_path):
+@pytest.mark.parametrize("threads", [False, True])
+def test_a_jpeg_pack_with_random_crops_keeps_held_batches_too(photo_tree, tmp_path, threads):
     """The crop path writes into the same ring: held crops stay the crops they were when served."""
     build_images(scan_imagenet(photo_tree), tmp_path / "p", BuildSettings(shard_size=8), ImageSettings(size=48))
     ds = dataprep.InMemoryImageDataset(tmp_path / "p")
-    with Loader(ds, 4, shuffle=True, num_workers=2, crop=dataprep.RandomResizedCrop(32), flip=True) as ld:
+    with Loader(ds, 4, shuffle=True, num_workers=2, crop=dataprep.RandomResizedCrop(32), flip=True, threads=threads) as ld:
         kept = [(x, y) for x, y in ld]
         sums = [x.to(torch.int64).sum().item() for x, _ in kept]
         list(ld)

@@ -229,7 +229,7 @@ def builtins(index_tree, tmp_path_factory):
 
 
 # which hooks and flags each one gives: what the Loader and a Mixture find on it
-HAS = {"images": ({"WorkerInit", "SetsEpoch", "FillsParts"}, {"fills_rows"}),
+HAS = {"images": ({"WorkerInit", "SetsEpoch", "FillsParts"}, {"fills_rows", "fills_in_threads"}),
        "tokens": ({"SetsEpoch", "Addressed", "Windowed"}, {"fills_rows", "independent_samples"}),
        "tables": (set(), {"fills_rows"}),
        "image mixture": ({"WorkerInit", "SetsEpoch"}, {"fills_rows", "fills_runs", "ordered"}),

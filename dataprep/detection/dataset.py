@@ -177,6 +177,7 @@ class DetectionDataset(InMemoryImageDataset):
         return {k: (v[:, :m] if k in ("boxes", "labels", "crowd") else v) for k, v in batch.items()}
 
     fills_rows = True  # fill_batch takes rows= (a Mixture writes each member's share straight into the batch)
+    fills_in_threads = False  # its fills have not been run in threads yet: worker processes serve it
     fill_parts = None  # the image kind's fills pixels only: a Mixture fills members one by one, boxes too
 
     def fill_batch(self, idx, out: dict[str, np.ndarray], request: Request | None = None, rows=None) -> None:

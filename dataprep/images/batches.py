@@ -220,6 +220,9 @@ class BatchFilling:
         return img
 
     fills_rows = True  # fill_batch takes rows= (a Mixture's members write straight into their batch rows)
+    # Loader(threads=True): fills of disjoint rows may run at once (per-call buffers, thread-local scratch;
+    # decode_paths may then miss a count); a resolution or partition switch happens in a pass's first fill
+    fills_in_threads = True
 
     def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray], request: Request | None = None,
                    rows: np.ndarray | None = None) -> None:

@@ -119,6 +119,7 @@ class SegmentationDataset(InMemoryImageDataset):
         return {"images": images, "masks": (images[0][:2], self.mask_dtype)}
 
     fills_rows = False  # fill_batch writes out's first rows only (a Mixture gives it a buffer of its own)
+    fills_in_threads = False  # its fills have not been run in threads yet: worker processes serve it
     fill_parts = None  # the image kind's fills images only: a Mixture fills pairs member by member, masks too
 
     def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray], request: Request | None = None) -> None:

@@ -160,6 +160,8 @@ FLAGS: dict[str, str] = {
     "fills_rows": "fill_batch takes rows= (FillsRows)",
     "fills_runs": "fill_batch takes a range for a run of positions (FillsRuns)",
     "ordered": "the dataset orders its samples itself (a Mixture): the Loader refuses shuffle=True",
+    "fills_in_threads": "fill_batch may run in several threads of one process at once, on disjoint rows of one request "
+                        "(Loader(threads=True)); the dataset's state moves only in the first fill of a pass",
     "independent_samples": "samples are independent random draws keyed by (epoch, index) (random token windows): a "
                            "Mixture serves them in index order, drawing no shuffle for them",
 }

@@ -52,9 +52,10 @@ import torch
 from ..errors import DataprepError, WorkerError
 from . import contract
 from .order import rank_and_world, rank_batch_count, rank_batches
-from .request import Request
+from .request import Request, as_run
 from .resume import check_state, loader_state
 from .stats import DATA_BOUND, EpochStats, decode_snapshot
+from .threads import ThreadFills, with_threads
 from .workers import rows, serve_requests
 
 SMALL_FIELD = 1024  # bytes a sample: fields this small are served as fresh tensors, not slot views
@@ -96,6 +97,11 @@ class Loader:
             slot); past them, batches are served as copies.
         indices: also yield each batch's sample indices (int64, last), e.g. for dataprep.gpu crops.
         prefetch: batches each worker may have in flight.
+        threads: fill batches with `num_workers` threads of this process instead of forked worker
+            processes (serve/threads.py): no fork, no IPC, so it runs on Windows, on macOS and under the
+            `spawn` start method; the dataset must allow concurrent fills (`fills_in_threads`: dataprep's
+            image datasets). [default: threads where fork is absent or unsafe (Windows, macOS) and the
+            dataset allows them, else processes, faster on Linux (docs/benchmarks.md, Crops)]
         stats: measure how long the consumer waits for data (`stats()`: three clock reads a batch here,
             one a part in each worker); False measures nothing.
 
@@ -110,7 +116,7 @@ class Loader:
                  layout: str = "nchw", crop: Any = None, flip: bool = False, schedule=None,
                  rank: int | None = None, world_size: int | None = None, copy: bool = False,
                  indices: bool = False, prefetch: int = 2, timeout: float = 300.0, hold_bytes: int = HOLD_BYTES,
-                 stats: bool = True):
+                 stats: bool = True, threads: bool | None = None):
         contract.check_servable(dataset)  # once, here: a dataset lacking a required method never reaches a batch
         if contract.attribute(dataset, "transform") is not None or contract.attribute(dataset, "joint") is not None:
             raise DataprepError("Loader serves uint8 batches and applies no per-sample transform: make the dataset "
@@ -128,8 +134,16 @@ class Loader:
         if shuffle and contract.flag(dataset, "ordered"):
             raise DataprepError(f"a {type(dataset).__name__} orders its samples itself (members shuffled, interleaved "
                                 "by weight): pass shuffle=False")
-        if num_workers and "fork" not in mp.get_all_start_methods():
-            raise DataprepError("Loader workers need the fork start method (Linux); use num_workers=0")
+        concurrent = contract.flag(dataset, "fills_in_threads")
+        if threads is None:  # threads where forking is not an option and the dataset allows them
+            threads = bool(num_workers) and concurrent and not _forks_safely()
+        if num_workers and threads and not concurrent:
+            raise DataprepError(f"a {type(dataset).__name__} does not say that its fills may run in several threads at once "
+                                "(the flag fills_in_threads, docs/datasets.md): pass threads=False (worker processes) or "
+                                "num_workers=0")
+        if num_workers and not threads and "fork" not in mp.get_all_start_methods():
+            raise DataprepError("Loader worker processes need the fork start method (Linux); pass threads=True (for a "
+                                "dataset that allows it) or num_workers=0")
         part = contract.attribute(dataset, "partition")
         if part is not None and sampler is None:  # a node's ranks share the node's part
             if (rank, world_size) not in ((None, None), (part.local_rank, part.local_world)):
@@ -144,6 +158,8 @@ class Loader:
         self.num_workers, self.drop_last, self.sampler, self.pin_memory = num_workers, drop_last, sampler, pin_memory
         self.layout, self.crop, self.flip, self.schedule, self.copy = layout, crop, bool(flip), schedule, copy
         self.prefetch, self.timeout, self.indices, self.hold_bytes = prefetch, timeout, indices, int(hold_bytes)
+        self.threads = bool(threads) and num_workers > 0
+        self._fills: ThreadFills | None = None  # the thread pool (threads=True), made at the first pass
         self.batch_sampler = None  # DataLoader's attribute, read by tools that inspect loaders (Lightning does)
         self._next_epoch = 0  # the epoch a fresh iter() serves
         self._resume: tuple[int, int] | None = None  # (epoch, samples consumed) a restored state starts from
@@ -166,7 +182,7 @@ class Loader:
         self._gen_stats: dict[int, EpochStats] = {}  # worker generation -> the figures its parts count into
         self._latest = 0  # the epoch of the pass served last: what stats() describes by default
         # image packs' own attributes (no part of the contract): only for this warning
-        if schedule is not None and num_workers and getattr(dataset, "cache", None) == "ram" \
+        if schedule is not None and num_workers and not self.threads and getattr(dataset, "cache", None) == "ram" \
                 and len(set(getattr(dataset, "resolutions", []))) > 1:
             warnings.warn("a schedule over a multi-resolution pack with cache='ram': each worker loads each resolution "
                           "into its own memory; cache='shm' (or 'mmap') keeps one copy", stacklevel=2)
@@ -332,7 +348,13 @@ class Loader:
             slot_bytes = sum(self.batch_size * nb for nb, _ in self._capacity.values())
             slots = self._total = self._slots() + self._spare(slot_bytes)
             sizes = {k: -(-slots * self.batch_size * nb // 4096) * 4096 for k, (nb, _) in self._capacity.items()}
-            buf = mmap.mmap(-1, max(sum(sizes.values()), 4096), flags=mmap.MAP_SHARED | _NORESERVE)
+            size = max(sum(sizes.values()), 4096)
+            if self.threads:  # this process's own memory (no mapping to share: and Windows has no MAP_SHARED)
+                if self._fills is not None:
+                    self._fills.settle()  # no part still writes the old ring
+                buf = np.empty(size, np.uint8)
+            else:
+                buf = mmap.mmap(-1, size, flags=mmap.MAP_SHARED | _NORESERVE)
             ring, pos = {}, 0
             for k, (nb, _) in self._capacity.items():
                 ring[k] = np.frombuffer(buf, np.uint8, slots * self.batch_size * nb, pos).reshape(slots, -1)
@@ -491,7 +513,13 @@ class Loader:
                 yield view
                 asked = clock()
         else:
-            for b, view in enumerate(self._with_workers(batches, ring, req, layout, runs)):
+            if self.threads:
+                if self._fills is None:
+                    self._fills = ThreadFills(self.dataset, self.num_workers, self.timeout)
+                source = with_threads(self, self._fills, batches, req, layout, runs, rec)
+            else:
+                source = self._with_workers(batches, ring, req, layout, runs)
+            for b, view in enumerate(source):
                 self._served(epoch, after[b], b == len(batches) - 1)
                 if b == 0:  # the workers are forked by now: a thread may run
                     self._prefetch(epoch + 1)
@@ -530,7 +558,10 @@ class Loader:
             self._procs.append(p)
 
     def close(self) -> None:
-        """Stop the workers (also done when the Loader is garbage-collected)."""
+        """Stop the workers, processes or threads (also done when the Loader is garbage-collected)."""
+        if getattr(self, "_fills", None) is not None:
+            self._fills.close()
+            self._fills = None
         for c in self._pipes:
             try:
                 c.send(None)
@@ -552,7 +583,7 @@ class Loader:
         self.close()
 
     def __del__(self):
-        if getattr(self, "_procs", None):
+        if getattr(self, "_procs", None) or getattr(self, "_fills", None) is not None:
             self.close()
 
     def _runs(self) -> bool:
@@ -656,7 +687,7 @@ class Loader:
         raise DataprepError(f"loader worker failed on batch {msg[2]}: {msg[3]}")
 
 
-def as_run(idx: np.ndarray):
-    """A batch of the identity order as range(lo, hi) where it is one (see Loader._runs), else as it is."""
-    lo, n = int(idx[0]), len(idx)
-    return range(lo, lo + n) if int(idx[-1]) - lo == n - 1 else idx
+def _forks_safely() -> bool:
+    """Whether worker processes may be forked here: fork exists, and it is not macOS, where forking a
+    process that has loaded system frameworks (torch does) may crash the child."""
+    return "fork" in mp.get_all_start_methods() and sys.platform != "darwin"

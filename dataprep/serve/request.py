@@ -37,3 +37,9 @@ def refuse_augmentation(request: Request, what: str) -> None:
         from ..errors import DataprepError
 
         raise DataprepError(f"crop and flip apply to image datasets; {what} serves no images (pass crop=None, flip=False)")
+
+
+def as_run(idx):
+    """A batch of the identity order as range(lo, hi) where it is one (see Loader._runs), else as it is."""
+    lo, n = int(idx[0]), len(idx)
+    return range(lo, lo + n) if int(idx[-1]) - lo == n - 1 else idx
