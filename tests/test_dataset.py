@@ -158,8 +158,22 @@ def test_label_out_of_range(packs, tmp_path):
     p = _copy(packs["raw"], tmp_path)
     m = json.loads((p / "manifest.json").read_text())
     m["fields"]["label"]["num_classes"] = 2
+    m["classes"] = m["classes"][:2]  # a consistent manifest whose stored labels go past its classes
     (p / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(PackError, match="label is 2"):
+        InMemoryImageDataset(p)
+
+
+@pytest.mark.parametrize("classes", [None, [], "n0", ["n0", "n1"], ["n0", "n1", 2]])
+def test_classes_that_do_not_name_every_label_are_refused(packs, tmp_path, classes):
+    """A label field counting 3 classes beside a `classes` list that is missing, short or not names: served,
+    the labels would be dropped (an empty list reads as an unlabelled pack) or misnamed, with no error."""
+    p = _copy(packs["raw"], tmp_path)
+    m = json.loads((p / "manifest.json").read_text())
+    assert m["fields"]["label"]["num_classes"] == len(m["classes"]) == 3
+    m["classes"] = classes
+    (p / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(PackError, match="'classes' must list the 3 class names"):
         InMemoryImageDataset(p)
 
 

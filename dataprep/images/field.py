@@ -7,6 +7,7 @@ own role (each role's arrays have their own names, so they sit beside images in 
 from __future__ import annotations
 
 import codecs
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -320,7 +321,15 @@ def common_fields(m: dict[str, Any], where: Path | str) -> dict[str, Field]:
     the manifest has them."""
     out: dict[str, Field] = {}
     if "label" in m["fields"]:
-        out["label"] = LabelField.from_manifest(m["fields"]["label"], where)
+        out["label"] = label = LabelField.from_manifest(m["fields"]["label"], where)
+        # labels are served under the names in `classes`: a list that does not name every class would drop them
+        # (an unlabelled dataset) or misname them, silently
+        classes = m.get("classes")
+        if classes is None and label.num_classes == 0:
+            classes = []
+        if not isinstance(classes, list) or len(classes) != label.num_classes or not all(isinstance(c, str) for c in classes):
+            raise PackError(f"{where}: 'classes' must list the {label.num_classes} class names the label field counts, "
+                            f"not {json.dumps(classes)[:80]}")
     out["source"] = StringsField.from_manifest("source", m["fields"]["source"], where)
     if "caption" in m["fields"]:
         out["caption"] = CaptionField.from_manifest("caption", m["fields"]["caption"], where)
