@@ -177,8 +177,7 @@ class BatchFilling:
         y1, x1 = math.ceil((t + bh) * ry) + margin, math.ceil((lft + bw) * rx) + margin
         cut = region_of(buf, y0, y1, x0, x1)  # the frame header checked against the store's shape, as _jpeg_of does
         if cut is None or cut[:2] != (sh, sw):
-            raise PackError(f"{self.pack}/{self.split}: sample {i} at {res} px does not hold a {sw}x{sh} JPEG; "
-                            "not decoded (verify the pack, or rebuild it)")
+            raise self._not_its_jpeg(i, res, sh, sw)
         _, _, sub, top, left = cut
         if sub is None:
             sub = buf
@@ -202,9 +201,13 @@ class BatchFilling:
         buf = a["images"][a["offsets"][i] : a["offsets"][i + 1]]
         head = jpeg_header(buf)
         if head is None or head[:2] != shape[:2]:
-            raise PackError(f"{self.pack}/{self.split}: sample {i} at {res} px does not hold a {shape[1]}x{shape[0]} JPEG; "
-                            "not decoded (verify the pack, or rebuild it)")
+            raise self._not_its_jpeg(i, res, *shape[:2])
         return buf
+
+    def _not_its_jpeg(self, i: int, res, h: int, w: int) -> PackError:
+        """What a stored sample whose bytes are no JPEG of its recorded shape raises (neither is decoded)."""
+        return PackError(f"{self.pack}/{self.split}: sample {i} at {res} px does not hold a {w}x{h} JPEG; "
+                         "not decoded (verify the pack, or rebuild it)")
 
     def _decoded(self, store, field, i: int, factor: int, res) -> np.ndarray:
         """Sample i of a held resolution's store, decoded at 1/factor (JPEG) or as stored (raw)."""

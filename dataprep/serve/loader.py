@@ -52,7 +52,7 @@ import torch
 from ..errors import DataprepError, WorkerError
 from . import contract
 from .order import rank_and_world, rank_batch_count, rank_batches
-from .request import Request, as_run
+from .request import Request, as_run, split
 from .resume import check_state, loader_state
 from .stats import DATA_BOUND, EpochStats, decode_snapshot
 from .threads import ThreadFills, with_threads
@@ -613,11 +613,9 @@ class Loader:
                     if slot is None:
                         break  # every other slot is held or in flight: the next wait frees one
                     idx = batches[sent]
-                    bounds = np.linspace(0, len(idx), nw + 1).astype(int)
-                    parts = [(w, a, b) for w, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])) if b > a]
-                    for w, a, b in parts:
-                        self._pipes[w].send((gen, sent, slot, int(a), as_run(idx[a:b]) if runs else idx[a:b], req, layout,
-                                            self.measure))
+                    parts = split(idx, nw, runs)
+                    for w, a, b, part in parts:
+                        self._pipes[w].send((gen, sent, slot, a, part, req, layout, self.measure))
                         self._outstanding[(gen, sent, w)] = (slot, idx[a:b])
                     parts_left[sent], pending[sent] = len(parts), slot
                     sent += 1

@@ -39,6 +39,17 @@ def refuse_augmentation(request: Request, what: str) -> None:
         raise DataprepError(f"crop and flip apply to image datasets; {what} serves no images (pass crop=None, flip=False)")
 
 
+def split(idx, workers: int, runs: bool) -> list[tuple[int, int, int, Any]]:
+    """A batch's parts, one per worker that gets rows (both backends split a batch so: the first batch comes
+    quickly and an epoch's last keeps every worker busy): (worker, first row, end row, the part's sample
+    indices, `as_run` where the order is the identity's)."""
+    import numpy as np
+
+    bounds = np.linspace(0, len(idx), workers + 1).astype(int).tolist()
+    return [(w, a, b, as_run(idx[a:b]) if runs else idx[a:b])
+            for w, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])) if b > a]
+
+
 def as_run(idx):
     """A batch of the identity order as range(lo, hi) where it is one (see Loader._runs), else as it is."""
     lo, n = int(idx[0]), len(idx)

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import DataprepError, WorkerError
 from . import contract
-from .request import as_run
+from .request import split
 from .stats import decode_snapshot
 
 
@@ -90,13 +90,9 @@ def with_threads(loader, fills: ThreadFills, batches: list[np.ndarray], req, lay
             if slot is None:
                 break  # every other slot is held or in flight: the next wait frees one
             idx = batches[sent]
-            bounds = np.linspace(0, len(idx), nw + 1).astype(int)
             parts = []
-            for w, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
-                if b <= a:
-                    continue
-                part = as_run(idx[a:b]) if runs else idx[a:b]
-                out = loader._rows(layout, slot, int(a), int(b - a))
+            for w, a, b, part in split(idx, nw, runs):
+                out = loader._rows(layout, slot, a, b - a)
                 if alone and sent == 0 and not parts:  # the pass's first part, here: the dataset's state moves once
                     f: cf.Future = cf.Future()
                     try:
