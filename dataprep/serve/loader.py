@@ -602,6 +602,8 @@ class Loader:
         gen, nw, depth = self._gen, len(self._procs), self._slots() - 1  # depth: batches in flight at most
         if self.measure:
             self._gen_stats = {gen: self._filling}  # parts of earlier generations count nowhere
+        for pipe in self._pipes:  # what every part of this generation shares, pickled once per worker
+            pipe.send(("epoch", gen, req, layout, self.measure))
         pending: dict[int, int] = {}  # batch sent and not yet served -> its slot
         parts_left: dict[int, int] = {}
         ready: dict[int, tuple[int, int]] = {}
@@ -615,7 +617,7 @@ class Loader:
                     idx = batches[sent]
                     parts = split(idx, nw, runs)
                     for w, a, b, part in parts:
-                        self._pipes[w].send((gen, sent, slot, a, part, req, layout, self.measure))
+                        self._pipes[w].send((gen, sent, slot, a, part))
                         self._outstanding[(gen, sent, w)] = (slot, idx[a:b])
                     parts_left[sent], pending[sent] = len(parts), slot
                     sent += 1

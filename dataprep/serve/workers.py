@@ -2,7 +2,8 @@
 with the dataset's `fill_batch`, and says which it finished (with the seconds it took and the decode paths
 it counted, for Loader.stats()) or why it could not, until told to stop or its parent goes. Forked by
 serve/loader.py; nothing it needs comes from the dataset's state at fork time except the data itself
-(every request carries serve/request.py's Request).
+(each epoch's first message to it carries serve/request.py's Request, the batch layout and whether to
+measure; the parts that follow carry only where they go).
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ def serve_requests(dataset, ring: dict[str, np.ndarray], conn, parent_ends: list
     # A closed or reset pipe means the parent is gone (SIGKILLed, crashed) or closing: there is no one to
     # report to, so the worker just ends, with no traceback in the log the trainer's output shares.
     # (ConnectionResetError: the parent died with our results unread; BrokenPipeError: sending to it.)
+    epochs: dict[int, tuple] = {}  # generation -> (request, layout, measure), sent once per generation
     while True:
         try:
             msg = conn.recv()
@@ -38,7 +40,11 @@ def serve_requests(dataset, ring: dict[str, np.ndarray], conn, parent_ends: list
             return
         if msg is None:
             return
-        gen, b, slot, start, idx, req, layout, measure = msg
+        if msg[0] == "epoch":
+            epochs = {msg[1]: msg[2:]}  # parts of an older generation are never sent after a newer one's
+            continue
+        gen, b, slot, start, idx = msg
+        req, layout, measure = epochs[gen]
         try:
             t0, before = time.perf_counter(), decode_snapshot(dataset) if measure else None
             dataset.fill_batch(idx, rows(ring, layout, slot, start, len(idx)), req)
