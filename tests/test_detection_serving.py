@@ -189,8 +189,10 @@ def crowded(tmp_path_factory) -> Path:
 
 def _held_views(crowded, workers) -> tuple[list, list, list]:
     """(kept batches, their clones made when served, whether each batch's boxes lie in the ring), with two more
-    epochs served after the kept one."""
-    kw = dict(batch_size=3, shuffle=True, seed=5, num_workers=workers, crop=RandomResizedCrop(40, scale=(0.1, 0.5)), flip=True)
+    epochs served after the kept one. workers: 0, worker processes, or "threads" (two, threads=True)."""
+    threads = workers == "threads"
+    kw = dict(batch_size=3, shuffle=True, seed=5, num_workers=2 if threads else workers, threads=threads,
+              crop=RandomResizedCrop(40, scale=(0.1, 0.5)), flip=True)
     with Loader(DetectionDataset(crowded), **kw) as ld:
         kept = list(ld)
         clones = [[t.clone() for t in b] for b in kept]
@@ -202,7 +204,7 @@ def _held_views(crowded, workers) -> tuple[list, list, list]:
     return kept, clones, viewed
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, 2, "threads"])
 def test_a_held_batch_cut_to_its_largest_count_never_changes(crowded, workers):
     kept, clones, viewed = _held_views(crowded, workers)
     assert all(viewed) and len({b[1].shape[1] for b in kept}) > 1  # views of the ring, of different M

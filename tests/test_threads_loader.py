@@ -147,3 +147,47 @@ def test_a_schedule_over_a_multi_resolution_pack_switches_between_passes_under_t
     ref, got = epochs(num_workers=0), epochs(num_workers=2, threads=True)
     assert [e[0].shape[-1] for e in got] == [16, 32, 24, 32]
     assert all(torch.equal(a, b) for e, f in zip(got, ref) for a, b in zip(e, f))
+
+
+# -- detection and segmentation datasets: their fills run in threads too -----------------------------------------------
+
+@pytest.mark.parametrize("mode", ["encoded", "raw"])
+def test_detection_batches_under_threads_are_those_of_no_workers_boxes_and_cut_counts_too(tmp_path, mode):
+    """Pixels, boxes, labels and counts of two shuffled epochs of random crops and flips, and the boxes the
+    buffers had no room for (max_boxes=2: each fill adds to one count, under a lock), equal num_workers=0's."""
+    from dataprep import DetectionDataset, build
+    from dataprep.detection.scenes import write_scenes
+
+    src = write_scenes(tmp_path / "src", n=14, sizes=((60, 80), (70, 50)))
+    build.coco(src["images"], tmp_path / "p", annotations=src["coco"], size=48, mode=mode, workers=1, shard_size=4)
+
+    def served(**kw):
+        ds = DetectionDataset(tmp_path / "p", max_boxes=2)
+        with Loader(ds, 3, shuffle=True, seed=4, crop=dataprep.RandomResizedCrop(40, scale=(0.3, 1.0)), flip=True,
+                    indices=True, **kw) as ld:
+            return [tuple(t.clone() for t in b) for _ in range(2) for b in ld], ds.boxes_cut
+
+    ref, cut = served(num_workers=0)
+    got, cut_threads = served(num_workers=2, threads=True)
+    assert cut > 0 and cut_threads == cut
+    assert same(got, ref) and any(int(b[3].sum()) for b in ref)  # boxes served, not only empty rows
+
+
+def test_segmentation_pairs_under_threads_are_those_of_no_workers(tmp_path):
+    """Center-cropped image-mask pairs of an encoded pack of mixed sizes (each pair cut one by one) equal
+    num_workers=0's, and each mask is its own image's."""
+    from dataprep.segmentation.build import build_segmentation
+    from dataprep.segmentation.dataset import SegmentationDataset
+    from dataprep.segmentation.pairs import pair_by_stem
+    from dataprep.synthetic import write_segmentation_tree
+
+    scenes = write_segmentation_tree(tmp_path / "scenes", {"train": 11}, sizes=((60, 80), (75, 50), (64, 64)))
+    build_segmentation(pair_by_stem(*scenes), tmp_path / "p", BuildSettings(workers=1, shard_size=4),
+                       ImageSettings(size=64, resize="shorter", mode="encoded"))
+
+    def served(**kw):
+        with Loader(SegmentationDataset(tmp_path / "p"), 4, shuffle=True, seed=6, crop=(48, 48), indices=True, **kw) as ld:
+            return [tuple(t.clone() for t in b) for _ in range(2) for b in ld]
+
+    ref, got = served(num_workers=0), served(num_workers=2, threads=True)
+    assert same(got, ref) and len({int(b[1].float().mean()) for b in ref}) > 1  # masks differ between batches

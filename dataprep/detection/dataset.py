@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import threading
 from typing import Any, Sequence
 
 import numpy as np
@@ -30,6 +31,7 @@ from .field import boxes_key, served_fields
 
 CROWD_MODES = ("keep", "drop", "flag")
 # the image kind's default decode (what its crop paths are tuned for), so pixels decode here as they do there
+_COUNTING = threading.Lock()  # boxes_cut, added to by fills that may run in threads at once
 _DECODE = inspect.signature(InMemoryImageDataset.__init__).parameters["decode"].default
 
 
@@ -177,7 +179,9 @@ class DetectionDataset(InMemoryImageDataset):
         return {k: (v[:, :m] if k in ("boxes", "labels", "crowd") else v) for k, v in batch.items()}
 
     fills_rows = True  # fill_batch takes rows= (a Mixture writes each member's share straight into the batch)
-    fills_in_threads = False  # its fills have not been run in threads yet: worker processes serve it
+    # Loader(threads=True): the image kind's fills are safe in threads (tests/test_threads_loader.py); the
+    # boxes are cut into the call's own rows, and the one shared count (`boxes_cut`) is added under a lock
+    fills_in_threads = True
     fill_parts = None  # the image kind's fills pixels only: a Mixture fills members one by one, boxes too
 
     def fill_batch(self, idx, out: dict[str, np.ndarray], request: Request | None = None, rows=None) -> None:
@@ -219,8 +223,11 @@ class DetectionDataset(InMemoryImageDataset):
             keep &= ~crowd
         labels = np.asarray(self._box_labels[sel]).astype(np.int64)
         extra = (crowd[keep], out["crowd"]) if "crowd" in out else None
-        self.boxes_cut += geometry.pad_into(clipped[keep].astype(np.float32), labels[keep], owner[keep], rows, out["boxes"],
+        cut = geometry.pad_into(clipped[keep].astype(np.float32), labels[keep], owner[keep], rows, out["boxes"],
                                             out["labels"], out["counts"], extra)
+        if cut:
+            with _COUNTING:  # `+=` on an attribute is a read and a write: two threads could lose one's count
+                self.boxes_cut += cut
 
 
 def trim(batch: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:

@@ -119,7 +119,9 @@ class SegmentationDataset(InMemoryImageDataset):
         return {"images": images, "masks": (images[0][:2], self.mask_dtype)}
 
     fills_rows = False  # fill_batch writes out's first rows only (a Mixture gives it a buffer of its own)
-    fills_in_threads = False  # its fills have not been run in threads yet: worker processes serve it
+    # Loader(threads=True): each fill writes only its own rows from per-call buffers; a resolution switch
+    # happens in a pass's first fill, which the Loader runs alone (tests/test_threads_loader.py)
+    fills_in_threads = True
     fill_parts = None  # the image kind's fills images only: a Mixture fills pairs member by member, masks too
 
     def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray], request: Request | None = None) -> None:

@@ -100,7 +100,7 @@ class Loader:
         threads: fill batches with `num_workers` threads of this process instead of forked worker
             processes (serve/threads.py): no fork, no IPC, so it runs on Windows, on macOS and under the
             `spawn` start method; the dataset must allow concurrent fills (`fills_in_threads`: dataprep's
-            image datasets). [default: threads where fork is absent or unsafe (Windows, macOS) and the
+            image, detection and segmentation datasets). [default: threads where fork is absent or unsafe (Windows, macOS) and the
             dataset allows them, else processes, faster on Linux (docs/benchmarks.md, Crops)]
         stats: measure how long the consumer waits for data (`stats()`: three clock reads a batch here,
             one a part in each worker); False measures nothing.

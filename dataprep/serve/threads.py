@@ -16,7 +16,7 @@ where the request differs from the last pass's in more than its epoch, or the da
 (whose part may move with the epoch): whatever state the request moves the dataset to (a resolution, a
 partition's part) is moved there once, not by several threads at a time. (Always doing so cost ~8 % on
 epochs of 356 crops.) A dataset must say that its fills may run concurrently
-(`fills_in_threads`, serve/contract.py); dataprep's image datasets do.
+(`fills_in_threads`, serve/contract.py); dataprep's image, detection and segmentation datasets do.
 """
 from __future__ import annotations
 
