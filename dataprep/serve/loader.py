@@ -38,25 +38,23 @@ from __future__ import annotations
 import math
 import mmap
 import multiprocessing as mp
-import os
 import sys
 import threading
 import time
 import warnings
-from multiprocessing.connection import wait
 from typing import Any, Iterable, Iterator
 
 import numpy as np
 import torch
 
-from ..errors import DataprepError, WorkerError
-from . import contract
+from ..errors import DataprepError
+from . import contract, processes
 from .order import rank_and_world, rank_batch_count, rank_batches
-from .request import Request, as_run, split
+from .request import Request, as_run
 from .resume import check_state, loader_state
 from .stats import DATA_BOUND, EpochStats, decode_snapshot
 from .threads import ThreadFills, with_threads
-from .workers import rows, serve_requests
+from .workers import rows
 
 SMALL_FIELD = 1024  # bytes a sample: fields this small are served as fresh tensors, not slot views
 HOLD_BYTES = 1 << 30  # default bytes of spare ring slots for batches a caller keeps (reserved, not touched)
@@ -518,7 +516,7 @@ class Loader:
                     self._fills = ThreadFills(self.dataset, self.num_workers, self.timeout)
                 source = with_threads(self, self._fills, batches, req, layout, runs, rec)
             else:
-                source = self._with_workers(batches, ring, req, layout, runs)
+                source = processes.with_processes(self, batches, ring, req, layout, runs)
             for b, view in enumerate(source):
                 self._served(epoch, after[b], b == len(batches) - 1)
                 if b == 0:  # the workers are forked by now: a thread may run
@@ -541,40 +539,13 @@ class Loader:
         if last:
             self._next_epoch = epoch + 1
 
-    # -- workers ------------------------------------------------------------------------------------
-    def _start(self, ring: dict[str, np.ndarray]) -> None:
-        """Fork the workers once; they live until `close()` (or an error), across epochs."""
-        if self._procs:
-            return
-        ctx = mp.get_context("fork")
-        for w in range(self.num_workers):
-            mine, theirs = ctx.Pipe()
-            # the child closes its copies of every parent-side end, so a dead parent is an EOF, never a hang
-            p = ctx.Process(target=serve_requests, args=(self.dataset, ring, theirs, [mine, *self._pipes], os.getpid()),
-                            daemon=True, name=f"dataprep-loader-{w}")
-            p.start()
-            theirs.close()
-            self._pipes.append(mine)
-            self._procs.append(p)
-
+    # -- closing: workers, processes or threads -----------------------------------------------------
     def close(self) -> None:
         """Stop the workers, processes or threads (also done when the Loader is garbage-collected)."""
         if getattr(self, "_fills", None) is not None:
             self._fills.close()
             self._fills = None
-        for c in self._pipes:
-            try:
-                c.send(None)
-            except OSError:
-                pass
-        for p in self._procs:
-            p.join(timeout=1)
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=5)
-        for c in self._pipes:
-            c.close()
-        self._procs, self._pipes, self._outstanding = [], [], {}
+        processes.stop(self)
 
     def __enter__(self) -> "Loader":
         return self
@@ -592,100 +563,6 @@ class Loader:
         sampler), where a batch whose ends are len - 1 apart is a run (a padded last batch that wraps
         around to the epoch's start never is)."""
         return contract.flag(self.dataset, "fills_runs") and not self.shuffle and self.sampler is None
-
-    def _with_workers(self, batches: list[np.ndarray], ring: dict[str, np.ndarray], req: Request, layout: dict,
-                      runs: bool = False):
-        """Each batch is split across the workers (so the first batch comes quickly and an epoch's last
-        batch keeps every worker busy); a batch is ready when all its parts are."""
-        self._start(ring)
-        self._gen += 1
-        gen, nw, depth = self._gen, len(self._procs), self._slots() - 1  # depth: batches in flight at most
-        if self.measure:
-            self._gen_stats = {gen: self._filling}  # parts of earlier generations count nowhere
-        for pipe in self._pipes:  # what every part of this generation shares, pickled once per worker
-            pipe.send(("epoch", gen, req, layout, self.measure))
-        pending: dict[int, int] = {}  # batch sent and not yet served -> its slot
-        parts_left: dict[int, int] = {}
-        ready: dict[int, tuple[int, int]] = {}
-        sent = 0
-        try:
-            for want in range(len(batches)):
-                while sent < len(batches) and sent < want + depth:
-                    slot = self._free_slot(self._busy_slots() | set(pending.values()))
-                    if slot is None:
-                        break  # every other slot is held or in flight: the next wait frees one
-                    idx = batches[sent]
-                    parts = split(idx, nw, runs)
-                    for w, a, b, part in parts:
-                        self._pipes[w].send((gen, sent, slot, a, part))
-                        self._outstanding[(gen, sent, w)] = (slot, idx[a:b])
-                    parts_left[sent], pending[sent] = len(parts), slot
-                    sent += 1
-                if want >= sent:  # cannot happen while the caller holds no more than the spare slots
-                    raise DataprepError("internal: no ring slot is free to fill the next batch")
-                while want not in ready:
-                    for g, b, _w, slot in self._collect(batches):
-                        if g != gen:  # a part of an abandoned epoch: its slot is free once no part is out
-                            continue
-                        parts_left[b] -= 1
-                        if not parts_left[b]:
-                            ready[b] = (slot, len(batches[b]))
-                slot, n = ready.pop(want)
-                del pending[want]
-                yield self._view(layout, slot, n)  # refilled only once the caller drops it (see _held)
-        except GeneratorExit:
-            raise  # the consumer left the epoch early: workers stay; unfinished parts are waited for later
-        except BaseException:
-            self.close()  # an error, a dead worker or Ctrl-C: stop everything now
-            raise
-
-    def _busy_slots(self) -> set[int]:
-        """Slots that workers may still be writing for an abandoned epoch."""
-        return {slot for slot, _ in self._outstanding.values()}
-
-    def _collect(self, batches) -> list[tuple[int, int, int, int]]:
-        """Wait for worker messages: (generation, batch, worker, slot) of each finished part. A worker's
-        death or exception is raised, naming the batch and samples."""
-        sentinels = {p.sentinel: w for w, p in enumerate(self._procs)}
-        got = wait([*self._pipes, *sentinels], timeout=self.timeout)
-        if not got:
-            raise WorkerError(f"no batch from the loader workers in {self.timeout:.0f} s")
-        done = []
-        for c in got:
-            if c not in sentinels:
-                done += self._receive(self._pipes.index(c))
-        for c in got:
-            if c in sentinels:
-                w = sentinels[c]
-                while True:  # what it said before it went
-                    try:
-                        more = self._pipes[w].poll() and self._receive(w)
-                    except OSError:
-                        more = []
-                    if not more:
-                        break
-                    done += more
-                self._procs[w].join(timeout=1)
-                lost = [(b, idx) for (g, b, w2), (_, idx) in self._outstanding.items() if w2 == w]
-                where = f" while filling batch {lost[0][0]} (samples {lost[0][1][:8].tolist()})" if lost else ""
-                raise WorkerError(f"loader worker {w} died (exit code {self._procs[w].exitcode}){where}")
-        return done
-
-    def _receive(self, w: int) -> list[tuple[int, int, int, int]]:
-        try:
-            msg = self._pipes[w].recv()
-        except (EOFError, OSError):
-            return []  # the worker is gone (a reset if it died with tasks unread): its sentinel reports it
-        if msg[0] == "ok":
-            _, gen, b, busy, paths = msg
-            slot, _ = self._outstanding.pop((gen, b, w))
-            rec = self._gen_stats.get(gen)
-            if rec is not None:
-                rec.busy_s[w] += busy
-                rec.count_paths(paths)
-            return [(gen, b, w, slot)]
-        raise DataprepError(f"loader worker failed on batch {msg[2]}: {msg[3]}")
-
 
 def _forks_safely() -> bool:
     """Whether worker processes may be forked here: fork exists, and it is not macOS, where forking a
