@@ -224,7 +224,7 @@ class DetectionDataset(InMemoryImageDataset):
         labels = np.asarray(self._box_labels[sel]).astype(np.int64)
         extra = (crowd[keep], out["crowd"]) if "crowd" in out else None
         cut = geometry.pad_into(clipped[keep].astype(np.float32), labels[keep], owner[keep], rows, out["boxes"],
-                                            out["labels"], out["counts"], extra)
+                                out["labels"], out["counts"], extra)
         if cut:
             with _COUNTING:  # `+=` on an attribute is a read and a write: two threads could lose one's count
                 self.boxes_cut += cut

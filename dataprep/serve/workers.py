@@ -41,7 +41,9 @@ def serve_requests(dataset, ring: dict[str, np.ndarray], conn, parent_ends: list
         if msg is None:
             return
         if msg[0] == "epoch":
-            epochs = {msg[1]: msg[2:]}  # parts of an older generation are never sent after a newer one's
+            epochs[msg[1]] = msg[2:]
+            if len(epochs) > 4:  # an iterator of an earlier pass, still held, may send parts of its own
+                del epochs[min(epochs)]
             continue
         gen, b, slot, start, idx = msg
         req, layout, measure = epochs[gen]
