@@ -23,7 +23,7 @@ import numpy as np
 
 from . import __version__
 from .engine import Engine, LocalEngine
-from .errors import PackExistsError
+from .errors import PackExistsError, option
 from .pack.backends import is_pack
 from .pack.manifest import FORMAT_VERSION, KEPT_BESIDE, MANIFEST, MANIFEST_TMP, attachment_tmp
 from .pack.names import check_name, inside
@@ -148,7 +148,7 @@ def prepare_output(out: Path, overwrite: bool, resume: bool = False) -> None:
     any temporaries), so a crash during the rebuild never leaves a directory that claims to be complete.
     Nothing in `out` is followed when removed: a symlink is unlinked, never emptied."""
     if out.is_symlink() and not out.exists():
-        raise PackExistsError(f"{out}: is a dangling symlink; choose another --out")
+        raise PackExistsError(f"{out}: is a dangling symlink; choose another {option('out', None)}")
     if out.exists() and not out.is_dir():
         raise PackExistsError(f"{out}: exists and is not a directory")
     if out.exists():
@@ -159,9 +159,10 @@ def prepare_output(out: Path, overwrite: bool, resume: bool = False) -> None:
             raise PackExistsError(f"{out}: holds files that are not a dataprep pack; refusing to write into it")
         if not (overwrite or resume):
             if is_pack(out):
-                raise PackExistsError(f"{out}: already holds a pack; pass --overwrite to replace it, or choose another --out")
+                raise PackExistsError(f"{out}: already holds a pack; pass {option('overwrite')} to replace it, or choose another "
+                                      f"{option('out', None)}")
             raise PackExistsError(
-                f"{out}: holds an unfinished build; pass --resume to continue it, or --overwrite to start again"
+                f"{out}: holds an unfinished build; pass {option('resume')} to continue it, or {option('overwrite')} to start again"
             )
         (out / MANIFEST).unlink(missing_ok=True)
         for p in out.iterdir():  # a manifest whose writing was cut short, the files beside it and theirs

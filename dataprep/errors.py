@@ -4,6 +4,32 @@ Messages name the file and the reason, so a user can act on them without a trace
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from typing import Iterator
+
+# How a message names an option: as the keyword a Python caller passes (the default), or as the command
+# line's flag inside `spelled_as_flags()` (the CLI runs every command in one).
+_AS_FLAGS: contextvars.ContextVar[bool] = contextvars.ContextVar("dataprep_options_as_flags", default=False)
+
+
+def option(name: str, value: object = True) -> str:
+    """Option `name` as the caller gives it, for a message that says what to pass: `overwrite=True` from
+    Python, `--overwrite` from the command line; a `value` of None gives the bare name (`out`, `--out`)."""
+    if _AS_FLAGS.get():
+        return "--" + name.replace("_", "-")
+    return name if value is None else f"{name}={value!r}"
+
+
+@contextlib.contextmanager
+def spelled_as_flags() -> Iterator[None]:
+    """Messages made inside the block name options as the command line spells them (`option`)."""
+    token = _AS_FLAGS.set(True)
+    try:
+        yield
+    finally:
+        _AS_FLAGS.reset(token)
+
 
 class DataprepError(Exception):
     """Base class of every error dataprep raises on purpose."""

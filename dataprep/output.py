@@ -25,7 +25,7 @@ def staged_output(out, fmt: str, compress: str, overwrite: bool, engine=None, re
     """Yield where the npy build goes; for hdf5/zarr convert it to `out` afterwards (Zarr chunk ranges as
     tasks on `engine`, progress shown as `convert`'s) and remove the staging directory (kept when the build
     fails, so --resume continues it). `notice` tells what is being done as it starts (stderr by default)."""
-    from .errors import DataprepError, PackExistsError
+    from .errors import DataprepError, PackExistsError, option
     from .remote.urls import is_url
 
     said = [] if said is None else said
@@ -41,7 +41,7 @@ def staged_output(out, fmt: str, compress: str, overwrite: bool, engine=None, re
     if compress not in BACKENDS[fmt].compressions:  # before the build, not after it
         raise DataprepError(f"{fmt} compression is one of {list(BACKENDS[fmt].compressions)}, not {compress!r}")
     if out.exists() and not overwrite:
-        raise PackExistsError(f"{out}: exists; pass --overwrite to replace it")
+        raise PackExistsError(f"{out}: exists; pass {option('overwrite')} to replace it")
     staging = out.with_name(out.name + ".staging")
     yield staging
     from .pack.convert import convert

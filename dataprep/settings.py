@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import DataprepError
+from .errors import DataprepError, option
 from .limits import IMAGE_MAX_BYTES, VOLUME_MAX_BYTES, over_cap  # noqa: F401 (the caps' defaults, for the kinds: layering)
 
 
@@ -29,7 +29,7 @@ class BuildSettings:
         if self.limit is not None and self.limit < 1:
             raise DataprepError(f"limit must be at least 1, got {self.limit}")
         if self.overwrite and self.resume:
-            raise DataprepError("--overwrite and --resume contradict each other: choose one")
+            raise DataprepError(f"{option('overwrite')} and {option('resume')} contradict each other: choose one")
         if self.shard_size is not None and self.shard_size < 1:
             raise DataprepError(f"shard_size must be at least 1, got {self.shard_size}")
         if self.max_bytes is not None and (isinstance(self.max_bytes, bool) or not isinstance(self.max_bytes, int)

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 import dataprep
 from dataprep import build
 from dataprep.cli import main
+from dataprep.errors import PackExistsError
 from dataprep.synthetic import write_tree
 
 
@@ -297,3 +298,24 @@ def test_ctrl_c_in_tokenize_says_resume_and_in_table_aborts_as_before(inputs, tm
     assert not isinstance(e.value, build.BuildInterrupted)
     r = cli("table", inputs["table"], "--target", "y", "--out", tmp_path / "t2", "--no-progress")
     assert r.exit_code == 1 and "resume" not in r.output + r.stderr  # click's "Aborted!", as before the front door
+
+
+def test_a_refusal_names_the_keyword_from_python_and_the_flag_from_the_cli(inputs, tmp_path):
+    """What to pass is said as the caller passes it: overwrite=True / resume=True from Python, --overwrite /
+    --resume from the command line (a Python user told to "pass --overwrite" has nothing to pass it to)."""
+    src = inputs["tree"] / "train"
+    for out, kw, flags in ((tmp_path / "p", {}, []), (tmp_path / "p.h5", {"fmt": "hdf5"}, ["--format", "hdf5"])):
+        build.folder(src, out, size=16, workers=1, **kw)
+        with pytest.raises(PackExistsError) as e:
+            build.folder(src, out, size=16, workers=1, **kw)
+        assert "pass overwrite=True to replace it" in str(e.value) and "--overwrite" not in str(e.value), str(e.value)
+        r = cli("build", "folder", src, "--size", 16, "-j", 1, *flags, "--out", out)
+        assert r.exit_code == 1 and "pass --overwrite to replace it" in r.output and "overwrite=True" not in r.output, r.output
+    with pytest.raises(dataprep.DataprepError, match=r"^overwrite=True and resume=True contradict each other"):
+        build.folder(src, tmp_path / "q", size=16, overwrite=True, resume=True)
+    r = cli("build", "folder", src, "--size", 16, "--overwrite", "--resume", "--out", tmp_path / "q")
+    assert r.exit_code == 1 and "--overwrite and --resume contradict each other" in r.output, r.output
+    (tmp_path / "u").mkdir()
+    (tmp_path / "u" / "train").mkdir()  # an unfinished build: a split folder, no manifest
+    with pytest.raises(dataprep.DataprepError, match=r"pass resume=True to continue it, or overwrite=True to start again"):
+        build.folder(src, tmp_path / "u", size=16, workers=1)

@@ -10,7 +10,7 @@ import importlib
 
 import click
 
-from ..errors import DataprepError, UsageError
+from ..errors import DataprepError, UsageError, spelled_as_flags
 
 
 class LazyGroup(click.Group):
@@ -31,7 +31,8 @@ class LazyGroup(click.Group):
 
     def invoke(self, ctx):
         try:
-            return super().invoke(ctx)
+            with spelled_as_flags():  # a message that says what to pass names the flag (--overwrite, not overwrite=True)
+                return super().invoke(ctx)
         except UsageError as e:  # an option value the front door refused: exit 2, as click's own checks do
             raise click.UsageError(str(e)) from None
         except DataprepError as e:

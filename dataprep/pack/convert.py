@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataprepError, PackExistsError
+from ..errors import DataprepError, PackExistsError, option
 from ..progress import reporter
 from .backends import BACKENDS, detect, is_pack, open_reader
 from .temporaries import FULL, clean_temporaries, disk_refused, finished, pending_temporaries, quiet_hdf5_teardown, sweep, temporary, write_failure  # noqa: F401
@@ -56,7 +56,7 @@ def _fix_for(out: Path) -> str:
 def _clear(out: Path, overwrite: bool) -> None:
     if out.exists() or out.is_symlink():
         if not overwrite:
-            raise PackExistsError(f"{out}: exists; pass --overwrite to replace it")
+            raise PackExistsError(f"{out}: exists; pass {option('overwrite')} to replace it")
         if not is_pack(out) and not (out.is_dir() and not any(out.iterdir())):
             raise PackExistsError(f"{out}: holds something that is not a dataprep pack; refusing to replace it")
         shutil.rmtree(out) if out.is_dir() else out.unlink()

@@ -16,7 +16,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from ..errors import PackExistsError
+from ..errors import PackExistsError, option
 from ..pack.manifest import MANIFEST, read_manifest_file
 from ..pack.shard import SHARD_RECORD, TMP_PREFIX
 from .fetch import CONCURRENCY, retried
@@ -45,11 +45,11 @@ def claim(url: str, overwrite: bool, storage_options: dict | None = None, resume
                               f"{' ...' if len(foreign) > 3 else ''}); choose an empty prefix")
     if old:
         if not overwrite:
-            raise PackExistsError(f"{store.where(MANIFEST)}: a pack is there already; pass --overwrite to replace it")
+            raise PackExistsError(f"{store.where(MANIFEST)}: a pack is there already; pass {option('overwrite')} to replace it")
         store.remove(MANIFEST)
     elif there and not (overwrite or resume):
-        raise PackExistsError(f"{store.shown}: holds an unfinished upload (shards, no manifest); pass --resume to "
-                              "continue it or --overwrite to replace it")
+        raise PackExistsError(f"{store.shown}: holds an unfinished upload (shards, no manifest); pass {option('resume')} to "
+                              f"continue it or {option('overwrite')} to replace it")
     store.prepare()
     return store
 
