@@ -15,6 +15,7 @@ from dataprep.audit import hashes as H  # noqa: E402
 from dataprep.audit import index as X  # noqa: E402
 from dataprep.audit.report import DEFAULT_MAX_DISTANCE, Samples, audit, drop_indices, leak_mask, text_report  # noqa: E402
 from dataprep.audit.sheet import BACKGROUND, PANEL, contact_sheet, layout  # noqa: E402
+from dataprep.errors import UsageError  # noqa: E402
 
 CORPUS = "/work/shared/corpus/images/train"
 
@@ -341,6 +342,7 @@ def test_mirror_pairs_only_with_flips(photos):
     r = audit(s, flips=True)
     assert r["summary"]["leaks"]["val"]["samples"] == 1 and r["summary"]["mirror_pairs"] == 1
     assert r["pairs"][0]["flip"] is True and r["pairs"][0]["a"]["index"] == 0
+    assert r["shown"] == r["pairs"] and r["summary"]["shown"]["leaking_samples"] == {"shown": 1, "left_off": 0}
 
 
 def test_report_on_empty_and_single_inputs():
@@ -349,6 +351,112 @@ def test_report_on_empty_and_single_inputs():
     r = audit(Samples.from_splits({"train": {"hashes": [7]}}))
     assert r["pairs"] == [] and r["summary"]["leaks"] == {}
     assert "no leaks" in text_report(r)
+
+
+# -- what the sheet and the text show: every leak first, then groups in turn -----------------------------
+def flooded(seed=0):
+    """Issue 51's flood in hashes: train holds a cluster of 80 near-identical hashes (distinct, each within
+    10 bits of every other), 30 twins of val samples, 20 pairs of copies and the rest apart; val holds 5
+    samples inside the cluster (400 pairs across splits), the 30 twins' leaks (2..8 bits off) and the rest
+    apart: 35 leaking val samples."""
+    rng = np.random.default_rng(seed)
+    tr = rng.integers(0, 2**63, 300, dtype=np.uint64)
+    va = rng.integers(0, 2**63, 100, dtype=np.uint64)
+    bits = np.uint64(1) << rng.choice(64, 10, replace=False).astype(np.uint64)
+    codes = rng.choice(1024, 85, replace=False)  # subsets of 10 bits: any two within 10 bits
+    cluster = np.array([tr[0] ^ np.bitwise_or.reduce(bits[[(c >> k) & 1 == 1 for k in range(10)]]) for c in codes], np.uint64)
+    tr[:80], va[:5] = cluster[:80], cluster[80:]
+    for k in range(30):  # val 5..34: a twin in train 80..109, 2..8 bits off
+        off = rng.choice(64, int(rng.integers(2, 9)), replace=False).astype(np.uint64)
+        va[5 + k] = tr[80 + k] ^ np.bitwise_or.reduce(np.uint64(1) << off)
+    tr[111:151:2] = tr[110:150:2]  # 20 pairs of copies within train
+    return Samples.from_splits({"train": {"hashes": tr, "sources": [f"train/c0/{i}.jpg" for i in range(300)]},
+                                "val": {"hashes": va, "sources": [f"val/c0/{i}.jpg" for i in range(100)]}})
+
+
+def _leaking(s, D=DEFAULT_MAX_DISTANCE):
+    """Each val sample with a twin in train: the distance to its closest one, all against all."""
+    d = np.bitwise_count(s.hashes[s.split == 1][:, None] ^ s.hashes[s.split == 0][None, :])
+    best = d.min(axis=1)
+    return {int(v): int(best[v]) for v in np.flatnonzero(best <= D)}
+
+
+def _val_side(p):
+    return next(int(p[x]["index"]) for x in "ab" if p[x]["split"] == "val")
+
+
+def test_every_leaking_sample_is_shown_first_however_large_a_cluster():
+    s = flooded()
+    leaking = _leaking(s)
+    assert len(leaking) == 35
+    r = json.loads(json.dumps(audit(s)))
+    shown, counts = r["shown"], r["summary"]["shown"]
+    assert len(shown) == 100 and counts["panels"] == 100
+    first = shown[:35]  # one pair per leaking sample, its closest twin in train, before any other pair
+    assert all({p["a"]["split"], p["b"]["split"]} == {"train", "val"} for p in first)
+    assert sorted(_val_side(p) for p in first) == sorted(leaking)
+    assert all(p["distance"] == leaking[_val_side(p)] for p in first)
+    # then one pair a group in turn: each of the 20 pairs of copies in train shows, the cluster takes its turns
+    rest = shown[35:]
+    assert len({p["group"] for p in rest[:21]}) == 21  # the cluster's first turn and the 20 pairs of copies
+    assert {p["a"]["index"] for p in rest[:21] if p["a"]["split"] == p["b"]["split"] == "train"} >= set(range(110, 150, 2))
+    # the counts, against all the pairs
+    across = sum(r["summary"]["pairs_across"].values())
+    within_n = sum(r["summary"]["pairs_within"].values())
+    assert across == 400 + 30 and within_n == 80 * 79 // 2 + 5 * 4 // 2 + 20
+    n_across = sum(p["a"]["split"] != p["b"]["split"] for p in shown)
+    assert counts["leaking_samples"] == {"shown": 35, "left_off": 0}
+    assert counts["leak_pairs"] == {"shown": n_across, "left_off": across - n_across}
+    assert counts["pairs_within"] == {"shown": 100 - n_across, "left_off": within_n - (100 - n_across)}
+    # the text shows the same pairs: a line for every leaking sample
+    text = text_report(r)
+    for v in leaking:
+        assert f"val:{v} val/c0/{v}.jpg" in text
+    assert sum(" ~ " in line for line in text.splitlines()) == 100
+    assert f"not shown: {across - n_across} pairs across splits, {within_n - 100 + n_across} pairs within splits" in text
+
+
+def test_the_old_order_leaves_leaking_samples_off_the_sheet():
+    """Negative control: the first 100 listed pairs (across splits first, closest first: the sheet's order
+    before) are mostly the cluster's, and leave most leaking samples and every pair of copies off."""
+    s = flooded()
+    r = audit(s)
+    old = r["pairs"][:100]
+    assert len({_val_side(p) for p in old}) < 25
+    assert not any(p["a"]["split"] == p["b"]["split"] for p in old)
+
+
+def test_panels_sets_the_budget_and_leaks_share_a_small_one():
+    s = flooded()
+    few = audit(s, panels=20)
+    assert len(few["shown"]) == 20 and all(p["a"]["split"] != p["b"]["split"] for p in few["shown"])
+    assert len({_val_side(p) for p in few["shown"]}) == 20
+    assert few["summary"]["shown"]["leaking_samples"] == {"shown": 20, "left_off": 15}
+    assert "not shown: 15 leaking samples" in text_report(few)
+    more = audit(s, panels=400)
+    assert len(more["shown"]) == 400 and more["summary"]["shown"]["panels"] == 400
+    assert more["shown"][:100] == audit(s)["shown"]  # a larger budget shows more after the same pairs
+    assert len({(p["a"]["split"], p["a"]["index"], p["b"]["split"], p["b"]["index"]) for p in more["shown"]}) == 400  # no pair twice
+    for bad in (0, -1, 1001, 2.5, True, "10", None):
+        with pytest.raises(UsageError, match="panels"):
+            audit(s, panels=bad)
+
+
+def test_leaks_are_shown_past_the_listing_cap():
+    """The leaking samples' twins come from the matches, not the listed pairs: none listed, all 35 shown."""
+    s = flooded()
+    r = audit(s, max_pairs=0)
+    assert r["pairs"] == [] and len(r["shown"]) == 35
+    assert sorted(_val_side(p) for p in r["shown"]) == sorted(_leaking(s))
+
+
+def test_the_sheet_draws_every_leaking_sample(tmp_path):
+    s = flooded()
+    r = audit(s)
+    drawn = []
+    lay = contact_sheet(r["shown"], lambda side: drawn.append((side["split"], side["index"])) or np.zeros((8, 8, 3), np.uint8),
+                        tmp_path / "s.png")
+    assert len(lay.boxes) == 100 and {i for sp, i in drawn if sp == "val"} >= set(_leaking(s))
 
 
 # -- the contact sheet ---------------------------------------------------------------------------------
@@ -476,6 +584,25 @@ def test_groups_drops_and_mirror_pairs_equal_the_sample_level_reference(seed):
     cross = s.split[full.i] != s.split[full.j]
     assert same(ac, X.Pairs(full.i[cross], full.j[cross], full.distance[cross], True))
     assert same(wi, X.Pairs(full.i[~cross], full.j[~cross], full.distance[~cross], True))
+    # each leaking sample's closest twin in train: the lowest at the smallest distance, direct before mirror
+    from dataprep.audit.panels import closest_twins
+    from dataprep.audit.report import twin_splits
+
+    tr = s.splits.index("train")
+    t = closest_twins(s.split, twin_splits(s, m, fm), tr, m, mc)
+    h, f = s.hashes, s.flipped
+    d = np.bitwise_count(h[:, None] ^ h[None, :])
+    mirror = np.minimum(np.bitwise_count(h[:, None] ^ f[None, :]), np.bitwise_count(f[:, None] ^ h[None, :]))
+    hf = np.bitwise_count(h[:, None] ^ f[None, :])
+    want = {}
+    for x in np.flatnonzero(s.split != tr):
+        ys = np.flatnonzero(s.split == tr)
+        if not ((d[x, ys] <= D) | (hf[x, ys] <= D)).any():  # a twin as twin_splits sees one
+            continue
+        want[int(x)] = min((int(d[x, y]), False, int(y)) if d[x, y] <= D else (int(mirror[x, y]), True, int(y))
+                           for y in ys if d[x, y] <= D or mirror[x, y] <= D)
+    got = {x: (dd, fl, y) for x, y, dd, fl in zip(t.x.tolist(), t.y.tolist(), t.d.tolist(), t.flip.tolist())}
+    assert got == want and len(want) > 20 and any(fl for _, fl, _ in want.values())
 
 
 _MANY_EQUAL = r"""
@@ -520,6 +647,7 @@ def test_many_equal_hashes_cost_time_and_memory_by_samples_not_pairs(flips):
     assert out["listed"] == s["pairs_listed"] == 10_000 and s["complete"] is False
     assert out["first"] == ["train", "val"]  # the leaks listed first
     assert s["leaks"]["val"]["samples"] == 300
+    assert s["shown"]["leaking_samples"] == {"shown": 100, "left_off": 200}  # one panel each, as far as 100 go
     assert s["drop_duplicates"] == {"train": 49_999 + 19_999, "val": 300}
     assert s["groups"] == 2 and s["largest_group"] == 50_000 and s["samples_in_groups"] == 50_000 + 20_300
     assert out["seconds"] < 10, out["seconds"]

@@ -175,22 +175,50 @@ def test_an_old_pack_without_the_fields_is_hashed_on_the_fly_with_a_note(tree, p
 
 
 def test_the_sheet_is_a_png_with_one_panel_per_pair(pack, tmp_path):
-    from PIL import Image
-
-    from dataprep.audit.sheet import PANEL, layout
+    from dataprep.audit.sheet import layout
 
     r = cli("audit", pack, "--sheet", tmp_path / "s.png")
     assert r.exit_code == 1
     lay = layout(len(TRANSFORMS))
-    with Image.open(tmp_path / "s.png") as im:
+    px = _panels_drawn(tmp_path / "s.png", lay, len(TRANSFORMS))
+    # the pictures are the pack's: a panel is not blank grey ("cannot load")
+    x, y, w, h = lay.boxes[0]
+    assert px[y:y + h, x:x + w].std() > 20
+
+
+def _panels_drawn(path, lay, n):
+    """The sheet's pixels, once its size is that of `lay` and it holds `n` white panels."""
+    from PIL import Image
+
+    from dataprep.audit.sheet import PANEL
+
+    with Image.open(path) as im:
         assert im.format == "PNG" and im.size == (lay.width, lay.height)
         px = np.asarray(im.convert("RGB"))
     white = np.all(px == PANEL, axis=2).astype(np.uint8)
     _, _, stats, _ = cv2.connectedComponentsWithStats(white, connectivity=4)
-    assert (stats[1:, cv2.CC_STAT_AREA] > lay.panel_width * lay.panel_height // 4).sum() == len(TRANSFORMS)
-    # the pictures are the pack's: a panel is not blank grey ("cannot load")
-    x, y, w, h = lay.boxes[0]
-    assert px[y:y + h, x:x + w].std() > 20
+    assert (stats[1:, cv2.CC_STAT_AREA] > lay.panel_width * lay.panel_height // 4).sum() == n
+    return px
+
+
+def test_panels_sets_what_the_sheet_and_the_text_show_and_the_json_counts_the_rest(pack, tmp_path):
+    from dataprep.audit.sheet import layout
+
+    planted = {f"v{j:02d}_{name}.jpg" for j, name in enumerate(TRANSFORMS)}
+    text = cli("audit", pack).stdout  # the default budget: a line for each leaking sample
+    assert all(name in text for name in planted) and "not shown" not in text
+    r, rep = _audit_json(pack, "--panels", 2, "--sheet", tmp_path / "s.png")
+    assert r.exit_code == 1 and "(2 pairs drawn" in r.stderr
+    _panels_drawn(tmp_path / "s.png", layout(2), 2)
+    assert len(rep["shown"]) == 2 and len(rep["pairs"]) == len(TRANSFORMS)  # the listing is whole
+    assert rep["summary"]["shown"]["leaking_samples"] == {"shown": 2, "left_off": len(TRANSFORMS) - 2}
+    assert rep["summary"]["shown"]["leak_pairs"] == {"shown": 2, "left_off": len(TRANSFORMS) - 2}
+    text = cli("audit", pack, "--panels", 2).stdout
+    assert sum(name in text for name in planted) == 2
+    assert f"not shown: {len(TRANSFORMS) - 2} leaking samples, {len(TRANSFORMS) - 2} pairs across splits" in text
+    for bad in (0, -3, "x", 1001):
+        r = cli("audit", pack, "--panels", bad)
+        assert r.exit_code == 2 and "--panels" in r.stderr, (bad, r.output)
 
 
 def test_flips_finds_a_mirror_only_when_asked(tmp_path):

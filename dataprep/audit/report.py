@@ -5,7 +5,8 @@ twin in another split (leaks), what --drop-duplicates would drop, as a JSON-read
 The headline figures (leaks, pair counts by split, groups, drops) are exact whatever the listing's cap:
 they come from the matches held by distinct hash (index.Matches), not from the listed pairs. Only the
 list of pairs is cut (`max_pairs`, pairs across splits listed first, closest first), and the summary
-says so (`complete`).
+says so (`complete`). The pairs shown on the contact sheet and in the text are chosen apart (panels.py):
+every leaking sample first, then one pair a group in turn, and the summary says what they leave off.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from .hashes import DIGEST_BYTES, HASH_NAME
 from .index import Matches, Pairs, _components, _parts, _spans, find_matches
+from .panels import PANELS, Shown, check_panels, choose, closest_twins
 
 DEFAULT_MAX_DISTANCE = 10  # measured on the shared corpus (docs/audit.md); distances are even, so 10 = 11
 MAX_PAIRS = 1_000_000  # pairs listed at most; the counts in the summary stay exact past it
@@ -175,17 +177,34 @@ def _pair_counts(samples: Samples, m: Matches) -> dict[tuple[int, int], int]:
 
 
 def audit(samples: Samples, max_distance: int = DEFAULT_MAX_DISTANCE, flips: bool = False, max_pairs: int = MAX_PAIRS,
-          search: str = "auto") -> dict[str, Any]:
+          search: str = "auto", panels: int = PANELS) -> dict[str, Any]:
     """The audit as JSON-ready data: {"pairs": [{"a": {split, index, source}, "b": ..., "distance": d,
-    "exact": bool | None, "group": g[, "flip": true]}, ...], "summary": {...}}. Every pair within the
-    distance is listed (a group of k copies gives all its k(k-1)/2 pairs) up to `max_pairs`, pairs across
-    splits first, each part closest first; `exact` is whether the pixel digests are equal (None without
-    digests). With `flips` (and flipped hashes given), pairs that are near only once one side is mirrored
-    are listed too, with "flip": true."""
+    "exact": bool | None, "group": g[, "flip": true]}, ...], "shown": [...], "summary": {...}}.
+
+    Every pair within the distance is listed in "pairs" (a group of k copies gives all its k(k-1)/2
+    pairs) up to `max_pairs`, pairs across splits first, each part closest first; `exact` is whether the
+    pixel digests are equal (None without digests). With `flips` (and flipped hashes given), pairs that
+    are near only once one side is mirrored are listed too, with "flip": true. "shown" holds the pairs
+    the contact sheet and the text report show, at most `panels` (1 to panels.MAX_PANELS): one per
+    leaking sample first (its closest twin in train), then one pair a group in turn (panels.py);
+    `summary.shown` counts what they show and leave off.
+
+    Args:
+        samples: every sample audited.
+        max_distance: the most bits two hashes may differ by to be a pair.
+        flips: pair images with each other's mirror image too.
+        max_pairs: pairs listed at most; the counts stay exact past it.
+        search: "auto", "index" or "brute" (index.find_matches).
+        panels: pairs shown at most.
+
+    Returns:
+        The report, as above.
+    """
     if flips and samples.flipped is None:
         raise ValueError("flips asks for the flipped hashes, and none were given")
     if max_pairs < 0:
         raise ValueError(f"max_pairs must be >= 0, got {max_pairs}")
+    panels = check_panels(panels)
     m = find_matches(samples.hashes, max_distance, search)
     fm = find_matches(np.concatenate([samples.hashes, samples.flipped]), max_distance, search) if flips else None
     mc = _mirror_classes(samples, fm, m.max_distance) if fm is not None else None
@@ -200,19 +219,58 @@ def audit(samples: Samples, max_distance: int = DEFAULT_MAX_DISTANCE, flips: boo
     if mc is not None:
         flip_total = mc.total
         listed.append((mc.pairs(room), True))
-    pairs = []
-    exact_n = 0
-    for p, flipped in listed:
-        ex = _exact(samples, p) if not flipped else np.zeros(len(p.i), bool)
-        exact_n += int(ex.sum())
-        for a, b, d, e in zip(p.i.tolist(), p.j.tolist(), p.distance.tolist(), ex.tolist()):
-            row = {"a": samples.label(a), "b": samples.label(b), "distance": d,
-                   "exact": (bool(e) if samples.digests is not None else None), "group": int(group[a])}
-            if flipped:
-                row["flip"] = True
-            pairs.append(row)
+    i, j, d = (np.concatenate([getattr(p, k) for p, _ in listed]) for k in ("i", "j", "distance"))
+    flip = np.concatenate([np.full(len(p.i), f) for p, f in listed])
+    pairs, exact_n = _rows(samples, i, j, d, flip, group)
     complete = all(p.complete for p, _ in listed)
-    return {"pairs": pairs, "summary": _summary(samples, m, fm, mc, group, max_distance, flips, len(pairs), complete, exact_n, flip_total)}
+    twins = twin_splits(samples, m, fm)
+    ref = _reference(samples)
+    t = closest_twins(samples.split, twins, samples.splits.index(ref), m, mc) if ref is not None else None
+    s = choose(t, group, i, j, d, flip, panels) if t is not None else None
+    shown = [] if s is None else _rows(samples, s.i, s.j, s.d, s.flip, group)[0]
+    summary = _summary(samples, m, fm, mc, group, max_distance, flips, len(pairs), complete, exact_n, flip_total, twins)
+    summary["shown"] = _shown_counts(samples, summary, mc, s, panels, 0 if t is None else len(t.x))
+    return {"pairs": pairs, "shown": shown, "summary": summary}
+
+
+def _rows(samples: Samples, i: np.ndarray, j: np.ndarray, d: np.ndarray, flip: np.ndarray,
+          group: np.ndarray) -> tuple[list[dict[str, Any]], int]:
+    """The pairs (i, j, distance, flip) as the report lists them, and how many are exact copies."""
+    ex = _exact(samples, Pairs(i, j, d, True)) & ~flip
+    rows = []
+    for a, b, dd, e, f in zip(i.tolist(), j.tolist(), d.tolist(), ex.tolist(), flip.tolist()):
+        row = {"a": samples.label(a), "b": samples.label(b), "distance": dd,
+               "exact": (bool(e) if samples.digests is not None else None), "group": int(group[a])}
+        if f:
+            row["flip"] = True
+        rows.append(row)
+    return rows, int(ex.sum())
+
+
+def _reference(samples: Samples) -> str | None:
+    """The split leaks are counted against: train, or the first split."""
+    return TRAIN if TRAIN in samples.splits else (samples.splits[0] if samples.splits else None)
+
+
+def _shown_counts(samples: Samples, summary: Mapping[str, Any], mc: MirrorClasses | None, s: Shown | None, panels: int,
+                  leaking: int) -> dict[str, Any]:
+    """What the shown pairs show of the leaking samples, the pairs across splits (leak pairs, mirror ones
+    too) and those within a split, and what they leave off; exact whatever the listing's cap."""
+    across = sum(summary["pairs_across"].values())
+    within = sum(summary["pairs_within"].values())
+    if mc is not None:
+        keep = ~mc.direct
+        n = mc.size[mc.lo[keep]] * mc.size[mc.hi[keep]]
+        cross = mc.split[mc.lo[keep]] != mc.split[mc.hi[keep]]
+        across += int(n[cross].sum())
+        within += int(n[~cross].sum())
+    shown_leaking = 0 if s is None else s.leaking
+    shown_across = 0 if s is None else int((samples.split[s.i] != samples.split[s.j]).sum())
+    shown_within = 0 if s is None else len(s.i) - shown_across
+    return {"panels": panels,
+            "leaking_samples": {"shown": shown_leaking, "left_off": leaking - shown_leaking},
+            "leak_pairs": {"shown": shown_across, "left_off": across - shown_across},
+            "pairs_within": {"shown": shown_within, "left_off": within - shown_within}}
 
 
 def _exact(samples: Samples, p: Pairs) -> np.ndarray:
@@ -328,12 +386,11 @@ def _groups(samples: Samples, m: Matches, mc: MirrorClasses | None) -> np.ndarra
     return rank[compact.reshape(-1)]
 
 
-def _summary(samples, m, fm, mc, group, D, flips, listed, complete, exact_n, flip_total) -> dict[str, Any]:
+def _summary(samples, m, fm, mc, group, D, flips, listed, complete, exact_n, flip_total, t) -> dict[str, Any]:
     names = samples.splits
     counts = {names[k]: int((samples.split == k).sum()) for k in range(len(names))}
-    ref = TRAIN if TRAIN in names else (names[0] if names else None)
+    ref = _reference(samples)
     leaks = {}
-    t = twin_splits(samples, m, fm)
     for k, name in enumerate(names):
         if name == ref:
             continue
@@ -360,8 +417,17 @@ def _summary(samples, m, fm, mc, group, D, flips, listed, complete, exact_n, fli
     }
 
 
-def text_report(report: Mapping[str, Any], show: int = 20) -> str:
-    """The report for people: leaks first, then pair counts, groups, drops, and the closest pairs."""
+def text_report(report: Mapping[str, Any], show: int | None = None) -> str:
+    """The report for people: leaks first, then pair counts, groups, drops, and the pairs shown (the
+    report's "shown": every leaking sample's closest twin first, then one pair a group in turn).
+
+    Args:
+        report: what `audit` gives.
+        show: at most this many of the shown pairs (None: every one).
+
+    Returns:
+        The text, lines joined by newlines.
+    """
     s = report["summary"]
     out = []
     for name, lk in s["leaks"].items():
@@ -382,11 +448,20 @@ def text_report(report: Mapping[str, Any], show: int = 20) -> str:
     out.append("--drop-duplicates would leave out: " + (", ".join(f"{k} {v}" for k, v in s["drop_duplicates"].items()) or "nothing"))
     if not s["complete"]:
         out.append(f"note: {s['pairs']} pairs, {s['pairs_listed']} listed (the cap); the counts above are exact")
-    for p in report["pairs"][:show]:
+    shown = report["shown"] if show is None else report["shown"][:show]
+    if shown:
+        out.append("pairs shown (each leaking sample's closest twin first, then one pair a group in turn):")
+    for p in shown:
         tag = "exact" if p["exact"] else ("mirror" if p.get("flip") else f"d={p['distance']}")
         out.append(f"  {tag:>6}  {_where(p['a'])}  ~  {_where(p['b'])}")
-    if len(report["pairs"]) > show:
-        out.append(f"  ... {len(report['pairs']) - show} more pairs (--json lists them all)")
+    if len(shown) < len(report["shown"]):
+        out.append(f"  ... {len(report['shown']) - len(shown)} more of the pairs shown on the sheet")
+    left = s["shown"]
+    off = [(left["leaking_samples"]["left_off"], "leaking samples"), (left["leak_pairs"]["left_off"], "pairs across splits"),
+           (left["pairs_within"]["left_off"], "pairs within splits")]
+    if any(k for k, _ in off):
+        out.append("  not shown: " + ", ".join(f"{k} {what}" for k, what in off if k)
+                   + " (more with --panels N; --json lists the pairs)")
     return "\n".join(out)
 
 

@@ -4,8 +4,9 @@ under them, panels in a grid on a dark background.
 
 How to read it: each white panel is one pair; left is the pair's `a`, right its `b` (the order of the
 JSON report); the first line under the images names a, the second b, the third gives the distance in
-bits ("exact" when the pixels are identical, "mirror" for a pair found through --flips). Pairs come in
-the report's order: across splits first (the leaks), closest first.
+bits ("exact" when the pixels are identical, "mirror" for a pair found through --flips). Panels come in
+the order given; the report's "shown" gives each leaking sample's closest twin first, then one pair a
+group of near copies in turn (panels.py).
 """
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from .panels import MAX_PANELS
+
 THUMB = 160  # each image is fitted into THUMB x THUMB
 PAD = 8
 LINE = 16  # pixels per line of text
 LINES = 3
 COLUMNS = 4
-MAX_PAIRS = 100
+MAX_PAIRS = MAX_PANELS  # panels drawn at most
 BACKGROUND = (40, 40, 40)
 PANEL = (255, 255, 255)
 INK = (0, 0, 0)
@@ -50,9 +53,10 @@ def layout(n: int, columns: int = COLUMNS) -> Layout:
 
 def contact_sheet(pairs: Sequence[Mapping[str, Any]], load_image: Callable[[Mapping[str, Any]], np.ndarray],
                   path: str | os.PathLike, max_pairs: int = MAX_PAIRS, columns: int = COLUMNS) -> Layout:
-    """Draw the first `max_pairs` of `pairs` (the report's rows: "a", "b", "distance", "exact") to the PNG
-    at `path`; `load_image(side)` gives a side's pixels (HW or HWC uint8, RGB) from its split, index and
-    source. An image that cannot be loaded is drawn as a grey square marked so. Returns the layout."""
+    """Draw the first `max_pairs` of `pairs` (the report's rows: "a", "b", "distance", "exact"; pass its
+    "shown", which audit chose for panels) to the PNG at `path`; `load_image(side)` gives a side's pixels
+    (HW or HWC uint8, RGB) from its split, index and source. An image that cannot be loaded is drawn as a
+    grey square marked so. Returns the layout."""
     import cv2
 
     shown = list(pairs[:max_pairs])

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from ..audit.index import MAX_DISTANCE
+from ..audit.panels import MAX_PANELS, PANELS
 from ..audit.report import DEFAULT_MAX_DISTANCE
 from .progress import progress_option, shown
 
@@ -24,10 +25,13 @@ UNREADABLE = 2  # as a usage error: the command could not do what was asked
               help="Most bits two hashes may differ by to be a pair (distances are even: 11 finds what 10 does).")
 @click.option("--flips", is_flag=True, help="Also pair images with each other's mirror image (decodes every image once).")
 @click.option("--sheet", type=click.Path(dir_okay=False), default=None,
-              help="Draw the pairs (across splits first, closest first; the first 100) side by side into this PNG.")
+              help="Draw the pairs shown (see --panels) side by side into this PNG.")
+@click.option("--panels", type=click.IntRange(1, MAX_PANELS), default=PANELS, show_default=True,
+              help="Pairs the sheet and the text show: each leaking sample's closest twin in train first, then one pair "
+                   "a group of near copies in turn. The JSON lists them in \"shown\"; summary.shown counts what is left off.")
 @progress_option
 @click.pass_context
-def audit(ctx, pack, as_json, max_distance, flips, sheet, progress):
+def audit(ctx, pack, as_json, max_distance, flips, sheet, panels, progress):
     """Find exact and near duplicates in PACK (any backend, or a URL) within each split and across splits, from
     the perceptual hashes its build stored (a pack built without them is hashed on the fly, with a note).
     Val and test samples with a near twin in train are called out first; every pair within the distance is
@@ -54,11 +58,11 @@ def audit(ctx, pack, as_json, max_distance, flips, sheet, progress):
                 click.echo(note, err=True)
             with reporter(shown(progress), f"audit {name}", ps.count(), "images", default=None) as bar:
                 samples = ps.samples(flips, bar)
-            report = run_audit(samples, max_distance, flips)
+            report = run_audit(samples, max_distance, flips, panels=panels)
             report["summary"]["pack"] = name
             report["summary"]["hashed_on_the_fly"] = not ps.stored
             if sheet:
-                lay = _sheet(ps, report["pairs"], sheet)
+                lay = _sheet(ps, report["shown"], sheet)
                 click.echo(f"sheet: {sheet} ({len(lay.boxes)} pairs drawn, {lay.width}x{lay.height} px)", err=True)
     except SheetError as e:
         click.echo(f"Error: {e}", err=True)
@@ -96,11 +100,10 @@ class SheetError(Exception):
     """The contact sheet could not be written (the audit itself went well)."""
 
 
-def _sheet(ps, pairs, path):
-    """The contact sheet of the first pairs, every image it shows read with one read of its shard."""
-    from ..audit.sheet import MAX_PAIRS, contact_sheet
+def _sheet(ps, shown, path):
+    """The contact sheet of the pairs shown, every image it shows read with one read of its shard."""
+    from ..audit.sheet import contact_sheet
 
-    shown = pairs[:MAX_PAIRS]
     stored = ps.stored_images([(p[side]["split"], int(p[side]["index"])) for p in shown for side in ("a", "b")])
 
     def load(side):
@@ -108,6 +111,6 @@ def _sheet(ps, pairs, path):
         return ps.decode(stored[key], f"{key[0]} sample {key[1]}")
 
     try:
-        return contact_sheet(shown, load, path)
+        return contact_sheet(shown, load, path, max_pairs=len(shown))
     except OSError as e:
         raise SheetError(f"cannot write the contact sheet {path}: {e.strerror or e}") from None
