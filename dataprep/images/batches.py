@@ -117,8 +117,9 @@ class BatchFilling:
         largest JPEG DCT scale-down that still does; the box is resampled exactly (resample.warp_into).
         Training crops (RandomResizedCrop) of a JPEG pack with decode="fast" decode only the restart
         segments around the box, with the fast IDCT and upsampling (`_cut_fast`); every other crop decodes
-        the whole image accurately. The path taken is counted in `decode_paths` (per process). `hw`: sample
-        i's stored (height, width), where the caller has read it already (a batch's, in one gather)."""
+        the whole image accurately. The path taken is counted in `decode_paths` (per process): the scale
+        ("full", "1/2", "full from 256 px"), prefixed "region " or "fast " where the fast decode ran. `hw`:
+        sample i's stored (height, width), where the caller has read it already (a batch's, in one gather)."""
         oh, ow = out.shape[:2]
         h, w = hw if hw is not None else (int(v) for v in self._shapes[i, :2])
         if isinstance(plan, CenterCrop):  # the box is the whole image, resized to `resize` on the shorter side
@@ -142,9 +143,13 @@ class BatchFilling:
         if field.encoding != "jpeg":
             factor = 1
         path = ("full" if factor == 1 else f"1/{factor}") + ("" if res == self.resolution else f" from {res} px")
+        fast = None
+        if field.encoding == "jpeg" and not field.fixed and self.decode == "fast" and isinstance(plan, RandomResizedCrop) and _FAST:
+            fast = self._cut_fast(plan, store, field, i, factor, res, (t, lft, bh, bw), (h, w), out)
+        if fast:  # "region 1/2", "fast full": counted apart, so stats() and `dataprep bench` show which decode ran
+            path = f"{fast} {path}"
         self.decode_paths[path] = self.decode_paths.get(path, 0) + 1
-        if field.encoding == "jpeg" and not field.fixed and self.decode == "fast" and isinstance(plan, RandomResizedCrop) \
-                and _FAST and self._cut_fast(plan, store, field, i, factor, res, (t, lft, bh, bw), (h, w), out):
+        if fast:
             return
         if res == self.resolution and factor == 1:
             crops.apply(plan, self._pixels_of(i), box, out)  # the reference path: whole pixels, integer box
@@ -159,14 +164,15 @@ class BatchFilling:
             sy, sx = ry / h / factor, rx / w / factor
         resample.warp_into(pixels, (t * sy, lft * sx, bh * sy, bw * sx), out)
 
-    def _cut_fast(self, plan, store, field, i: int, factor: int, res, box, hw, out: np.ndarray) -> bool:
+    def _cut_fast(self, plan, store, field, i: int, factor: int, res, box, hw, out: np.ndarray) -> str | None:
         """`_cut` for a training crop with decode="fast": the restart segments covering the box (plus the
         pixels bilinear sampling reads around it) cut out as a JPEG of their own (codec.region_of),
         decoded with the fast IDCT and upsampling at 1/factor, then resampled as the whole image would be
         (the same box, the same arithmetic). A JPEG without restart segments (a kept source the build
         could not give markers: progressive, or no compiled part; a pack built before them) is decoded
-        whole, fast. False, having done nothing,
-        where the fast decoder cannot read the bytes (CMYK, damage): the caller's accurate path decides."""
+        whole, fast. Gives "region" (segments decoded) or "fast" (the whole image decoded fast); None,
+        having done nothing, where the fast decoder cannot read the bytes (CMYK, damage): the caller's
+        accurate path decides."""
         a = store.arrays
         buf = a["images"][a["offsets"][i] : a["offsets"][i + 1]]
         (h, w), (t, lft, bh, bw) = hw, box
@@ -179,19 +185,18 @@ class BatchFilling:
         if cut is None or cut[:2] != (sh, sw):
             raise self._not_its_jpeg(i, res, sh, sw)
         _, _, sub, top, left = cut
-        if sub is None:
-            sub = buf
-        pixels = decode_fast(sub, field.channels, factor)
+        how = "fast" if sub is None else "region"
+        pixels = decode_fast(buf if sub is None else sub, field.channels, factor)
         if pixels is None:
-            return False
+            return None
         if factor == 1 and res == self.resolution:  # integer box, whole pixels: as crops.apply cuts it
             y, x = int(t) - top, int(lft) - left
             if not resample.bilinear_window_into(pixels[y : y + int(bh), x : x + int(bw)], out, plan.interpolation):
                 crops.apply(plan, pixels, (t - top, lft - left, bh, bw), out)
-            return True
+            return how
         ky, kx = ry / factor, rx / factor  # reduced pixel k covers the store's pixels [k f, (k + 1) f)
         resample.warp_into(pixels, ((t * ry - top) / factor, (lft * rx - left) / factor, bh * ky, bw * kx), out)
-        return True
+        return how
 
     def _jpeg_of(self, store, field, i: int, res) -> np.ndarray:
         """Sample i's JPEG bytes in a held resolution's store, once its frame header agrees with the shape

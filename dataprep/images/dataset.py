@@ -138,7 +138,7 @@ class InMemoryImageDataset(BatchFilling, Dataset):
         self.exclude = exclude
         self._leaks: np.ndarray | None = None  # exclude="leaks": per sample of the split, whether it has a twin elsewhere
         self._part_epoch = 0  # the epoch whose part is held
-        self.decode_paths: dict[str, int] = {}  # how crops were decoded in this process: "full", "1/2", "full from 256 px"
+        self.decode_paths: dict[str, int] = {}  # how crops were decoded in this process: "full", "1/2", "region 1/2", ...
         self._load()
 
     # -- loading -------------------------------------------------------------------------------
