@@ -268,3 +268,20 @@ def test_build_imagenet_labels_a_flat_val_from_a_kaggle_csv(tmp_path, where):
     assert f"val labels: {csv}" in r.output and "val: 5 of 6 images written" in r.output and "skipped: 1 no label" in r.output, r.output
     assert read_manifest(tmp_path / "p")["source"]["val_labels"] == str(csv.resolve())
     _check_val_labels(tmp_path / "p")
+
+
+def test_audit_json_help_names_every_key_a_report_row_can_have():
+    """`dataprep audit --json`'s help lists the report's keys and those of a pair row, a mirror pair's "flip"
+    (found with --flips) among them: the keys here are read off a report that has one."""
+    import numpy as np
+
+    from dataprep.audit import Samples, audit
+    from dataprep.cli.audit import audit as command
+
+    hashes = np.array([0x0F0F0F0F0F0F0F0F, 0xFFFF0000FFFF0000], np.uint64)
+    flipped = np.array([0x1234567812345678, 0x0F0F0F0F0F0F0F0F], np.uint64)  # b mirrored is a
+    report = audit(Samples.from_splits({"train": {"hashes": hashes, "sources": ["a.jpg", "b.jpg"], "flipped": flipped}}), flips=True)
+    assert report["pairs"] and report["pairs"][0].get("flip") is True
+    help_text = next(p.help for p in command.params if p.name == "as_json")
+    missing = [k for k in [*report, *report["pairs"][0]] if f'"{k}"' not in help_text]
+    assert not missing, f"--json's help leaves out {missing}: {help_text}"

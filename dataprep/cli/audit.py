@@ -20,7 +20,8 @@ UNREADABLE = 2  # as a usage error: the command could not do what was asked
 @click.argument("pack", type=click.Path())
 @click.option("--json", "as_json", is_flag=True,
               help='Print only JSON on stdout: {"pairs": [{"a": {"split", "index", "source"}, "b": {...}, "distance", "exact", '
-                   '"group"}, ...], "summary": {...}}; progress and notes go to stderr.')
+                   '"group"[, "flip": true for a mirror pair, with --flips]}, ...], "shown": [the pairs the sheet and text '
+                   'show], "summary": {...}}; progress and notes go to stderr.')
 @click.option("--max-distance", type=click.IntRange(0, MAX_DISTANCE), default=DEFAULT_MAX_DISTANCE, show_default=True,
               help="Most bits two hashes may differ by to be a pair (distances are even: 11 finds what 10 does).")
 @click.option("--flips", is_flag=True, help="Also pair images with each other's mirror image (decodes every image once).")
