@@ -459,6 +459,29 @@ def test_the_sheet_draws_every_leaking_sample(tmp_path):
     assert len(lay.boxes) == 100 and {i for sp, i in drawn if sp == "val"} >= set(_leaking(s))
 
 
+def test_the_text_report_escapes_what_a_terminal_would_act_on():
+    """Issue 52: file names (and split names) with newlines, terminal escapes, C1 controls and bidi overrides
+    reach the terminal escaped; other text (accents, a space) unchanged. The report's lines are its own."""
+    import unicodedata
+
+    names = ["ok/café naïve.jpg", "a\nLEAK: 0 of 100 val samples.jpg", "b\x1b[2J\x1b]0;owned\x07.jpg", "c\x9b31m\x85.jpg",
+             "d\u202egpj.exe", "e\r\t\x00\x7f\u2028\u2066.jpg", "f\udcff.jpg", "g\\x1b.jpg"]
+    tr = np.arange(1, 9, dtype=np.uint64) << np.uint64(40)
+    evil = "val\x1b[31m"
+    s = Samples.from_splits({"train": {"hashes": tr, "sources": names}, evil: {"hashes": tr, "sources": names}})
+    r = audit(s)
+    text = text_report(r)
+    bad = [c for c in text if c != "\n" and (unicodedata.category(c) in ("Cc", "Cs", "Zl", "Zp") or "\u202a" <= c <= "\u202e"
+                                          or "\u2066" <= c <= "\u2069")]
+    assert bad == []
+    assert len(text.splitlines()) == len(text_report(audit(Samples.from_splits(
+        {"train": {"hashes": tr}, "val": {"hashes": tr}}))).splitlines())  # no line added by a name
+    for want in ("ok/café naïve.jpg", "a\\nLEAK", "b\\x1b[2J\\x1b]0;owned\\x07.jpg", "c\\x9b31m\\x85.jpg", "d\\u202egpj.exe",
+                 "e\\r\\t\\x00\\x7f\\u2028\\u2066.jpg", "f\\udcff.jpg", "g\\\\x1b.jpg", "LEAK: 8 of 8 val\\x1b[31m samples"):
+        assert want in text, want
+    text.encode("utf-8")  # a lone surrogate would not encode: printing it would raise
+
+
 # -- the contact sheet ---------------------------------------------------------------------------------
 def test_contact_sheet_is_a_png_with_one_panel_per_pair(tmp_path):
     from PIL import Image

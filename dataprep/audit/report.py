@@ -10,6 +10,7 @@ every leaking sample first, then one pair a group in turn, and the summary says 
 """
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -432,12 +433,13 @@ def text_report(report: Mapping[str, Any], show: int | None = None) -> str:
     out = []
     for name, lk in s["leaks"].items():
         pct = 100.0 * lk["fraction"]
-        out.append(f"LEAK: {lk['samples']} of {lk['of']} {name} samples ({pct:.2f} %) have a near twin in {lk['with_twin_in']} "
+        out.append(f"LEAK: {lk['samples']} of {lk['of']} {printable(name)} samples ({pct:.2f} %) have a near twin in "
+                   f"{printable(lk['with_twin_in'])} "
                    f"(distance <= {s['max_distance']}{', mirrors too' if s['flips'] else ''})")
     if not s["leaks"]:
         out.append("one split: no leaks to look for")
-    across = ", ".join(f"{k} {v}" for k, v in s["pairs_across"].items()) or "none"
-    within = ", ".join(f"{k} {v}" for k, v in s["pairs_within"].items()) or "none"
+    across = ", ".join(f"{printable(k)} {v}" for k, v in s["pairs_across"].items()) or "none"
+    within = ", ".join(f"{printable(k)} {v}" for k, v in s["pairs_within"].items()) or "none"
     out.append(f"pairs across splits: {across}")
     out.append(f"pairs within splits: {within}")
     if s["flips"]:
@@ -445,7 +447,8 @@ def text_report(report: Mapping[str, Any], show: int | None = None) -> str:
     if s["exact_pairs_listed"] is not None:
         out.append(f"exact copies (identical pixels) among the listed pairs: {s['exact_pairs_listed']}")
     out.append(f"groups of near copies: {s['groups']} ({s['samples_in_groups']} samples; the largest has {s['largest_group']})")
-    out.append("--drop-duplicates would leave out: " + (", ".join(f"{k} {v}" for k, v in s["drop_duplicates"].items()) or "nothing"))
+    drops = ", ".join(f"{printable(k)} {v}" for k, v in s["drop_duplicates"].items()) or "nothing"
+    out.append(f"--drop-duplicates would leave out: {drops}")
     if not s["complete"]:
         out.append(f"note: {s['pairs']} pairs, {s['pairs_listed']} listed (the cap); the counts above are exact")
     shown = report["shown"] if show is None else report["shown"][:show]
@@ -467,4 +470,35 @@ def text_report(report: Mapping[str, Any], show: int | None = None) -> str:
 
 def _where(x: Mapping[str, Any], width: int = 60) -> str:
     src = x["source"] if len(x["source"]) <= width else "..." + x["source"][-(width - 3):]
-    return f"{x['split']}:{x['index']} {src}".rstrip()
+    return f"{printable(x['split'])}:{x['index']} {printable(src)}".rstrip()
+
+
+# a terminal acts on these instead of showing them: bidi marks, embeddings, overrides and isolates
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
+
+
+def printable(text: str) -> str:
+    """`text` safe to print to a terminal: C0 and C1 controls, DEL, line and paragraph separators, bidi
+    controls and lone surrogates (a file name that is not UTF-8) written as escapes (`\\n`, `\\x1b`,
+    `\\u202e`), and a backslash doubled so that no name can forge an escape. A file name with a newline
+    or a terminal escape sequence would otherwise add lines to the report or drive the terminal.
+
+    Args:
+        text: a file name, a split's name.
+
+    Returns:
+        The text, escaped where it must be; unchanged when nothing in it needs escaping.
+    """
+    if text.isprintable() and "\\" not in text:
+        return text
+    return "".join(_escape(c) for c in text)
+
+
+def _escape(c: str) -> str:
+    if c in _SHORT:
+        return _SHORT[c]
+    if c not in _BIDI and unicodedata.category(c) not in ("Cc", "Cs", "Zl", "Zp"):
+        return c
+    k = ord(c)
+    return f"\\x{k:02x}" if k < 0x100 else f"\\u{k:04x}" if k < 0x10000 else f"\\U{k:08x}"
