@@ -334,7 +334,7 @@ def volumes(src: str | os.PathLike, out: str | os.PathLike, **options) -> BuildS
 
 class TokenizeSummary(dict):
     """What `tokenize` did: the token pack's splits {name: (documents, tokens)}, dtype, tokens, seconds,
-    resumed tasks and replaced bytes, as a dict; `.lines()` is what `dataprep tokenize` prints."""
+    resumed tasks and units and replaced bytes, as a dict; `.lines()` is what `dataprep tokenize` prints."""
 
     out: Any = None
     after: builtins.list[str]
@@ -345,8 +345,10 @@ class TokenizeSummary(dict):
         out = [*self.after, f"pack: {self.out}"]
         for name, (docs, toks) in r["splits"].items():
             out.append(f"  {name}: {docs:,} documents, {toks:,} tokens ({r['dtype']})")
-        if r.get("reused"):
-            out.append(f"  resumed: {r['reused']} of {r['tasks']} tasks were finished and intact, {r['tasks'] - r['reused']} tokenized")
+        if r.get("reused") or r.get("kept_units"):
+            n, of = r.get("kept_units", 0), "it" if r["tasks"] - r["reused"] == 1 else "them"
+            units = f" ({n} finished unit{'s' * (n != 1)} of {of} kept)" if n else ""
+            out.append(f"  resumed: {r['reused']} of {r['tasks']} tasks were finished and intact, {r['tasks'] - r['reused']} tokenized{units}")
         if r["replaced"]:
             out.append("  bytes that were not UTF-8, replaced: " + ", ".join(f"{k}: {v}" for k, v in r["replaced"].items()))
         out.append(f"  {r['tokens']:,} tokens from {r['files']} files in {r['seconds']:.1f} s "

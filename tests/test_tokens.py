@@ -504,3 +504,194 @@ def test_ids_that_do_not_fit_uint16_are_an_error_never_wrapped(tmp_path, chunk_b
     assert [docs[i].tolist() for i in range(len(docs))] == [[0, 1, 0, 1], [1, 0, 1, 0]]
     flat = TokenDataset(tmp_path / "ok", context=2, mode="sequential").data.tokens
     assert flat.tolist() == [0, 1, 0, 1, 3, 1, 0, 1, 0, 3]  # each document, then <|endoftext|> (id 3)
+
+
+# -- the val split and --resume do not depend on memory knobs (issue 51) -----------------------------------
+def _lines_corpus(base, files=4, lines=1900):
+    """`files` .txt files of a document per line (about 400 kB each; 1.6 MB in all, so --task-mb 1 makes two
+    tasks and --chunk-mb 1 two chunks), with texts repeated within and across files and one 300 k-character
+    line (encoded in pieces). Returns the files and every document in order."""
+    rng = np.random.default_rng(51)
+    words = [f"w{k}" for k in range(300)] + ["the", "a", "ünï", "日本", "🙂"]
+    docs = []
+    for i in range(files):
+        for j in range(lines):
+            if docs and j % 10 == 9:
+                docs.append(docs[int(rng.integers(len(docs)))])  # a repeat, maybe of another file's document
+            else:
+                docs.append(" ".join(rng.choice(words, int(rng.integers(5, 60)))))
+        if i == 1:
+            docs.append(" ".join(rng.choice(words, 90_000)))  # > PIECE_CHARS: handed on in pieces
+    paths, k = [], 0
+    for i in range(files):
+        n = lines + (i == 1)
+        p = base / f"part{i}.txt"
+        p.write_text("\n".join(docs[k:k + n]) + "\n", encoding="utf-8")
+        paths.append(p)
+        k += n
+    assert k == len(docs) and max(len(d) for d in docs) > 256 << 10
+    return paths, docs
+
+
+@pytest.fixture(scope="module")
+def lines_corpus(tmp_path_factory):
+    """The corpus and a word-level tokenizer of its words (fast; decoding gives the text back)."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import WhitespaceSplit
+
+    base = tmp_path_factory.mktemp("lines")
+    paths, docs = _lines_corpus(base)
+    words = sorted({w for d in docs for w in d.split()})
+    tok = Tokenizer(WordLevel({w: i for i, w in enumerate(["[UNK]", "<|endoftext|>", *words])}, unk_token="[UNK]"))
+    tok.pre_tokenizer = WhitespaceSplit()
+    tok.save(str(base / "tok.json"))
+    return paths, docs, base / "tok.json"
+
+
+def _split_docs(pack) -> dict[str, list[tuple[int, ...]]]:
+    """Per split, every document's ids, in order."""
+    out = {}
+    for n in read_manifest(pack)["splits"]:
+        ds = DocumentDataset(pack, split=n)
+        out[n] = [tuple(ds[i].tolist()) for i in range(len(ds))]
+    return out
+
+
+def test_the_val_split_is_the_same_whatever_the_chunk_and_task_sizes(lines_corpus, tmp_path):
+    """Default, --chunk-mb 1 and --task-mb 1 (the smallest the options allow), and far smaller chunks, tasks
+    and units through TokenizeSettings: the same val and train documents in the same order, the same token
+    arrays. The val documents are exactly those whose text the manifest's rule (`in_val`) picks, and no text
+    is in both splits. Before, the split came from the chunk's and task's numbers: other documents each time."""
+    from dataprep import build
+    from dataprep.tokens.tokenize import in_val
+
+    paths, docs, tok = lines_corpus
+    opts = dict(tokenizer=str(tok), split_docs="line", val_fraction=0.05, seed=7)
+    build.tokenize(paths, tmp_path / "default", **opts)
+    build.tokenize(paths, tmp_path / "chunk", chunk_mb=1, **opts)
+    build.tokenize(paths, tmp_path / "task", task_mb=1, **opts)
+    s = TokenizeSettings(split="line", val_fraction=0.05, seed=7, chunk_bytes=3000, task_bytes=300_000, unit_bytes=50_000,
+                         shard_tokens=40_000)
+    tokenize([str(p) for p in reversed(paths)], tmp_path / "small", s, str(tok))  # inputs listed in another order too
+    m = read_manifest(tmp_path / "default")
+    assert m["val_rule"]["name"] == "blake2b-text" and (m["val_rule"]["seed"], m["val_rule"]["fraction"]) == (7, 0.05)
+    assert len(m["splits"]["val"]["shards"]) < len(read_manifest(tmp_path / "small")["splits"]["val"]["shards"])
+    assert len(read_manifest(tmp_path / "task")["splits"]["train"]["shards"]) == 2  # two tasks
+    want = _split_docs(tmp_path / "default")
+    wp = load_tokenizer(str(tok))
+    val_text = [d for d in docs if in_val(d, 7, 0.05)]
+    assert [wp.decode(list(ids)) for ids in want["val"]] == val_text
+    assert len(want["train"]) + len(want["val"]) == len(docs) and 0.03 < len(val_text) / len(docs) < 0.08
+    assert not set(want["val"]) & set(want["train"])  # a repeated text is in one split only
+    for name in ("chunk", "task"):
+        assert _split_docs(tmp_path / name) == want, name
+        for n in ("train", "val"):
+            assert np.array_equal(TokenDataset(tmp_path / name, 8, split=n, mode="sequential").data.tokens,
+                                  TokenDataset(tmp_path / "default", 8, split=n, mode="sequential").data.tokens), (name, n)
+    small = _split_docs(tmp_path / "small")  # its documents come in the listed order: the same sets
+    assert sorted(small["val"]) == sorted(want["val"]) and sorted(small["train"]) == sorted(want["train"])
+
+
+def test_in_val_is_the_rule_the_manifest_states():
+    """The rule as the manifest words it, computed here from its words: blake2b of the seed and the text."""
+    import hashlib
+
+    from dataprep.tokens.tokenize import in_val, val_rule
+
+    texts = [f"document {k}" for k in range(2000)] + ["ünï 🙂 \ud800"]  # a lone surrogate, as json can give
+    for seed, fraction in ((0, 0.1), (-3, 0.5), (2**70, 0.01)):
+        bound = fraction * 2**64
+        want = [int.from_bytes(hashlib.blake2b(b"dataprep-val\0" + str(seed).encode() + b"\0" +
+                                               t.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little") < bound
+                for t in texts]
+        assert [in_val(t, seed, fraction) for t in texts] == want
+        assert abs(sum(want) / len(texts) - fraction) < 0.03
+        assert "little-endian" in val_rule(seed, fraction)["rule"]
+    assert not any(in_val(t, 0, 0.0) for t in texts)
+
+
+class _Killed(Exception):
+    pass
+
+
+def _counting(monkeypatch, kill_in_unit: int | None = None) -> dict:
+    """Count the documents encoded and the unit records saved; with `kill_in_unit` k, a kill well into unit k
+    (after k - 1 records, with some of unit k's shards written)."""
+    import dataprep.tokens.tokenize as tokenize_mod
+
+    real_save, real_encode, seen = tokenize_mod._save_record, tokenize_mod._encode_chunk, {"encoded": 0, "read": []}
+
+    def save(out, task_no, fp, done, read, chars, rec):
+        real_save(out, task_no, fp, done, read, chars, rec)
+        seen["read"].append(read)
+
+    def encode_chunk(tok_, chunk, *a):
+        seen["encoded"] += sum(last for _, last in chunk)
+        if kill_in_unit and len(seen["read"]) == kill_in_unit - 1 and seen["encoded"] > seen["read"][-1] + 1000:
+            raise _Killed
+        return real_encode(tok_, chunk, *a)
+
+    monkeypatch.setattr(tokenize_mod, "_save_record", save)
+    monkeypatch.setattr(tokenize_mod, "_encode_chunk", encode_chunk)
+    return seen
+
+
+def test_resume_keeps_the_finished_units_of_a_corpus_under_one_task(lines_corpus, tmp_path, monkeypatch):
+    """One task (the default 64 MiB holds the 1.6 MB corpus) written in units of 200 kB: killed while the fifth
+    unit writes, --resume keeps the four finished units' shards (the same files), reads their documents without
+    encoding them, and gives the pack an uninterrupted run gives. Before, a task was the smallest thing kept:
+    nothing was. A record that disagrees with what is read again (here, its character count) starts the task over."""
+    from dataprep import build
+    from dataprep.verify import verify_pack
+
+    paths, docs, tok = lines_corpus
+    files, total = [str(p) for p in paths], sum(p.stat().st_size for p in paths)
+    s = TokenizeSettings(split="line", val_fraction=0.05, unit_bytes=200_000, shard_tokens=20_000, chunk_bytes=20_000)
+    assert s.task_bytes > total and TokenizeSettings().unit_bytes < TokenizeSettings().task_bytes
+    tokenize(files, tmp_path / "fresh", s, str(tok))
+    fresh = read_manifest(tmp_path / "fresh")
+    out = tmp_path / "p"
+    with monkeypatch.context() as mp:
+        seen = _counting(mp, kill_in_unit=5)
+        with pytest.raises(_Killed):
+            tokenize(files, out, s, str(tok))
+    kept_docs = seen["read"][-1]
+    rec = json.loads((out / ".task-records" / "00000.json").read_text())["record"]
+    kept = {(n, sh["name"]): (out / n / sh["name"] / "tokens.npy").stat().st_mtime_ns
+            for n, sp in rec["splits"].items() for sh in sp["shards"]}
+    assert len(list((out / "train").iterdir())) > len([k for k in kept if k[0] == "train"])  # the fifth unit's, half-written
+    told = {"built": 0, "kept": 0}
+
+    def progress(n):
+        told["built"] += n
+
+    progress.kept = lambda n: told.__setitem__("kept", told["kept"] + n)  # type: ignore[attr-defined]
+    with monkeypatch.context() as mp:
+        seen = _counting(mp)
+        r = tokenize(files, out, s, str(tok), resume=True, progress=progress)
+    assert r["reused"] == 0 and r["tasks"] == 1 and r["kept_units"] == 4
+    assert seen["encoded"] == len(docs) - kept_docs and 0 < kept_docs < len(docs)  # the kept units were not encoded again
+    assert all((out / n / name / "tokens.npy").stat().st_mtime_ns == t for (n, name), t in kept.items())
+    assert told["built"] + told["kept"] == total and told["kept"] > 0 and told["built"] > 0
+    summary = build.TokenizeSummary(r, files=len(files))
+    summary.out, summary.after = out, []
+    assert "resumed: 0 of 1 tasks were finished and intact, 1 tokenized (4 finished units of it kept)" in "\n".join(summary.lines())
+    got = read_manifest(out)
+    assert got["splits"] == fresh["splits"] and _split_docs(out) == _split_docs(tmp_path / "fresh")
+    assert sorted(p.name for p in (out / "train").iterdir()) == [sh["name"] for sh in got["splits"]["train"]["shards"]]
+    assert not (out / ".task-records").exists() and verify_pack(out).ok
+    # a unit record whose count of characters is not what the files give again: the whole task is redone
+    out2 = tmp_path / "q"
+    with monkeypatch.context() as mp:
+        _counting(mp, kill_in_unit=3)
+        with pytest.raises(_Killed):
+            tokenize(files, out2, s, str(tok))
+    record = out2 / ".task-records" / "00000.json"
+    body = json.loads(record.read_text())
+    record.write_text(json.dumps({**body, "chars": body["chars"] + 1}))
+    with monkeypatch.context() as mp:
+        seen = _counting(mp)
+        r = tokenize(files, out2, s, str(tok), resume=True)
+    assert r["kept_units"] == 0 and seen["encoded"] == len(docs)
+    assert read_manifest(out2)["splits"] == fresh["splits"]

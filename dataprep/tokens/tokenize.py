@@ -5,8 +5,11 @@ One task per group of consecutive input files of about `task_bytes` (on the loca
 cluster): its documents are read in bounded
 chunks and encoded with the tokenizer's batch API (which uses every core), so peak memory does not
 grow with the corpus, and written as that file's shards. Each document is followed by an end-of-text
-id. The split of a document (train or val) comes from a generator seeded by the seed, the file's
-task's number and the chunk's, so every engine and every order of tasks gives the same pack.
+id. The split of a document (train or val) is a pure function of the seed and the document's text
+(`in_val`, recorded in the manifest as "val_rule"), so chunk and task sizes, workers, engines and the
+order of the inputs never change which documents are val. A task is written in units of about
+`unit_bytes` of text, each recorded when its shards are written, so --resume keeps the finished units
+of a task that was cut short.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Collection, Iterable, Iterator
 
 import numpy as np
 
@@ -50,12 +53,63 @@ class TokenizeSettings:
     shard_tokens: int = 1 << 24  # 16 M tokens (32 MB as uint16) per shard
     task_bytes: int = 64 << 20  # consecutive input files are grouped into tasks of about this much text
     strict: bool = False
+    unit_bytes: int = 8 << 20  # a task's text is written (and kept by --resume) in units of about this much
 
     def __post_init__(self):
         if not 0 <= self.val_fraction < 1:
             raise DataprepError("val_fraction must be in [0, 1)")
-        if self.chunk_bytes < 1 or self.shard_tokens < 1 or self.task_bytes < 1:
-            raise DataprepError("chunk_bytes, shard_tokens and task_bytes must be positive")
+        if self.chunk_bytes < 1 or self.shard_tokens < 1 or self.task_bytes < 1 or self.unit_bytes < 1:
+            raise DataprepError("chunk_bytes, shard_tokens, task_bytes and unit_bytes must be positive")
+
+
+# Which documents are val. The identity of a document is its text, not where it sits (file, ordinal, chunk,
+# task): the draw then cannot move with --chunk-mb, --task-mb, the workers, the engine, the order or the names
+# of the input files, their format, or the tokenizer. Every copy of a repeated text lands in the same split,
+# so val never holds a document train also holds; the price is that a text repeated n times is one draw for
+# n documents (a text's occurrence number would spread copies over both splits, and needs a count across
+# every earlier task). The draw is counter-based: no generator state runs from one document to the next.
+VAL_RULE = "blake2b-text"
+
+
+def val_rule(seed: int, fraction: float) -> dict[str, Any]:
+    """The manifest's record of how `in_val` chose the val documents."""
+    return {"name": VAL_RULE, "seed": int(seed), "fraction": float(fraction),
+            "rule": "a document is val when the first 8 bytes of blake2b(digest_size=8) over 'dataprep-val', NUL, "
+                    "the seed in decimal, NUL and the document's UTF-8 text, read as a little-endian integer, are "
+                    "below fraction * 2**64"}
+
+
+class _ValDraw:
+    """`in_val` for one seed and fraction, a document's text given whole or piece by piece."""
+
+    def __init__(self, seed: int, fraction: float):
+        self.base = hashlib.blake2b(f"dataprep-val\0{int(seed)}\0".encode(), digest_size=8)
+        self.bound = int(fraction * 2.0**64)
+
+    def start(self) -> Any:
+        return self.base.copy()
+
+    def of(self, h) -> bool:
+        return int.from_bytes(h.digest(), "little") < self.bound
+
+    def text(self, text: str) -> bool:
+        h = self.base.copy()
+        h.update(text.encode("utf-8", "surrogatepass"))  # json may give lone surrogates
+        return self.of(h)
+
+
+def in_val(text: str, seed: int, fraction: float) -> bool:
+    """Whether a document of this text is in the val split of a pack tokenized with `seed` and val `fraction`.
+
+    Args:
+        text: the document's whole text, as the reader gives it.
+        seed: the pack's seed (`--seed`).
+        fraction: the pack's val fraction (`--val-fraction`).
+
+    Returns:
+        True for val, False for train.
+    """
+    return _ValDraw(seed, fraction).text(text)
 
 
 def load_tokenizer(path: str):
@@ -95,24 +149,25 @@ def _batches(sizes: list[int], limit: int) -> list[tuple[int, int]]:
 
 class _LongDocument:
     """The pieces of a document too long to encode at once, held in the stored dtype until its last piece;
-    its split (train or val) is drawn for its first piece."""
+    its split (train or val) is drawn from its whole text, hashed piece by piece."""
 
-    def __init__(self) -> None:
+    def __init__(self, draw: _ValDraw) -> None:
         self.parts: list[np.ndarray] = []
-        self.val = False
+        self.draw = draw
+        self.hash = draw.start()
 
     @property
     def empty(self) -> bool:
         return not self.parts
 
-    def add(self, ids: np.ndarray, val: bool) -> None:
-        if not self.parts:
-            self.val = val
+    def add(self, ids: np.ndarray, text: str) -> None:
         self.parts.append(ids)
+        self.hash.update(text.encode("utf-8", "surrogatepass"))
 
     def finish(self, eot_id: int, dtype: np.dtype) -> tuple[np.ndarray, bool]:
         tokens = np.concatenate([*self.parts, np.array([eot_id], dtype)])
-        val, self.parts = self.val, []
+        val = self.draw.of(self.hash)
+        self.parts, self.hash = [], self.draw.start()
         return tokens, val
 
 
@@ -142,6 +197,10 @@ class _SplitWriter:
         self.waiting = 0
         self.shards: list[dict[str, Any]] = []
         self.docs = self.tokens = 0
+
+    def keep(self, split: dict[str, Any]) -> None:
+        """Start after the shards an earlier run finished (a resumed task's kept units): numbering goes on from them."""
+        self.shards, self.docs, self.tokens = list(split["shards"]), split["docs"], split["tokens"]
 
     def add(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
         """Documents already joined: `tokens` of several documents, each `lengths[i]` long (its eot included)."""
@@ -183,9 +242,9 @@ class FileTask:
 
     def fingerprint(self) -> str:
         """A digest of everything the task's shards depend on: its files (paths, sizes, mtimes), its number, the
-        tokenizer, the end-of-text id, the dtype and the settings."""
+        tokenizer, the end-of-text id, the dtype, the settings and the val rule."""
         head = ["tokens", self.task_no, hashlib.sha256(self.tokenizer_json.encode("utf-8")).hexdigest(), self.eot_id,
-                self.dtype, asdict(self.settings)]
+                self.dtype, asdict(self.settings), VAL_RULE]
         return task_fingerprint(head, (_stamp(p) for p in self.paths))
 
 
@@ -202,90 +261,175 @@ def _task_record(out: Path, task_no: int) -> Path:
 
 
 def _finished(task: FileTask, fp: str) -> dict[str, Any] | None:
-    """The record an earlier run left of this task when it finished it with the same fingerprint and every one of
-    its shards is still intact by checksum; else None."""
+    """What an earlier run recorded of this task ({"done", "read", "chars", "record"}) when it was made with the same
+    fingerprint and every shard it lists is still intact by checksum: the whole task ("done"), or its first units,
+    `read` documents of `chars` characters; else None."""
     out = Path(task.out)
     try:
         with os.fdopen(open_nofollow(_task_record(out, task.task_no)), encoding="utf-8") as f:
-            rec = json.load(f)
-        if rec.get("fingerprint") != fp:
+            saved = json.load(f)
+        if saved.get("fingerprint") != fp:
             return None
-        rec = rec["record"]
-        for n, sp in rec["splits"].items():
+        for n, sp in saved["record"]["splits"].items():
             for sh in sp["shards"]:
                 got = reusable_shard(out / n, sh["name"], fp)
                 if got is None or got.get("files") != sh["files"]:
                     return None
+        return {"done": saved.get("done", True), "read": int(saved.get("read", 0)), "chars": int(saved.get("chars", 0)),
+                "record": saved["record"]}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    return rec
 
 
-def _drop_shards_of(out: Path, task_no: int) -> None:
-    """An unfinished (or stale) run's shards of this task: its shards are named after its number (TTTTTPPPP)."""
+def _save_record(out: Path, task_no: int, fp: str, done: bool, read: int, chars: int, rec: dict[str, Any]) -> None:
+    """The task's record for --resume: after each unit (written once its shards are), and when it is done."""
+    path = _task_record(out, task_no)
+    path.parent.mkdir(mode=0o755, exist_ok=True)
+    body = {"fingerprint": fp, "done": done, "read": read, "chars": chars, "record": rec}
+    write_attachment(path.parent, path.name, json.dumps(body).encode("utf-8"))
+
+
+def _drop_shards_of(out: Path, task_no: int, keep: Collection[tuple[str, str]] = ()) -> None:
+    """An unfinished (or stale) run's shards of this task but those in `keep` (its kept units'): its shards are
+    named after its number (TTTTTPPPP)."""
     prefix = f"{task_no:05d}"
     for n in ("train", "val"):
         d = out / n
         if d.is_dir() and not d.is_symlink():
             for p in d.iterdir():
-                if len(p.name) == 9 and p.name.isdigit() and p.name.startswith(prefix):
+                if len(p.name) == 9 and p.name.isdigit() and p.name.startswith(prefix) and (n, p.name) not in keep:
                     remove_entry(p)
+
+
+class _ReadAgain(Exception):
+    """A kept unit's documents were not all there to skip: the task is tokenized from its start."""
 
 
 def tokenize_file(task: FileTask) -> dict[str, Any]:
     """Tokenize the task's documents into its shards (with `resume`, keep them when an earlier run finished the
-    task with the same inputs and settings); return their records and the statistics, `reused` saying which."""
+    task with the same inputs and settings, or the units of it that it finished); return their records and the
+    statistics, `reused` saying whether the whole task was kept, `kept_units` and `kept_bytes` how much of it."""
     fp = task.fingerprint()
     out = Path(task.out)
+    kept = _finished(task, fp) if task.resume else None
+    if kept is not None and kept["done"]:
+        return {**kept["record"], "reused": True, "kept_units": 0, "kept_bytes": 0}
     if task.resume:
-        rec = _finished(task, fp)
-        if rec is not None:
-            return {**rec, "reused": True}
+        splits = kept["record"]["splits"] if kept else {}
+        _drop_shards_of(out, task.task_no, {(n, sh["name"]) for n, sp in splits.items() for sh in sp["shards"]})
+    try:
+        rec, units, chars = _tokenize(task, fp, kept)
+    except _ReadAgain:
         _drop_shards_of(out, task.task_no)
-    rec = _tokenize(task, fp)
-    record = _task_record(out, task.task_no)
-    record.parent.mkdir(mode=0o755, exist_ok=True)
-    write_attachment(record.parent, record.name, json.dumps({"fingerprint": fp, "record": rec}).encode("utf-8"))
-    return {**rec, "reused": False}
+        kept = None
+        rec, units, chars = _tokenize(task, fp, None)
+    _save_record(out, task.task_no, fp, True, rec["documents"], chars, rec)
+    kept_bytes = rec["bytes"] * kept["chars"] // max(chars, 1) if kept else 0  # for the rate: about what was not redone
+    return {**rec, "reused": False, "kept_units": units if kept else 0, "kept_bytes": kept_bytes}
 
 
-def _tokenize(task: FileTask, fp: str) -> dict[str, Any]:
+class _Units:
+    """A task's stream of (piece, last) in units of at least `limit` characters that end with a document: the part
+    of a task that --resume keeps once it is written. `docs` and `chars` count what was read, `count` the units
+    begun, `ended` says the stream is done."""
+
+    def __init__(self, stream: Iterator[tuple[str, bool]], limit: int):
+        self.stream, self.limit = stream, limit
+        self.docs = self.chars = self.count = 0
+        self.ended = False
+
+    def skip(self, docs: int, chars: int) -> None:
+        """Read the first `docs` documents (the kept units') without handing them on; they must come to `chars`
+        characters, as when they were written, else _ReadAgain."""
+        if docs:
+            for piece, last in self.stream:
+                self.chars += len(piece)
+                self.docs += last
+                if self.docs == docs:
+                    break
+        if (self.docs, self.chars) != (docs, chars):  # the inputs changed under the same fingerprint (sizes, mtimes)
+            raise _ReadAgain
+
+    def unit(self) -> Iterator[tuple[str, bool]]:
+        """The next unit's (piece, last) pairs."""
+        size = 0
+        for piece, last in self.stream:
+            self.count += size == 0
+            size += len(piece)
+            self.chars += len(piece)
+            self.docs += last
+            yield piece, last
+            if last and size >= self.limit:
+                return
+        self.ended = True
+
+
+def _tokenize(task: FileTask, fp: str, kept: dict[str, Any] | None) -> tuple[dict[str, Any], int, int]:
+    """The task's shards, after its `kept` units (from _finished) where an earlier run finished some; gives the
+    task's record, the number of units kept and the characters read."""
     tok = tokenizer_from_json(task.tokenizer_json, task.paths[0])
     s, dtype = task.settings, np.dtype(task.dtype)
     limit = int(np.iinfo(dtype).max)
     names = ["train", "val"] if s.val_fraction else ["train"]
     writers = {n: _SplitWriter(Path(task.out), n, dtype, s.shard_tokens, task.task_no, fp) for n in names}
+    draw = _ValDraw(s.seed, s.val_fraction)
     stats = ReadStats()
-    pending = _LongDocument()
+    pending = _LongDocument(draw)
     stream = pieces(list(task.paths), s.split, s.text_field, s.strict, stats, min(PIECE_CHARS, s.chunk_bytes))
-    for k, chunk in enumerate(_chunks(stream, s.chunk_bytes)):
-        val = np.random.default_rng([s.seed, task.task_no, k]).random(len(chunk)) < s.val_fraction
-        if pending.empty and all(last for _, last in chunk):  # whole documents only: one vectorised join
-            tokens, lengths = encode(tok, [text for text, _ in chunk], task.eot_id)  # its Encodings already let go
-            _check_ids(tokens, limit, dtype, task.paths[0])
-            if val.any():
-                in_val = np.repeat(val, lengths)
-                writers["val"].add(tokens[in_val], lengths[val])
-                writers["train"].add(tokens[~in_val], lengths[~val])
-            else:
-                writers["train"].add(tokens, lengths)
-            continue
-        # A long document's pieces, a few at a time (an Encoding costs ~100 bytes per token): joined, with
-        # one end-of-text id after the last.
-        for a, b in _batches([len(text) for text, _ in chunk], LONG_BATCH_CHARS):
-            encs = tok.encode_batch_fast([text for text, _ in chunk[a:b]], add_special_tokens=False)
-            for enc, (_, last), v in zip(encs, chunk[a:b], val[a:b]):
-                ids = np.asarray(enc.ids, np.int64)
-                _check_ids(ids, limit, dtype, task.paths[0])
-                pending.add(ids.astype(dtype), bool(v))
-                if last:
-                    tokens, in_val = pending.finish(task.eot_id, dtype)
-                    writers["val" if in_val else "train"].add(tokens, np.array([len(tokens)], np.int64))
-            del encs
+    size = sum(os.path.getsize(p) for p in task.paths)
+    # At most about 512 units a task, so a huge single file does not run out of shard part numbers (PPPP).
+    units = _Units(stream, max(s.unit_bytes, size // 512))
+    n_kept = 0
+    if kept is not None:
+        for n, w in writers.items():
+            w.keep(kept["record"]["splits"][n])
+        units.skip(kept["read"], kept["chars"])  # read again (cheap beside encoding), so the statistics count every document
+        n_kept = kept["record"]["units"]
+    while not units.ended:
+        for chunk in _chunks(units.unit(), s.chunk_bytes):
+            _encode_chunk(tok, chunk, task, writers, pending, draw, limit, dtype)
+        if units.ended:
+            break
+        for w in writers.values():
+            w.flush()
+        _save_record(Path(task.out), task.task_no, fp, False, units.docs, units.chars,
+                     _record(writers, stats, size, n_kept + units.count))
     for w in writers.values():
         w.flush()
-    return {"splits": {n: {"docs": w.docs, "tokens": w.tokens, "shards": w.shards} for n, w in writers.items()},
-            "documents": stats.documents, "replaced": stats.replaced, "bytes": sum(os.path.getsize(p) for p in task.paths)}
+    return _record(writers, stats, size, n_kept + units.count), n_kept, units.chars
+
+
+def _record(writers: dict[str, _SplitWriter], stats: ReadStats, size: int, units: int) -> dict[str, Any]:
+    return {"splits": {n: {"docs": w.docs, "tokens": w.tokens, "shards": list(w.shards)} for n, w in writers.items()},
+            "documents": stats.documents, "replaced": dict(stats.replaced), "bytes": size, "units": units}
+
+
+def _encode_chunk(tok, chunk: list[tuple[str, bool]], task: FileTask, writers: dict[str, _SplitWriter],
+                  pending: _LongDocument, draw: _ValDraw, limit: int, dtype: np.dtype) -> None:
+    """Encode a chunk of (piece, last) and hand each finished document to its split's writer."""
+    if pending.empty and all(last for _, last in chunk):  # whole documents only: one vectorised join
+        tokens, lengths = encode(tok, [text for text, _ in chunk], task.eot_id)  # its Encodings already let go
+        _check_ids(tokens, limit, dtype, task.paths[0])
+        val = np.array([draw.text(text) for text, _ in chunk], bool) if draw.bound else np.zeros(len(chunk), bool)
+        if val.any():
+            in_val = np.repeat(val, lengths)
+            writers["val"].add(tokens[in_val], lengths[val])
+            writers["train"].add(tokens[~in_val], lengths[~val])
+        else:
+            writers["train"].add(tokens, lengths)
+        return
+    # A long document's pieces, a few at a time (an Encoding costs ~100 bytes per token): joined, with
+    # one end-of-text id after the last.
+    for a, b in _batches([len(text) for text, _ in chunk], LONG_BATCH_CHARS):
+        encs = tok.encode_batch_fast([text for text, _ in chunk[a:b]], add_special_tokens=False)
+        for enc, (text, last) in zip(encs, chunk[a:b]):
+            ids = np.asarray(enc.ids, np.int64)
+            _check_ids(ids, limit, dtype, task.paths[0])
+            pending.add(ids.astype(dtype), text)
+            if last:
+                tokens, in_val = pending.finish(task.eot_id, dtype)
+                writers["val" if in_val else "train"].add(tokens, np.array([len(tokens)], np.int64))
+        del encs
 
 
 def _groups(paths: list[str], target: int) -> list[tuple[str, ...]]:
@@ -305,10 +449,11 @@ def _groups(paths: list[str], target: int) -> list[tuple[str, ...]]:
 def tokenize(inputs: list[str], out: str | os.PathLike, settings: TokenizeSettings, tokenizer: str | None = None,
              train_bpe_vocab: int | None = None, overwrite: bool = False,
              progress: Callable[[int], None] | None = None, engine=None, resume: bool = False) -> dict[str, Any]:
-    """Tokenize documents from `inputs` (files) into a token pack, one task per file on `engine` (default:
-    this process); return a summary. `progress(n)` is told of n more bytes of input (those of tasks a resumed
+    """Tokenize documents from `inputs` (files) into a token pack, one task per group of files on `engine`
+    (default: this process); return a summary. `progress(n)` is told of n more bytes of input (those a resumed
     run kept go to `progress.kept(n)` where it has one). `resume` continues an unfinished run in `out`: the tasks
-    it finished with the same inputs and settings, shards intact by checksum, are kept (summary's `reused`)."""
+    it finished with the same inputs and settings, shards intact by checksum, are kept (summary's `reused`), and
+    so are the finished units of the others (`kept_units`)."""
     from ..engine import LocalEngine
 
     out = Path(out)
@@ -344,7 +489,11 @@ def tokenize(inputs: list[str], out: str | os.PathLike, settings: TokenizeSettin
 
     def done(i: int, rec: dict) -> None:
         if progress:
-            (kept if rec.get("reused") else progress)(rec["bytes"])
+            old = rec["bytes"] if rec.get("reused") else rec.get("kept_bytes", 0)
+            if old:
+                kept(old)
+            if rec["bytes"] - old:
+                progress(rec["bytes"] - old)
 
     try:
         recs = (engine or LocalEngine(1)).map(tokenize_file, tasks, done, names=[os.path.basename(t.paths[0]) for t in tasks])
@@ -352,6 +501,9 @@ def tokenize(inputs: list[str], out: str | os.PathLike, settings: TokenizeSettin
         for split in ("train", "val"):
             remove_temporaries(out / split)
     reused = sum(bool(r.pop("reused", False)) for r in recs)
+    kept_units = sum(r.pop("kept_units", 0) for r in recs)
+    for r in recs:
+        r.pop("kept_bytes", None)
     names = ["train", "val"] if settings.val_fraction else ["train"]
     _remove_unrecorded(out, names, recs)
     splits: dict[str, dict[str, Any]] = {}
@@ -373,6 +525,7 @@ def tokenize(inputs: list[str], out: str | os.PathLike, settings: TokenizeSettin
         "dataprep_version": __version__,
         "source": {"inputs": [str(Path(p).resolve()) for p in inputs], "replaced_bytes": replaced},
         "settings": asdict(settings),
+        "val_rule": val_rule(settings.seed, settings.val_fraction),
         "tokenizer": {"path": str(tok_path.resolve()), "file": TOKENIZER_FILE, "sha256": hashlib.sha256(tok_bytes).hexdigest(),
                       "vocab_size": vocab, "eot_id": int(eot_id), "trained_here": bool(train_bpe_vocab),
                       "special": {t.content: int(i) for i, t in tok.get_added_tokens_decoder().items()}},
@@ -385,7 +538,7 @@ def tokenize(inputs: list[str], out: str | os.PathLike, settings: TokenizeSettin
     shutil.rmtree(out / TASK_RECORDS, ignore_errors=True)  # a pack now: what --resume needed is done with
     return {"documents": doc_no, "tokens": sum(sp["tokens"] for sp in splits.values()), "dtype": dtype.str,
             "splits": {n: (sp["count"], sp["tokens"]) for n, sp in splits.items()}, "seconds": seconds, "replaced": replaced,
-            "tasks": len(tasks), "reused": reused}
+            "tasks": len(tasks), "reused": reused, "kept_units": kept_units}
 
 
 def _remove_unrecorded(out: Path, names: list[str], recs: list[dict]) -> None:
