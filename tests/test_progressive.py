@@ -4,6 +4,7 @@ import shutil
 import cv2
 import numpy as np
 import pytest
+import torch
 from click.testing import CliRunner
 from torch.utils.data import DataLoader
 
@@ -224,3 +225,32 @@ def test_each_size_is_the_area_resize_of_the_next_larger(tmp_path, monkeypatch, 
         assert mismatched == 0
     else:  # the wrong implementations must be caught on every pair
         assert mismatched == compared
+
+
+def test_a_crop_plan_transform_follows_the_sampler_on_a_pack_of_many_shapes(index_tree, tmp_path):
+    """A default (shorter-side) multi-size pack holds images of several shapes at each size, which the stock
+    DataLoader's collate cannot stack ("Trying to resize storage that is not resizable"). With a CenterCrop as
+    the dataset's transform, each batch a ResolutionBatchSampler asks for at R is R x R, its images the plan at R
+    of the stored ones, in persistent workers too; read alone (no sampler), a sample keeps the plan as given."""
+    from dataprep import CenterCrop
+
+    pack = tmp_path / "p"
+    build_images(scan_imagenet(index_tree), pack, BuildSettings(shard_size=5), ImageSettings(sizes=(16, 24, 32), mode="raw"))
+    shapes = {tuple(s) for s in InMemoryImageDataset(pack, resolution=24).shapes.tolist()}
+    assert len(shapes) == 3  # the default resize keeps each image's aspect ratio
+    plan = CenterCrop(32, resize=32)
+    ds = InMemoryImageDataset(pack, cache="mmap", transform=plan)
+    assert ds[0][0].shape == (3, 32, 32)
+    sampler = ResolutionBatchSampler(len(ds), 4, Schedule.table(ds.resolutions, {0: 16, 1: 24, 2: 32}), seed=1)
+    loader = DataLoader(ds, batch_sampler=sampler, num_workers=2, persistent_workers=True)
+    for epoch, size in enumerate((16, 24, 32)):
+        sampler.set_epoch(epoch)
+        at = InMemoryImageDataset(pack, resolution=size)
+        served = 0
+        for (images, _), batch in zip(loader, iter(sampler), strict=True):
+            assert images.shape[1:] == (3, size, size)
+            for image, (_, i) in zip(images, batch, strict=True):
+                assert torch.equal(image, CenterCrop(size, resize=size)(at[i][0])) and decode_index(image.permute(1, 2, 0).numpy()) == i
+            served += len(images)
+        assert served == len(ds)
+    assert ds.transform is plan and InMemoryImageDataset(pack, transform=plan)[0][0].shape == (3, 32, 32)

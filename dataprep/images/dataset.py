@@ -43,7 +43,10 @@ class InMemoryImageDataset(BatchFilling, Dataset):
             nvJPEG, serve the dataset with `DaliImageLoader` (images/dali.py), which decodes whole batches;
             `decode="dali"` says so.
             Decoded (raw) packs are served without decoding whatever this says.
-        transform: called on each image (a CHW uint8 tensor, or HWC numpy with `as_numpy`).
+        transform: called on each image (a CHW uint8 tensor, or HWC numpy with `as_numpy`). A crop plan
+            (`CenterCrop(256, resize=256)`) gives every image one shape, so the stock DataLoader can stack a
+            batch of a variable-size pack; under a ResolutionBatchSampler it is resized to each batch's
+            resolution (`CenterCrop.resized`), as a Loader's schedule resizes its crop.
         as_numpy: return HWC uint8 numpy arrays instead of CHW uint8 tensors.
         verify: check every shard file's sha256 against the manifest while loading.
         cache: where the split lives: "ram" (this process, shared by forked workers), "mmap" (the
@@ -138,6 +141,7 @@ class InMemoryImageDataset(BatchFilling, Dataset):
         self.exclude = exclude
         self._leaks: np.ndarray | None = None  # exclude="leaks": per sample of the split, whether it has a twin elsewhere
         self._part_epoch = 0  # the epoch whose part is held
+        self._asked: int | None = None  # the resolution the last (R, i) request named: a crop plan transform follows it
         self.decode_paths: dict[str, int] = {}  # how crops were decoded in this process: "full", "1/2", "region 1/2", ...
         self._load()
 
@@ -291,6 +295,7 @@ class InMemoryImageDataset(BatchFilling, Dataset):
         self.__dict__.update(state)
         self._leaks = None if packed is None else np.unpackbits(packed[0], count=packed[1]).astype(bool)
         self.decode_paths = {}
+        self._asked = None
         self._load()
 
     # -- facts ---------------------------------------------------------------------------------
@@ -395,13 +400,21 @@ class InMemoryImageDataset(BatchFilling, Dataset):
     def _finish(self, img: np.ndarray):
         if not self.as_numpy and img.ndim == 3:
             img = torch.from_numpy(img).permute(2, 0, 1)
-        return self.transform(img) if self.transform is not None else img
+        t = self.transform
+        if self._asked is not None and hasattr(t, "resized"):  # a crop plan: at the resolution the sampler asked for
+            t = t.resized(self._asked)
+        return t(img) if t is not None else img
+
+    def _serve_resolution(self, resolution) -> None:
+        """A ResolutionBatchSampler's request names R: serve R, and a crop plan transform at R."""
+        self.use(int(resolution))
+        self._asked = int(resolution)
 
     def __getitem__(self, index):
         if isinstance(index, tuple) and len(index) == 2:
             # (resolution, index): what a ResolutionBatchSampler yields, so the resolution of every batch
             # travels with its indices and reaches persistent workers too
-            self.use(int(index[0]))
+            self._serve_resolution(index[0])
             index = index[1]
         if isinstance(index, slice):
             return self.batch(np.arange(len(self))[index])
@@ -427,7 +440,7 @@ class InMemoryImageDataset(BatchFilling, Dataset):
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         if len(indices) and isinstance(indices[0], tuple):
-            self.use(int(indices[0][0]))
+            self._serve_resolution(indices[0][0])
             indices = [i for _, i in indices]
         idx = [self._check(i) for i in indices]
         if self._pixels is not None and self.transform is None and not self.as_numpy:
