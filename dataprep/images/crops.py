@@ -129,19 +129,13 @@ class CenterCrop:
     def __repr__(self) -> str:
         return f"CenterCrop({self.size}, resize={self.resize})"
 
-    def __call__(self, image):
-        """The crop of one image, for a dataset's `transform=` (the stock DataLoader then stacks a batch of one
-        shape): a C x H x W tensor gives one, an H x W[ x C] array (as_numpy) gives one. With a
-        ResolutionBatchSampler the dataset resizes the plan to each batch's resolution (`resized`)."""
-        tensor = hasattr(image, "permute")
-        pixels = np.ascontiguousarray(image.permute(1, 2, 0).numpy() if tensor else image)
+    def __call__(self, pixels: np.ndarray) -> np.ndarray:
+        """The crop of one image's H x W[ x C] pixels, for a dataset's `transform=` (which applies it to the
+        stored pixels, before they become a tensor): every image one shape, so the stock DataLoader can stack
+        a batch. With a ResolutionBatchSampler the dataset resizes the plan to each batch's size (`resized`)."""
         out = np.empty((*self.size, *pixels.shape[2:]), pixels.dtype)
-        apply(self, pixels, None, out)
-        if not tensor:
-            return out
-        import torch
-
-        return torch.from_numpy(out).permute(2, 0, 1)
+        apply(self, np.ascontiguousarray(pixels), None, out)
+        return out
 
     def boxes(self, heights, widths, key=None, idx=None, which=None) -> np.ndarray:
         """The whole image: CenterCrop resizes first, then crops (see `apply`)."""

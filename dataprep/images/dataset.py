@@ -44,9 +44,9 @@ class InMemoryImageDataset(BatchFilling, Dataset):
             `decode="dali"` says so.
             Decoded (raw) packs are served without decoding whatever this says.
         transform: called on each image (a CHW uint8 tensor, or HWC numpy with `as_numpy`). A crop plan
-            (`CenterCrop(256, resize=256)`) gives every image one shape, so the stock DataLoader can stack a
-            batch of a variable-size pack; under a ResolutionBatchSampler it is resized to each batch's
-            resolution (`CenterCrop.resized`), as a Loader's schedule resizes its crop.
+            (`CenterCrop(256, resize=256)`) cuts the stored pixels first and gives every image one shape, so
+            the stock DataLoader can stack a batch of a variable-size pack; under a ResolutionBatchSampler it
+            is resized to each batch's resolution (`CenterCrop.resized`), as a Loader's schedule resizes its crop.
         as_numpy: return HWC uint8 numpy arrays instead of CHW uint8 tensors.
         verify: check every shard file's sha256 against the manifest while loading.
         cache: where the split lives: "ram" (this process, shared by forked workers), "mmap" (the
@@ -398,11 +398,11 @@ class InMemoryImageDataset(BatchFilling, Dataset):
         return q if self._kept is None else (self._kept[q] if isinstance(q, np.ndarray) else int(self._kept[q]))
 
     def _finish(self, img: np.ndarray):
+        t = self.transform
+        if hasattr(t, "resized"):  # a crop plan cuts the stored pixels, at the resolution a sampler asked for
+            img, t = (t.resized(self._asked) if self._asked is not None else t)(img), None
         if not self.as_numpy and img.ndim == 3:
             img = torch.from_numpy(img).permute(2, 0, 1)
-        t = self.transform
-        if self._asked is not None and hasattr(t, "resized"):  # a crop plan: at the resolution the sampler asked for
-            t = t.resized(self._asked)
         return t(img) if t is not None else img
 
     def _serve_resolution(self, resolution) -> None:
