@@ -15,6 +15,7 @@ _LAZY = {
     "SegmentationDataset": ("dataprep.segmentation.dataset", "SegmentationDataset"),
     "VolumeDataset": ("dataprep.volumes.dataset", "VolumeDataset"),
     "DetectionDataset": ("dataprep.detection.dataset", "DetectionDataset"),
+    "detection_collate": ("dataprep.detection.dataset", "collate"),  # a DetectionDataset through the stock DataLoader
     "Loader": ("dataprep.serve.loader", "Loader"),
     "Mixture": ("dataprep.serve.mixture", "Mixture"),
     "Partition": ("dataprep.serve.partition", "Partition"),
@@ -50,6 +51,7 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time __getattr__ im
     from .build import tokenize
     from .detection.build import build_detection
     from .detection.dataset import DetectionDataset
+    from .detection.dataset import collate as detection_collate
     from .detection.scenes import write_scenes
     from .images.build import build_images
     from .images.crops import CenterCrop, RandomResizedCrop

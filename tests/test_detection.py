@@ -565,3 +565,37 @@ def test_a_detection_pack_built_without_hashes_is_audited_on_the_fly(scenes, tmp
     assert "phash" not in json.loads((tmp_path / "p" / "manifest.json").read_text())["fields"]
     r = CliRunner().invoke(main, ["audit", str(tmp_path / "p"), "--json"])
     assert r.exit_code == 0 and "on the fly" in r.output, r.output
+
+
+def test_the_stock_dataloader_serves_a_detection_pack_through_detection_collate(packs, scenes, tmp_path):
+    """dataprep.detection_collate batches the samples as the Loader lays a batch out: boxes padded with 0 and labels
+    with -1 to the batch's largest count, counts, crowd flags with crowd="flag"; images stacked where they share a
+    shape (then the whole batch equals ds.batch, the Loader's uncropped batch), else a list (the default collate
+    fails on both: one image's boxes cannot be stacked with another's)."""
+    from torch.utils.data import DataLoader
+
+    import dataprep
+
+    square = tmp_path / "square"
+    build.coco(scenes["images"], square, annotations=scenes["coco"], size=64, resize="center-crop", mode="raw", workers=1)
+    for pack, crowd in ((square, "keep"), (square, "flag"), (packs["raw"], "keep")):
+        ds = DetectionDataset(pack, crowd=crowd)
+        served = 0
+        for step, batch in enumerate(DataLoader(ds, batch_size=5, num_workers=2, collate_fn=dataprep.detection_collate)):
+            idx = list(range(5 * step, min(5 * step + 5, len(ds))))
+            images, boxes, labels, counts = batch[:4]
+            assert boxes.shape[1] == max(1, max(len(ds.objects(i)[0]) for i in idx))
+            for k, i in enumerate(idx):
+                b, lab, cr = ds.objects(i)
+                n = int(counts[k])
+                assert n == len(b) and np.array_equal(boxes[k, :n].numpy(), b) and np.array_equal(labels[k, :n].numpy(), lab)
+                assert (boxes[k, n:] == 0).all() and (labels[k, n:] == -1).all()
+                assert torch.equal(images[k], ds[i][0])
+                if crowd == "flag":
+                    assert np.array_equal(batch[4][k, :n].numpy(), cr) and not batch[4][k, n:].any()
+            if pack == square:
+                assert all(torch.equal(a, b) for a, b in zip(batch, ds.batch(idx), strict=True))
+            else:
+                assert isinstance(images, list)
+            served += len(idx)
+        assert served == len(ds) and sum(len(ds.objects(i)[0]) for i in range(len(ds))) > len(ds)

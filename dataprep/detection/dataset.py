@@ -10,7 +10,8 @@ and counts (B,) int64. The Loader's buffers hold the most boxes any held sample 
 box offsets, never read from the manifest), or `max_boxes`; what it serves is cut to the batch's own largest
 count (at least 1) through the serving contract's `finish_batch` (views of the buffers, so a held batch never
 changes), unless `max_boxes` is given: then every batch has M = max_boxes (one shape, for compiled models).
-`trim(batch)` cuts a fixed-M batch the same way.
+`trim(batch)` cuts a fixed-M batch the same way; `collate` (dataprep.detection_collate) lays samples out as such a
+batch for the stock DataLoader.
 """
 from __future__ import annotations
 
@@ -237,3 +238,35 @@ def trim(batch: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
     images, boxes, labels, counts, *rest = batch
     m = max(1, int(counts.max())) if len(counts) else 1
     return (images, boxes[:, :m], labels[:, :m], counts, *(r[:, :m] for r in rest))
+
+
+def collate(samples: Sequence[Sequence[Any]]) -> tuple[Any, ...]:
+    """The stock DataLoader's `collate_fn` for a DetectionDataset (`dataprep.detection_collate`).
+
+    Args:
+        samples: the dataset's samples, (image, boxes (k, 4), labels (k,)[, crowd (k,)]) each, tensors or
+            numpy (as_numpy).
+
+    Returns:
+        One batch laid out as the Loader serves one: images stacked (B, C, H, W) where they share a shape (a
+        pack of one shape), else a list of the B images; boxes (B, M, 4) float32 padded with 0, labels (B, M)
+        int64 padded with -1, counts (B,) int64 [, crowd (B, M) bool padded with False]; M the batch's largest
+        count (at least 1). Boxes stay in stored pixels, as `dataset[i]` gives them. (The default collate
+        cannot stack a batch's boxes: each image has its own count.)
+    """
+    if not samples:
+        raise DataprepError("detection collate: no samples to collate")
+    images = [torch.as_tensor(s[0]) for s in samples]
+    objects = [[torch.as_tensor(x) for x in s[1:]] for s in samples]
+    counts = torch.tensor([len(o[0]) for o in objects], dtype=torch.int64)
+    b, m = len(samples), max(1, int(counts.max()))
+    boxes = torch.zeros((b, m, 4), dtype=torch.float32)
+    labels = torch.full((b, m), -1, dtype=torch.int64)
+    crowd = torch.zeros((b, m), dtype=torch.bool) if len(objects[0]) > 2 else None
+    for k, (o, n) in enumerate(zip(objects, counts.tolist())):
+        boxes[k, :n] = o[0].reshape(n, 4)
+        labels[k, :n] = o[1]
+        if crowd is not None:
+            crowd[k, :n] = o[2]
+    same = len({tuple(im.shape) for im in images}) == 1
+    return (torch.stack(images) if same else images, boxes, labels, counts) + ((crowd,) if crowd is not None else ())
