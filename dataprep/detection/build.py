@@ -6,9 +6,11 @@ scale, crop and pad), clipped to the stored image; labels and crowd flags with t
 Per image: decoded once (images/process.py); its boxes are taken to its upright pixels (YOLO's fractions times
 the decoded size; COCO's pixels as given, the image's declared width and height checked against the decoded
 ones: a mismatch is a skipped image, "size mismatch", never boxes on the wrong pixels), clipped to it, and the
-degenerate ones (no area left) skipped and counted; then through each size's geometry, clipped again, and those
-a cropping resize cuts away counted. The counts are the split's "boxes" entry in the manifest and the summary's
-notes. An image that cannot be used is skipped with its reason, or stops the build under `strict`.
+degenerate ones (no area left, or none once rounded to float32 as stored) skipped and counted; then through each
+size's geometry, clipped again, and those a cropping resize cuts away (or shrinks below float32's resolution)
+counted. A box is judged by the float32 values stored, so a pack never holds one that opening it refuses. The
+counts are the split's "boxes" entry in the manifest and the summary's notes. An image that cannot be used is
+skipped with its reason, or stops the build under `strict`.
 """
 from __future__ import annotations
 
@@ -152,13 +154,13 @@ def build_detection_shard(task: DetectionShardTask, samples=None) -> dict[str, A
         a, b = int(task.box_offsets[i]), int(task.box_offsets[i + 1])
         labels, crowd = task.box_labels[a:b], task.box_crowd[a:b]
         sh, sw = done[0].geometry.source
-        ok = geometry.positive(geometry.clip(on_source, sh, sw))
+        ok = geometry.stored_positive(geometry.clip(on_source, sh, sw))
         counts["degenerate"] += int((~ok).sum())
         on_source, labels, crowd = on_source[ok], labels[ok], crowd[ok]
         for k, (p, size) in enumerate(zip(done, task.image.all_sizes)):
             oh, ow = p.geometry.out
             moved = geometry.clip(geometry.through_resize(on_source, p.geometry), oh, ow)
-            inside = geometry.positive(moved)
+            inside = geometry.stored_positive(moved)
             counts[f"cut_off@{size}"] += int((~inside).sum())
             counts[f"stored@{size}"] += int(inside.sum())
             pixels[k].append(p.data)

@@ -118,8 +118,11 @@ class DetectionDataset(InMemoryImageDataset):
         boxes = np.array(self._boxes[a:b], np.float32)
         labels = np.asarray(self._box_labels[a:b]).astype(np.int64)
         crowd = np.asarray(self._box_crowd[a:b]).astype(bool)
+        keep = geometry.positive(boxes)  # a box of no area (an older build's float32 rounding) is never served
         if self.crowd == "drop":
-            boxes, labels, crowd = boxes[~crowd], labels[~crowd], crowd[~crowd]
+            keep &= ~crowd
+        if not keep.all():
+            boxes, labels, crowd = boxes[keep], labels[keep], crowd[keep]
         return boxes, labels, crowd
 
     def _detection_sample(self, i: int):
@@ -214,11 +217,12 @@ class DetectionDataset(InMemoryImageDataset):
         owner = np.repeat(np.arange(len(held)), n_boxes)
         oh, ow = (int(v) for v in out_hw)
         maps = geometry.crop_maps(crop if not isinstance(crop, (tuple, list)) else None, drawn, heights, widths, (oh, ow))
-        whole = geometry.affine(np.asarray(self._boxes[sel], np.float64).reshape(-1, 4), *(m[owner] for m in maps))
+        stored = np.asarray(self._boxes[sel], np.float64).reshape(-1, 4)
+        whole = geometry.affine(stored, *(m[owner] for m in maps))
         if flipped is not None:
             geometry.flip(whole, ow, flipped[owner])
         clipped = geometry.clip(whole.copy(), oh, ow)
-        keep = geometry.kept(clipped, whole, self.min_size, self.min_visibility)
+        keep = geometry.kept(clipped, whole, self.min_size, self.min_visibility) & geometry.positive(stored)
         crowd = np.asarray(self._box_crowd[sel]).astype(bool)
         if self.crowd == "drop":
             keep &= ~crowd

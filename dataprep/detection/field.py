@@ -129,8 +129,10 @@ class BoxesField:
         return len(arrays["box_frames"])
 
     def check(self, arrays: dict[str, Any], deep: bool = False) -> list[str]:
-        """Every box finite, of positive size and inside its sample's frame; every label below the class count;
-        crowd flags 0 or 1; offsets and frames agreeing with the boxes."""
+        """Every box finite, not inverted and inside its sample's frame; every label below the class count;
+        crowd flags 0 or 1; offsets and frames agreeing with the boxes. A box of no area is no problem: a build
+        before the float32 check stored boxes thinner than float32 resolves as such, and a split is never refused
+        for one (`DetectionDataset` serves none: detection/dataset.py)."""
         boxes, offsets, frames = np.asarray(arrays["boxes"], np.float64), np.asarray(arrays["box_offsets"]), np.asarray(arrays["box_frames"])
         labels, crowd = np.asarray(arrays["box_labels"]), np.asarray(arrays["box_crowd"])
         name = self.name
@@ -147,11 +149,11 @@ class BoxesField:
         h, w = frames[owner, 0], frames[owner, 1]
         with np.errstate(invalid="ignore"):
             bad = ~((boxes[:, 0] >= 0) & (boxes[:, 1] >= 0) & (boxes[:, 2] <= w) & (boxes[:, 3] <= h)
-                    & (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])) & np.isfinite(boxes).all(1)
+                    & (boxes[:, 2] >= boxes[:, 0]) & (boxes[:, 3] >= boxes[:, 1])) & np.isfinite(boxes).all(1)
         if bad.any():
             k = int(np.flatnonzero(bad)[0])
             i = int(owner[k])
-            out.append(f"{name('boxes')}.npy: box {k} of sample {i}, {boxes[k].round(2).tolist()}, is empty or outside its "
+            out.append(f"{name('boxes')}.npy: box {k} of sample {i}, {boxes[k].round(2).tolist()}, is inverted or outside its "
                        f"{int(frames[i, 1])}x{int(frames[i, 0])} image ({int(bad.sum())} such boxes)")
         if len(labels) and int(labels.max()) >= self.num_classes:
             out.append(f"{name('box_labels')}.npy: a label is {int(labels.max())}, but the pack has {self.num_classes} classes")
