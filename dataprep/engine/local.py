@@ -38,10 +38,31 @@ def exit_with_parent(parent: int | None = None, every: float = 0.5) -> None:
     threading.Thread(target=watch, name="dataprep-parent-watch", daemon=True).start()
 
 
-def _init_worker(parent: int | None = None) -> None:
-    exit_with_parent(parent)
-    # The driver owns Ctrl-C: it stops the pool and cleans up; workers must not die mid-write on their own.
+def default_signals() -> None:
+    """In a forked worker: every signal the parent handled in Python (Lightning's SIGTERM handler, a
+    preemptible job's checkpoint hook) goes back to its default action, SIGTERM even where the parent
+    ignored it, and SIGINT is ignored. A worker that kept a handler which does not exit would outlive the
+    SIGTERM multiprocessing sends its daemonic children at exit, and the parent would wait for it forever.
+    The parent owns Ctrl-C and stops its workers itself. Other ignored signals stay ignored (a `nohup`
+    job's workers outlive a hangup as the job does), SIGPIPE too, as Python sets it."""
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGINT, signal.SIGKILL, signal.SIGSTOP):
+            continue
+        try:
+            if callable(signal.getsignal(sig)) or (sig == signal.SIGTERM and signal.getsignal(sig) != signal.SIG_DFL):
+                signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):  # a signal the platform reserves
+            pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        signal.set_wakeup_fd(-1)  # a parent's wakeup pipe (asyncio's) is not the worker's to write
+    except ValueError:  # pragma: no cover - not the main thread
+        pass
+
+
+def _init_worker(parent: int | None = None) -> None:
+    default_signals()  # first: a SIGTERM from here on ends the worker, whatever the parent installed
+    exit_with_parent(parent)
     try:
         import cv2
 

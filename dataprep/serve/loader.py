@@ -35,6 +35,7 @@ serves the rest of the epoch exactly once.
 """
 from __future__ import annotations
 
+import atexit
 import math
 import mmap
 import multiprocessing as mp
@@ -42,6 +43,7 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 from typing import Any, Iterable, Iterator
 
 import numpy as np
@@ -511,6 +513,7 @@ class Loader:
                 yield view
                 asked = clock()
         else:
+            _closed_at_exit(self)
             if self.threads:
                 if self._fills is None:
                     self._fills = ThreadFills(self.dataset, self.num_workers, self.timeout)
@@ -563,6 +566,28 @@ class Loader:
         sampler), where a batch whose ends are len - 1 apart is a run (a padded last batch that wraps
         around to the epoch's start never is)."""
         return contract.flag(self.dataset, "fills_runs") and not self.shuffle and self.sampler is None
+
+_LIVE: "weakref.WeakSet[Loader]" = weakref.WeakSet()  # Loaders whose workers may be running
+
+
+def _closed_at_exit(loader: Loader) -> None:
+    """Have the interpreter's exit stop `loader`'s workers, before multiprocessing's own exit hook (atexit
+    runs hooks in reverse order, and multiprocessing registered its hook when it was imported, before this
+    first call). Told to stop, a worker ends by itself; multiprocessing's hook would instead SIGTERM it and
+    wait, forever where the worker kept a handler that ignores SIGTERM (workers/default_signals resets them)."""
+    if not _LIVE:
+        atexit.unregister(_close_live)  # once registered, at most
+        atexit.register(_close_live)
+    _LIVE.add(loader)
+
+
+def _close_live() -> None:
+    for loader in list(_LIVE):
+        try:
+            loader.close()
+        except Exception:  # noqa: BLE001 - at exit: the next Loader must still be stopped
+            pass
+
 
 def _forks_safely() -> bool:
     """Whether worker processes may be forked here: fork exists, and it is not macOS, where forking a

@@ -147,6 +147,9 @@ def stop(loader) -> None:
         if p.is_alive():
             p.terminate()
             p.join(timeout=5)
+        if p.is_alive():  # a fill that never returns, or a handler of its own that swallowed SIGTERM
+            p.kill()
+            p.join(timeout=5)
     for c in loader._pipes:
         c.close()
     loader._procs, loader._pipes, loader._outstanding = [], [], {}

@@ -8,23 +8,22 @@ measure; the parts that follow carry only where they go).
 from __future__ import annotations
 
 import math
-import signal
 import time
 
 import numpy as np
 import torch
 
-from ..engine.local import exit_with_parent
+from ..engine.local import default_signals, exit_with_parent
 from . import contract
 from .stats import decode_snapshot, paths_since
 
 
 def serve_requests(dataset, ring: dict[str, np.ndarray], conn, parent_ends: list, parent: int) -> None:
     """The worker's life: close the parent's pipe ends, die with the parent, fill batches until told to stop."""
+    default_signals()  # the parent's handlers (Lightning's SIGTERM one) would keep us alive at its exit
     for end in parent_ends:
         end.close()
     exit_with_parent(parent)  # a SIGKILLed trainer leaves no worker behind
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process owns Ctrl-C and stops us
     init = contract.hook(dataset, "worker_init")
     if init is not None:
         init()  # e.g. OpenCV's own thread pool off, for datasets that decode with it
