@@ -157,3 +157,23 @@ def test_a_changed_batch_size_warns_and_serves_every_remaining_sample_once(packs
         bigger.load_state_dict(state)
     rest = samples(bigger)
     assert head + rest == e0
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_epoch_reads_what_the_next_pass_serves_after_a_loop_of_exactly_len_batches(packs, workers):  # noqa: F811
+    """islice, zip and Lightning take len(loader) batches and never ask for the end: `epoch` must read the
+    epoch the next iter() serves, not the finished one."""
+    import itertools
+
+    whole = make("tokens", str(packs["tokens"]), 0)
+    e0, e1 = digests(whole), digests(whole)
+    loader = make("tokens", str(packs["tokens"]), workers)
+    it = iter(loader)
+    assert digests(itertools.islice(it, len(loader) - 1)) == e0[:-1] and loader.epoch == 0  # a batch left
+    assert digests(itertools.islice(it, 1)) == e0[-1:]
+    assert loader.epoch == 1  # the last batch is out: the next iter() serves epoch 1 ...
+    assert digests(loader) == e1 and loader.epoch == 2  # ... and it does
+    for _ in zip(range(len(loader)), loader):
+        pass
+    assert loader.epoch == 3
+    loader.close()

@@ -191,8 +191,12 @@ class Loader:
     # -- what each epoch serves ---------------------------------------------------------------------
     @property
     def epoch(self) -> int:
-        """The epoch being served (while iterating), else the one the next iter() serves."""
-        return self._state[0]
+        """The epoch the next iter() serves, which while a pass has batches left is the one being served.
+        Once a pass has served its epoch's last batch this reads the next epoch, even before the iterator
+        is exhausted (a loop that takes exactly `len(loader)` batches: Lightning's, `islice`, `zip`);
+        a pass left early leaves it where it was. (`state_dict()` still places a state saved inside the
+        last step at the finished epoch's end, which resumes the same way.)"""
+        return self._next_epoch
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iter() serve `epoch` (from its start). After `load_state_dict`, setting the restored
