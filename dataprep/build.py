@@ -26,12 +26,13 @@ import builtins
 import contextlib
 import contextvars
 import functools
+import math
 import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from .errors import UsageError
+from .errors import UsageError, brief
 from .options import IMAGE_OPTIONS, TABLE_OPTIONS, TOKENIZE_OPTIONS, VOLUME_OPTIONS
 from .options import check as _check
 from .options import options as _options
@@ -309,10 +310,11 @@ def _triple(value, what: str, cast, n: int, example: str) -> tuple | None:
     try:
         parts = value.replace("x", ",").split(",") if isinstance(value, str) else builtins.list(value)
         t = tuple(cast(v) for v in parts)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: int(inf), float(10**400)
         t = ()
-    if len(t) != n or (cast is int and min(t) < 1):
-        raise UsageError(f"{what}={value!r}: not {example}")
+    # a side past 16384 (--size's bound) or a window of inf or nan would overflow or fill the volume with nan
+    if len(t) != n or not all(1 <= v <= 16384 if cast is int else math.isfinite(v) for v in t):
+        raise UsageError(f"{what}={brief(value)}: not {example}")
     return t
 
 
@@ -324,8 +326,8 @@ def volumes(src: str | os.PathLike, out: str | os.PathLike, **options) -> BuildS
     from .volumes.read import VOLUME_EXTENSIONS
 
     o = {**_options(options, VOLUME_OPTIONS, "volumes"), "out": out}
-    shape = _triple(o["shape"], "shape", int, 3, "a shape D,H,W such as 64,128,128")
-    window = _triple(o["window"], "window", float, 2, "LO,HI (e.g. -1000,2000)")
+    shape = _triple(o["shape"], "shape", int, 3, "a shape D,H,W such as 64,128,128, each side from 1 to 16384")
+    window = _triple(o["window"], "window", float, 2, "LO,HI of finite numbers (e.g. -1000,2000)")
     vs = VolumeSettings(shape, int(o["depth"]), window, o["resample"])
     source = scan_files(src, o["split"], VOLUME_EXTENSIONS)
     fn = functools.partial(build_volumes, volume=vs, masks=o["masks"], mask_dtype=None if o["mask_dtype"] == "auto" else o["mask_dtype"])

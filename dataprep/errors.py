@@ -31,6 +31,15 @@ def spelled_as_flags() -> Iterator[None]:
         _AS_FLAGS.reset(token)
 
 
+def brief(value: object, width: int = 40) -> str:
+    """`value` as a message shows it: its repr, cut short past `width` characters with their count (a
+    400-digit number or a long string given for an option stays one readable line)."""
+    r = repr(value)
+    if len(r) <= width:
+        return r
+    return f"{r[:width - 12]}...{r[-6:]} ({len(r)} characters)"
+
+
 class DataprepError(Exception):
     """Base class of every error dataprep raises on purpose."""
 

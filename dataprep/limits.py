@@ -11,32 +11,43 @@ None takes the kind's default below.
 """
 from __future__ import annotations
 
-from .errors import DataprepError
+import math
+
+from .errors import DataprepError, brief
 
 IMAGE_MAX_BYTES = 256 << 20  # one image's encoded bytes: far above any photo (a 100 MP PNG is ~300 MB raw)
 VOLUME_MAX_BYTES = 8 << 30  # one volume file (.npy, TIFF): CT and microscopy stacks run to gigabytes
+# The largest byte count taken (1024TiB): past any file or node's RAM, and exact in a float and an int64, so a
+# cap of inf, 1e400 or 400 digits is refused with this range instead of overflowing where a reader meets it.
+MAX_BYTES = 1 << 50
 
 
 def parse_bytes(text: str | int) -> int:
-    """A byte count as a user writes it: 268435456, 256MiB, 256M (binary), 1.5GiB, 4G."""
-    if isinstance(text, int):
-        n = text
-    else:
+    """A byte count as a user writes it: 268435456, 256MiB, 256M (binary), 1.5GiB, 4G.
+
+    Args:
+        text: the count, as text (a command line's, a config's) or a number.
+
+    Returns:
+        The count in bytes, from 1 to MAX_BYTES; anything else (0, nan, inf, 1e400, 400 digits, a bool) is a
+        DataprepError saying what a byte count is and its range.
+    """
+    value: float | int | None = None
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    elif not isinstance(text, bool):
         s = str(text).strip().upper().replace(" ", "")
         units = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
                  "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30, "T": 1 << 40, "TB": 1 << 40, "TIB": 1 << 40}
         num = s.rstrip("KMGTIB")
         unit = s[len(num):]
         try:
-            value = float(num)
-        except ValueError:
+            value = float(num) * units[unit]  # a number past a float's range is inf here, refused below
+        except (ValueError, KeyError):
             value = None
-        if value is None or unit not in units or value != value:
-            raise DataprepError(f"{text!r}: not a byte count (e.g. 268435456, 256MiB, 1.5GiB)")
-        n = int(value * units[unit])
-    if n < 1:
-        raise DataprepError(f"a byte cap must be at least 1 byte, not {text!r}")
-    return n
+    if value is None or (isinstance(value, float) and not math.isfinite(value)) or not 1 <= value <= MAX_BYTES:
+        raise DataprepError(f"{brief(text)}: not a byte count from 1 to 1024TiB ({MAX_BYTES:,}), e.g. 268435456, 256MiB, 1.5GiB")
+    return int(value)
 
 
 def over_cap(size: int, cap: int) -> str | None:

@@ -5,11 +5,13 @@ call's options before anything is listed: a bad value is a UsageError, an unknow
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from .errors import UsageError
+from .errors import UsageError, brief
 
-__all__ = ["IMAGE_OPTIONS", "TABLE_OPTIONS", "TOKENIZE_OPTIONS", "VOLUME_OPTIONS", "check", "options"]
+__all__ = ["COUNT_MAX", "IMAGE_OPTIONS", "TABLE_OPTIONS", "TOKENIZE_OPTIONS", "VOLUME_OPTIONS", "bounds", "check",
+           "options", "out_of_range"]
 
 # Options every build takes, by where the output goes and how the work runs.
 _RUN_OPTIONS: dict[str, Any] = {"overwrite": False, "progress": False, "engine": "local", "address": None,
@@ -37,9 +39,16 @@ TABLE_OPTIONS: dict[str, Any] = {
     "categorical": None, "numeric": None, "dates": None, "drop": None, "val_fraction": 0.0, "split_column": None,
     "seed": 0, "max_categories": 10_000, "drop_missing_target": False, "keep_ids": False, "workers": 1, **_RUN_OPTIONS,
 }
-# Integer options' ranges (None: no upper bound), as the CLI's click.IntRange give them.
-_RANGES = {"size": (8, 16384), "quality": (1, 100), "workers": (1, None), "limit": (1, None), "shard_size": (1, None),
-           "train_bpe": (256, None), "eot_id": (0, None), "chunk_mb": (1, None), "task_mb": (1, None), "skip_rows": (0, None),
+# The largest count an option takes (None below): what an int64 holds. A count past it is a typo or an attack,
+# never a dataset, and it would overflow where numpy or a C library meets it.
+COUNT_MAX = (1 << 63) - 1
+# Integer options' ranges (None: up to COUNT_MAX), checked alike by the front door and the CLI (cli/numbers.py).
+# Tighter bounds are where a larger value costs more than it can mean: a process per worker; ids stored in
+# uint32 (train_bpe, eot_id); a chunk or task read whole (chunk_mb, task_mb: 1 TiB); pandas holding a set of
+# the skipped line numbers (skip_rows); numpy's generators taking a non-negative seed (table), kept to 64 bits.
+_RANGES = {"size": (8, 16384), "quality": (1, 100), "workers": (1, 4096), "limit": (1, None), "shard_size": (1, None),
+           "train_bpe": (256, 1 << 32), "eot_id": (0, (1 << 32) - 1), "chunk_mb": (1, 1 << 20), "task_mb": (1, 1 << 20),
+           "skip_rows": (0, 1_000_000), "seed": (0, (1 << 64) - 1),
            "max_categories": (0, None), "num_classes": (1, 65536)}
 
 
@@ -61,18 +70,32 @@ def _choices() -> dict[str, tuple]:
             "datetime": ("parts", "int64")}
 
 
+def bounds(key: str) -> tuple[int, int]:
+    """The lowest and highest value of integer option `key` (`size`, `workers`, ...)."""
+    lo, hi = _RANGES[key]
+    return lo, COUNT_MAX if hi is None else hi
+
+
+def out_of_range(value: Any, lo: int, hi: int) -> str | None:
+    """Why `value` is not an integer from `lo` to `hi` ("inf: must be an integer from 1 to 4096"), or None
+    when it is one; the caller's message names the option."""
+    v = _integer(value)
+    if v is None or not lo <= v <= hi:
+        return f"{brief(value)}: must be an integer from {lo} to {hi}"
+    return None
+
+
 def check(o: dict[str, Any]) -> None:
     """Each option of `o` that has a range or a fixed set of values, checked as the CLI checks it."""
-    for k, (lo, hi) in _RANGES.items():
+    for k in _RANGES:
         v = o.get(k)
-        if v is not None and (_integer(v) is None or v < lo or (hi is not None and v > hi)):
-            raise UsageError(f"{k}={v!r}: must be an integer " + (f"from {lo} to {hi}" if hi is not None else f"of {lo} or more"))
         if v is not None:
+            why = out_of_range(v, *bounds(k))
+            if why:
+                raise UsageError(f"{k}={why}")
             o[k] = _integer(v)
-    if "seed" in o and _integer(o["seed"]) is None:
-        raise UsageError(f"seed={o['seed']!r}: must be an integer")
-    if "fill_value" in o and (isinstance(o["fill_value"], bool) or not isinstance(o["fill_value"], (int, float))):
-        raise UsageError(f"fill_value={o['fill_value']!r}: must be a number")
+    if "fill_value" in o:
+        _check_fill(o["fill_value"], o.get("float_dtype") or "float64")
     for k, allowed in _choices().items():
         spelled = {str(a) for a in allowed if a is not None}  # the CLI's spelling: depth "8" for 8
         if k in o and o[k] not in allowed and not (isinstance(o[k], str) and o[k] in spelled):
@@ -80,6 +103,17 @@ def check(o: dict[str, Any]) -> None:
     v = o.get("val_fraction")
     if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1):
         raise UsageError(f"val_fraction={v!r}: must be a number from 0 up to (not including) 1")
+
+
+def _check_fill(v: Any, dtype: str) -> None:
+    """fill_value: a finite number the float columns' dtype holds (1e300 would be stored as inf in float32)."""
+    import numpy as np
+
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise UsageError(f"fill_value={brief(v)}: must be a number")
+    top = float(np.finfo(dtype).max) if dtype in ("float16", "float32", "float64") else float(np.finfo(np.float64).max)
+    if (isinstance(v, float) and not math.isfinite(v)) or abs(v) > top:  # an int too: 10**400 has no float
+        raise UsageError(f"fill_value={brief(v)}: must be a finite number a {dtype} column holds (from {-top:g} to {top:g})")
 
 
 def _integer(v) -> int | None:
@@ -115,8 +149,8 @@ def options(given: dict[str, Any], table: dict[str, Any], what: str) -> dict[str
         sizes = o["sizes"]
         try:
             sizes = tuple(int(x) for x in (sizes.split(",") if isinstance(sizes, str) else sizes) if str(x).strip()) if sizes else ()
-        except (TypeError, ValueError):
-            raise UsageError(f"sizes={o['sizes']!r}: not a list of sizes like 128,192,256") from None
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an inf among them
+            raise UsageError(f"sizes={brief(o['sizes'])}: not a list of sizes like 128,192,256") from None
         if any(not 8 <= x <= 16384 for x in sizes):
             raise UsageError("sizes must be between 8 and 16384")
         if sizes and "size" in given:

@@ -6,8 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import DataprepError, option
-from .limits import IMAGE_MAX_BYTES, VOLUME_MAX_BYTES, over_cap  # noqa: F401 (the caps' defaults, for the kinds: layering)
+from .errors import DataprepError, brief, option
+from .limits import IMAGE_MAX_BYTES, MAX_BYTES, VOLUME_MAX_BYTES, over_cap  # noqa: F401 (the caps' defaults, for the kinds: layering)
 
 
 @dataclass(frozen=True)
@@ -33,8 +33,8 @@ class BuildSettings:
         if self.shard_size is not None and self.shard_size < 1:
             raise DataprepError(f"shard_size must be at least 1, got {self.shard_size}")
         if self.max_bytes is not None and (isinstance(self.max_bytes, bool) or not isinstance(self.max_bytes, int)
-                                           or self.max_bytes < 1):
-            raise DataprepError(f"max_bytes must be a byte count of at least 1, got {self.max_bytes!r} "
+                                           or not 1 <= self.max_bytes <= MAX_BYTES):
+            raise DataprepError(f"max_bytes must be a byte count from 1 to {MAX_BYTES:,} (1024TiB), got {brief(self.max_bytes)} "
                                 "(limits.parse_bytes reads '256MiB')")
 
     def shard_size_for(self, count: int) -> int:

@@ -12,6 +12,7 @@ from ..images.resize import RESIZE_MODES
 from ..images.settings import IMAGE_MODES
 from .config import config_option
 from .engine import engine_options
+from .numbers import Ranged
 from .profile import profile_option
 from .progress import progress_option, shown
 from .storage import storage_options
@@ -54,7 +55,7 @@ def image_build_options(f):
     f = _one_size_option(f)
     opts = [
         click.option("--out", "-o", required=True, type=click.Path(), help="Pack to create: a directory (npy, zarr) or an .h5 file (hdf5)."),
-        click.option("--size", type=click.IntRange(8, 16384), default=IMG["size"], show_default=True, help="Target size in pixels."),
+        click.option("--size", type=Ranged("size"), default=IMG["size"], show_default=True, help="Target size in pixels."),
         click.option("--sizes", default=None, callback=_sizes,
                      help="Several sizes in one pass, e.g. 128,192,256,512 (each image decoded once); replaces --size."),
         click.option(
@@ -71,12 +72,12 @@ def image_build_options(f):
         click.option("--depth", type=click.Choice(["8", "16"]), default=str(IMG["depth"]), show_default=True,
                      help="Bits per channel stored. 16 keeps 16-bit PNG/TIFF values exactly (with --mode raw); "
                           "8 scales 16-bit sources by round(x / 257), never truncates."),
-        click.option("--quality", type=click.IntRange(1, 100), default=IMG["quality"], show_default=True, help="JPEG quality."),
+        click.option("--quality", type=Ranged("quality"), default=IMG["quality"], show_default=True, help="JPEG quality."),
         click.option("--keep-jpeg/--reencode", default=IMG["keep_jpeg"], show_default=True,
                      help="Store a source JPEG as it is (its coefficients, with restart markers added) when it needs no resize and no conversion."),
-        click.option("--workers", "-j", type=click.IntRange(1), default=None, help="Processes [default: all cores]."),
-        click.option("--limit", type=click.IntRange(1), default=None, help="Build only N images per split, spread over the classes."),
-        click.option("--shard-size", type=click.IntRange(1), default=None, help="Images per shard [default: from the split's size]."),
+        click.option("--workers", "-j", type=Ranged("workers"), default=None, help="Processes [default: all cores]."),
+        click.option("--limit", type=Ranged("limit"), default=None, help="Build only N images per split, spread over the classes."),
+        click.option("--shard-size", type=Ranged("shard_size"), default=None, help="Images per shard [default: from the split's size]."),
         click.option("--strict/--skip-bad", default=IMG["strict"], show_default=True,
                      help="Fail on the first undecodable file instead of skipping it."),
         max_bytes_option(IMG["max_bytes"], "image"),
@@ -266,7 +267,7 @@ def path_list(csv_file, root, split, tokenize, **kw):
 @click.option("--mask-dtype", type=click.Choice(["auto", "uint8", "uint16"]), default="auto", show_default=True,
               help="auto: uint8 unless a mask holds values above 255 (found from the label map, the files' bit depth, "
                    "or their values), then uint16.")
-@click.option("--num-classes", type=click.IntRange(1, 65536), default=None,
+@click.option("--num-classes", type=Ranged("num_classes"), default=None,
               help="Mask values at or above this (except the ignore value) are out of range [default: from the label map].")
 @image_build_options
 def segmentation(images, masks, pairs, image_suffix, mask_suffix, split, labels, mask_dtype, num_classes, **kw):
@@ -313,36 +314,14 @@ def yolo(root, split, **kw):
     _image_build(front.yolo, root, split=split, **kw)
 
 
-def _window(ctx, param, value):
-    if value is None:
-        return None
-    try:
-        lo, hi = (float(v) for v in value.split(","))
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not LO,HI (e.g. -1000,2000)", ctx, param) from None
-    return lo, hi
-
-
-def _dhw(ctx, param, value):
-    if value is None:
-        return None
-    try:
-        shape = tuple(int(v) for v in value.replace("x", ",").split(","))
-    except ValueError:
-        shape = ()
-    if len(shape) != 3 or min(shape) < 1:
-        raise click.BadParameter(f"{value!r} is not a shape D,H,W such as 64,128,128", ctx, param)
-    return shape
-
-
 @build.command()
 @click.argument("src", type=click.Path(file_okay=False))
 @click.option("--out", "-o", required=True, type=click.Path(), help="Pack to create: a directory (npy, zarr) or an .h5 file (hdf5).")
-@click.option("--shape", callback=_dhw, default=None, help="Resample every volume to D,H,W [default: keep each one's shape].")
+@click.option("--shape", default=None, help="Resample every volume to D,H,W [default: keep each one's shape].")  # read by the front door
 @click.option("--resample", type=click.Choice(["linear", "nearest"]), default=VOL["resample"], show_default=True,
               help="linear for intensities (area average when shrinking); nearest for label volumes.")
 @click.option("--depth", type=click.Choice(["8", "16"]), default=str(VOL["depth"]), show_default=True, help="Bits per voxel stored.")
-@click.option("--window", callback=_window, default=None,
+@click.option("--window", default=None,  # read by the front door
               help="LO,HI source values mapped linearly onto the stored range (needed for float and negative values).")
 @click.option("--masks", type=click.Path(file_okay=False), default=None,
               help="Label volumes, paired by relative path and stem (MASKS/a/x.npy for SRC/a/x.tif); stored beside the "
@@ -350,9 +329,9 @@ def _dhw(ctx, param, value):
 @click.option("--mask-dtype", type=click.Choice(["auto", "uint8", "uint16"]), default="auto", show_default=True,
               help="auto: uint8 unless a label above 255 occurs.")
 @click.option("--split", default="train", show_default=True, help="Name of the split to write.")
-@click.option("--workers", "-j", type=click.IntRange(1), default=None, help="Processes [default: all cores].")
-@click.option("--limit", type=click.IntRange(1), default=None, help="Build only N volumes.")
-@click.option("--shard-size", type=click.IntRange(1), default=None, help="Volumes per shard [default: from the count].")
+@click.option("--workers", "-j", type=Ranged("workers"), default=None, help="Processes [default: all cores].")
+@click.option("--limit", type=Ranged("limit"), default=None, help="Build only N volumes.")
+@click.option("--shard-size", type=Ranged("shard_size"), default=None, help="Volumes per shard [default: from the count].")
 @click.option("--strict/--skip-bad", default=VOL["strict"], show_default=True, help="Fail on the first unusable file.")
 @max_bytes_option(VOL["max_bytes"], "volume")
 @click.option("--overwrite", is_flag=True, help="Replace a pack or unfinished build already in --out.")

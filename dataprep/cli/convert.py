@@ -6,6 +6,7 @@ import click
 from ..errors import DataprepError
 from ..pack.backends import BACKENDS
 from .engine import engine_for, engine_options
+from .numbers import Ranged
 from .progress import progress_option, shown
 from .storage import COMPRESSIONS
 
@@ -17,7 +18,7 @@ from .storage import COMPRESSIONS
 @click.option("--compress", type=click.Choice(COMPRESSIONS), default="none", show_default=True,
               help="hdf5: gzip or lzf; zarr: zstd or blosc (JPEG bytes are stored as they are). Compressed packs cannot be mapped (cache='mmap').")
 @click.option("--overwrite", is_flag=True, help="Replace a pack already at --out.")
-@click.option("--workers", "-j", type=click.IntRange(1), default=1, show_default=True, help="Parallel chunk writers (zarr).")
+@click.option("--workers", "-j", type=Ranged("workers"), default=1, show_default=True, help="Parallel chunk writers (zarr).")
 @progress_option
 @engine_options
 def convert(pack, to, out, compress, overwrite, workers, engine, address, scheduler_file, progress):

@@ -9,12 +9,15 @@ from pathlib import Path
 
 import click
 
+from ..options import COUNT_MAX
+from .numbers import Ranged
+
 
 @click.command()
 @click.option("--out", type=click.Path(file_okay=False), default=None, help="Keep the sample and packs here [default: a temporary directory].")
-@click.option("--images", type=click.IntRange(16), default=512, show_default=True, help="Synthetic train images to generate.")
+@click.option("--images", type=Ranged(lo=16, hi=COUNT_MAX), default=512, show_default=True, help="Synthetic train images to generate.")
 @click.option("--size", type=click.IntRange(16, 1024), default=224, show_default=True, help="Pack size (center-crop).")
-@click.option("--workers", "-j", type=click.IntRange(1), default=None, help="Build processes and loader workers [default: all cores].")
+@click.option("--workers", "-j", type=Ranged("workers"), default=None, help="Build processes and loader workers [default: all cores].")
 def demo(out, images, size, workers):
     """Build a sample dataset, pack it, serve it through a DataLoader, and print the measurements."""
     workers = workers or os.cpu_count() or 1

@@ -5,16 +5,22 @@ import json
 
 import click
 
+from ..errors import brief
+from ..options import COUNT_MAX
 from ..serve.cache import CACHE_MODES
+from .numbers import Ranged
 
 
 def _shape(ctx, param, value):
     if value is None:
         return None
     try:
-        return tuple(int(v) for v in value.lower().split("x"))
+        shape = tuple(int(v) for v in value.lower().split("x"))
     except ValueError:
-        raise click.BadParameter(f"{value!r} is not a shape like 512x512x3", ctx, param) from None
+        shape = ()
+    if not shape or any(not 0 <= s <= COUNT_MAX for s in shape):
+        raise click.BadParameter(f"{brief(value)} is not a shape like 512x512x3 (each side from 0 to {COUNT_MAX})", ctx, param)
+    return shape
 
 
 def _crop(ctx, param, value):
@@ -33,19 +39,19 @@ def _crop(ctx, param, value):
 @click.option("--split", default="train", show_default=True)
 @click.option("--crop", callback=_crop, help="Image packs: plan at the crop the Loader serves, e.g. 224 or 224x192 "
               "[default: the stored shape; a variable-size pack at its median shorter side].")
-@click.option("--resolution", type=click.IntRange(1), default=None,
+@click.option("--resolution", type=Ranged(lo=1, hi=COUNT_MAX), default=None,
               help="A multi-resolution image pack: plan at this size [default: the largest].")
-@click.option("--context", type=click.IntRange(1), default=None, help="Token packs: tokens per window [default: 1024].")
+@click.option("--context", type=Ranged(lo=1, hi=COUNT_MAX), default=None, help="Token packs: tokens per window [default: 1024].")
 @click.option("--shape", callback=_shape, help="Image shape per sample, e.g. 512x512x3 (instead of a PACK).")
 @click.option("--dtype", default="uint8", show_default=True, help="Image dtype as served.")
 @click.option("--mask-shape", callback=_shape, help="Mask shape per sample, e.g. 512x512.")
 @click.option("--mask-dtype", default="uint8", show_default=True, help="Mask dtype as served.")
-@click.option("--samples", type=click.IntRange(0), default=0, help="Samples in the cache (with --shape).")
-@click.option("--batch-size", "-b", type=click.IntRange(1), default=32, show_default=True)
-@click.option("--workers", "-w", type=click.IntRange(0), default=8, show_default=True)
-@click.option("--prefetch", type=click.IntRange(1), default=2, show_default=True, help="DataLoader prefetch_factor.")
+@click.option("--samples", type=Ranged(lo=0, hi=COUNT_MAX), default=0, help="Samples in the cache (with --shape).")
+@click.option("--batch-size", "-b", type=Ranged(lo=1, hi=COUNT_MAX), default=32, show_default=True)
+@click.option("--workers", "-w", type=Ranged(lo=0, hi=COUNT_MAX), default=8, show_default=True)
+@click.option("--prefetch", type=Ranged(lo=1, hi=COUNT_MAX), default=2, show_default=True, help="DataLoader prefetch_factor.")
 @click.option("--cache", type=click.Choice(CACHE_MODES), default="ram", show_default=True)
-@click.option("--ranks", type=click.IntRange(1), default=1, show_default=True, help="Training processes on this machine.")
+@click.option("--ranks", type=Ranged(lo=1, hi=COUNT_MAX), default=1, show_default=True, help="Training processes on this machine.")
 @click.option("--ram-per-node", callback=lambda c, p, v: None if v is None else _bytes(c, p, v),
               help="A node's RAM budget (e.g. 256G): say how many nodes a partitioned cache "
                    "(partition='node') needs to hold the PACK, each node its part.")
@@ -109,10 +115,11 @@ def plan(pack, split, crop, resolution, context, shape, dtype, mask_shape, mask_
 
 
 def _bytes(ctx, param, value: str) -> int:
-    """"256G", "512M", "1.5T", or a number of bytes."""
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    v = value.strip().upper().removesuffix("IB").removesuffix("B")
+    """"256G", "512M", "1.5T", or a number of bytes (limits.parse_bytes: inf, nan and 1e400 refused)."""
+    from ..errors import DataprepError
+    from ..limits import parse_bytes
+
     try:
-        return int(float(v[:-1]) * units[v[-1]]) if v and v[-1] in units else int(v)
-    except (ValueError, KeyError):
-        raise click.BadParameter(f"{value!r} is not a size like 256G", ctx, param) from None
+        return parse_bytes(value)
+    except DataprepError as e:
+        raise click.BadParameter(str(e), ctx, param) from None

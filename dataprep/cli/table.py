@@ -2,6 +2,8 @@
 the work is dataprep.build.table's, whose TABLE_OPTIONS give the defaults."""
 from __future__ import annotations
 
+import math
+
 import click
 
 from ..build import TABLE_OPTIONS as T
@@ -9,6 +11,7 @@ from ..tables.columns import MISSING
 from ..tables.read import READERS
 from .config import config_option
 from .engine import engine_options
+from .numbers import Finite, Ranged
 from .progress import progress_option
 from .storage import storage_options
 
@@ -23,13 +26,13 @@ from .storage import storage_options
               help="How to parse the files [default: from the file name].")
 @click.option("--sep", default=T["sep"], show_default=True, help="CSV separator: a character, 'space', or 'auto' to sniff.")
 @click.option("--header", default=T["header"], show_default=True, help="'infer', 'none', or the header's line number.")
-@click.option("--skip-rows", type=click.IntRange(0), default=T["skip_rows"], help="Lines to skip first (e.g. a line that is not column names).")
+@click.option("--skip-rows", type=Ranged("skip_rows"), default=T["skip_rows"], help="Lines to skip first (e.g. a line that is not column names).")
 @click.option("--names", default=None, help="Comma-separated column names (the files then have no header).")
 @click.option("--target-file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="The target as a one-column file of the same rows (e.g. sklearn's diabetes_target.csv.gz).")
 @click.option("--missing", type=click.Choice(MISSING), default=T["missing"], show_default=True,
               help="Missing values: fail, fill with the column's train mean, with --fill-value, or 0 plus a mask array.")
-@click.option("--fill-value", type=float, default=T["fill_value"], show_default=True)
+@click.option("--fill-value", type=Finite(-math.inf, math.inf), default=T["fill_value"], show_default=True)
 @click.option("--float-dtype", type=click.Choice(["float32", "float64", "float16"]), default=T["float_dtype"], show_default=True)
 @click.option("--datetime", type=click.Choice(["parts", "int64"]), default=T["datetime"], show_default=True)
 @click.option("--categorical", default=None, help="Comma-separated columns to treat as categories.")
@@ -37,17 +40,17 @@ from .storage import storage_options
 @click.option("--dates", default=None, help="Comma-separated columns to parse as datetimes (text that looks like dates is "
               "otherwise kept as categories, with a note).")
 @click.option("--drop", default=None, help="Comma-separated columns to leave out.")
-@click.option("--val-fraction", type=click.FloatRange(0, 1, max_open=True), default=T["val_fraction"], show_default=True)
+@click.option("--val-fraction", type=Finite(0, 1, below=True), default=T["val_fraction"], show_default=True)
 @click.option("--split-column", default=None, help="A column naming each row's split (instead of --val-fraction).")
-@click.option("--seed", type=int, default=T["seed"], show_default=True)
-@click.option("--max-categories", type=click.IntRange(0), default=T["max_categories"], show_default=True,
+@click.option("--seed", type=Ranged("seed"), default=T["seed"], show_default=True)
+@click.option("--max-categories", type=Ranged("max_categories"), default=T["max_categories"], show_default=True,
               help="Codes per categorical column; rarer values beyond it share the code of '<other>' (0: no limit).")
 @click.option("--drop-missing-target", is_flag=True,
               help="Leave out rows whose target is missing (counted in the summary and the manifest) instead of failing.")
 @click.option("--keep-ids", is_flag=True,
               help="Keep columns whose values are all distinct (IDs; left out by default) as categories or numbers.")
 @click.option("--overwrite", is_flag=True)
-@click.option("--workers", "-j", type=click.IntRange(1), default=T["workers"], show_default=True,
+@click.option("--workers", "-j", type=Ranged("workers"), default=T["workers"], show_default=True,
               help="Processes reading files for the local engine (one file per task), or the local Dask cluster's size.")
 @progress_option
 @config_option
