@@ -183,7 +183,7 @@ class DataWaitMonitor(pl.Callback):
         self.every_n_steps, self.threshold, self.warn = every_n_steps, DATA_BOUND if threshold is None else threshold, warn
         self._warned = False
         self._started = self._last_end = None
-        self._waited, self._batches = 0.0, 0
+        self._waited, self._batches, self._first = 0.0, 0, None
         self._logged_step: int | None = None  # the global step last logged at: one row a step, never two
         self.last: dict[str, Any] | None = None  # the figures last logged
 
@@ -199,13 +199,16 @@ class DataWaitMonitor(pl.Callback):
         import time
 
         self._started = self._last_end = time.perf_counter()
-        self._waited, self._batches = 0.0, 0
+        self._waited, self._batches, self._first = 0.0, 0, None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         import time
 
         if self._last_end is not None:
-            self._waited += time.perf_counter() - self._last_end
+            waited = time.perf_counter() - self._last_end
+            self._waited += waited
+            if self._first is None:
+                self._first = waited  # the fetch of the epoch's first batch: its workers start there
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         import time
@@ -217,7 +220,7 @@ class DataWaitMonitor(pl.Callback):
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         figures = self._log(trainer)
-        if figures is not None and self.warn and not self._warned and figures["wait_fraction"] > self.threshold:
+        if figures is not None and self.warn and not self._warned and figures["steady_wait_fraction"] > self.threshold:
             from lightning.pytorch.utilities import rank_zero_warn
 
             self._warned = True
@@ -226,7 +229,7 @@ class DataWaitMonitor(pl.Callback):
     def _figures(self, trainer) -> dict[str, Any] | None:
         import time
 
-        from .serve.stats import verdict
+        from .serve.stats import EpochStats, verdict
 
         loader = self._loader(trainer)
         if loader is not None:
@@ -238,8 +241,11 @@ class DataWaitMonitor(pl.Callback):
             return None
         wall = time.perf_counter() - self._started
         fraction = min(self._waited / wall, 1.0) if wall > 0 else 0.0
+        rec = EpochStats(0, -1, batches=self._batches, wait_s=self._waited, first_s=self._first)
+        startup, steady = rec.steady(wall, fraction)
         return {"batches": self._batches, "wall_s": wall, "wait_s": self._waited, "wait_fraction": fraction,
-                "worker_busy": None, "verdict": verdict(fraction, None, None, self.threshold)}
+                "startup_s": startup, "steady_wait_fraction": steady,
+                "worker_busy": None, "verdict": verdict(steady, None, None, self.threshold)}
 
     def _log(self, trainer) -> dict[str, Any] | None:
         figures = self._figures(trainer)
@@ -249,7 +255,9 @@ class DataWaitMonitor(pl.Callback):
         if trainer.global_step == self._logged_step:
             return figures  # at the step just logged (an epoch's last, every N steps): one row a step
         self._logged_step = trainer.global_step
-        metrics = {"data/wait_fraction": float(figures["wait_fraction"])}
+        metrics = {"data/wait_fraction": float(figures["wait_fraction"]),
+                   "data/steady_wait_fraction": float(figures["steady_wait_fraction"]),
+                   "data/startup_s": float(figures["startup_s"])}
         if figures.get("worker_busy"):
             metrics["data/worker_busy"] = float(sum(figures["worker_busy"]) / len(figures["worker_busy"]))
         for logger in trainer.loggers:

@@ -275,3 +275,50 @@ def test_a_pass_left_early_ends_when_the_next_begins_even_while_its_iterator_is_
         assert early["finished"] and early["batches"] == 2 and ld.stats(epoch=0)["wall_s"] == early["wall_s"]
         assert ld.stats()["epoch"] == 5 and ld.stats()["finished"]
         del held
+
+
+class SlowStart(dataprep.InMemoryImageDataset):
+    """A worker that takes a second to start, as one loading a large pack into its own memory does."""
+
+    def worker_init(self) -> None:
+        super().worker_init()
+        time.sleep(1.0)
+
+
+def test_start_up_is_reported_apart_and_the_verdict_judges_the_steady_state(packs):
+    """A short compute-bound run whose workers take a second to start: the whole pass waits most of its time
+    (the first next()), so a verdict on it would say data-bound; startup_s is that first wait, as a timer
+    around it says, and steady_wait_fraction the share after it, as timers after it say."""
+    with dataprep.Loader(SlowStart(packs["raw"].pack), 8, shuffle=True, num_workers=2) as ld:
+        t0 = time.perf_counter()
+        it = iter(ld)
+        next(it)
+        first = time.perf_counter() - t0
+        n, waited, wall = timed_epoch(it, work_s=0.03, busy=True)
+        wall += first
+        s = ld.stats()
+    assert s["batches"] == n + 1 and first >= 1.0
+    assert abs(s["wait_fraction"] - (waited + first) / wall) <= TOLERANCE  # the whole pass, as before
+    assert s["wait_fraction"] > 0.5  # the start-up alone would make this run read data-bound
+    assert abs(s["startup_s"] - first) <= TOLERANCE * wall + 0.005, (s["startup_s"], first)
+    steady = waited / (wall - first)
+    assert abs(s["steady_wait_fraction"] - steady) <= TOLERANCE, (s["steady_wait_fraction"], steady)
+    if steady >= DATA_BOUND - TOLERANCE:
+        pytest.skip(f"on this machine the loop waits {steady:.0%} of a 30 ms step after start-up: not compute-bound here")
+    assert s["verdict"].startswith("compute-bound"), s["verdict"]
+
+
+def test_data_wait_reports_a_dataloaders_start_up_apart():
+    """DataWait over any iterable: iter() and the first next() are the start-up."""
+
+    def batches():
+        time.sleep(0.5)
+        for _ in range(5):
+            yield [0]
+
+    timed = dataprep.DataWait(batches())
+    for _ in timed:
+        time.sleep(0.05)
+    s = timed.stats()
+    assert s["startup_s"] >= 0.5 and s["wait_fraction"] > 0.5
+    assert s["steady_wait_fraction"] < 0.2 and s["verdict"].startswith("compute-bound"), s

@@ -427,7 +427,9 @@ class Loader:
     def stats(self, epoch: int | None = None, threshold: float = DATA_BOUND) -> dict[str, Any]:
         """How long the consumer waited for data in the epoch being served (or the last one served), or
         in a finished `epoch`: batches and samples served, wall_s (from the epoch's first next() to its
-        end, or to now), wait_s (time spent in next()), wait_fraction, worker_busy (each worker's share
+        end, or to now), wait_s (time spent in next()), wait_fraction (wait_s / wall_s), startup_s (the
+        first next(): workers starting, the first fill), steady_wait_fraction (the share after the first
+        batch, which the verdict judges), worker_busy (each worker's share
         of wall_s spent filling batches; with num_workers=0, consumer_fill_fraction: the consumer's own),
         decode_paths (counts per path, summed over workers: image packs), and a one-line verdict. A pass
         served again (an epoch left early, then iterated) replaces that epoch's figures; a resumed epoch's
@@ -511,9 +513,7 @@ class Loader:
                 if rec is not None:  # inline: a per-batch cost where a batch can take tens of microseconds
                     now = clock()
                     rec.busy_s[0] += now - t0
-                    rec.batches += 1
-                    rec.samples += len(idx)
-                    rec.wait_s += now - asked
+                    rec.served(len(idx), now - asked)
                 yield view
                 asked = clock()
         else:

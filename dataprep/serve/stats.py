@@ -7,6 +7,9 @@ iterable of batches (the stock DataLoader, whose workers report nothing).
 wall_s runs from the epoch's first `next()` to the pass's end (the `next()` that finds no more batches, or
 the loop leaving early), or to now while the epoch is served; wait_s sums the time each `next()` took,
 which with num_workers=0 includes filling the batch in the consumer's own process: that is waiting too.
+startup_s is the first `next()` alone (workers starting, the order drawn, the first fill): reported apart,
+because a short run's first epoch would otherwise read data-bound for a cost paid once. The verdict judges
+the steady state, steady_wait_fraction: the waits after the first batch against the time after it.
 """
 from __future__ import annotations
 
@@ -52,6 +55,7 @@ class EpochStats:
     samples: int = 0
     wait_s: float = 0.0
     started: float | None = None  # time.perf_counter() at the epoch's first next()
+    first_s: float | None = None  # the first next()'s wait: start-up, judged apart
     ended: float | None = None  # ... at the pass's end; None while it is served
     busy_s: list[float] = field(default_factory=list)  # per worker (one entry, the consumer's, with no workers)
     paths: dict[str, int] = field(default_factory=dict)
@@ -63,6 +67,8 @@ class EpochStats:
 
     def served(self, samples: int, waited: float) -> None:
         """A batch of `samples` handed over after the consumer waited `waited` seconds for it."""
+        if self.first_s is None:
+            self.first_s = waited
         self.batches += 1
         self.samples += samples
         self.wait_s += waited
@@ -97,13 +103,24 @@ class EpochStats:
         else:
             wall = (self.ended if self.ended is not None else time.perf_counter()) - self.started
         fraction = min(self.wait_s / wall, 1.0) if wall > 0 else 0.0
+        startup, steady = self.steady(wall, fraction)
         busy = [min(b / wall, 1.0) if wall > 0 else 0.0 for b in self.busy_s]
         return {"epoch": self.epoch, "batches": self.batches, "samples": self.samples, "wall_s": wall,
-                "wait_s": self.wait_s, "wait_fraction": fraction, "workers": self.workers,
+                "wait_s": self.wait_s, "wait_fraction": fraction, "startup_s": startup, "steady_wait_fraction": steady,
+                "workers": self.workers,
                 "worker_busy": busy if self.workers else [], "consumer_fill_fraction": busy[0] if not self.workers else None,
                 "decode_paths": dict(self.paths), "finished": self.ended is not None,
-                "verdict": verdict(fraction, busy if self.workers else None, self.workers, threshold,
+                "verdict": verdict(steady, busy if self.workers else None, self.workers, threshold,
                                    decoded=self.samples > 0 and not self.paths)}
+
+    def steady(self, wall: float, fraction: float) -> tuple[float, float]:
+        """(startup_s, steady_wait_fraction): the first next()'s wait, and the share of the time after it
+        spent waiting; with one batch or none there is no steady state, and the whole pass's share stands."""
+        startup = self.first_s or 0.0
+        after = wall - startup
+        if self.batches < 2 or after <= 0:
+            return startup, fraction
+        return startup, min(max(self.wait_s - startup, 0.0) / after, 1.0)
 
 
 class DataWait:
@@ -129,7 +146,7 @@ class DataWait:
             raise ValueError("no pass over the batches yet: iterate first")
         d = self.epochs[-1 if epoch is None else epoch].as_dict(self.threshold)
         d.update(workers=None, worker_busy=None, consumer_fill_fraction=None, decode_paths=None)
-        d["verdict"] = verdict(d["wait_fraction"], None, None, self.threshold)
+        d["verdict"] = verdict(d["steady_wait_fraction"], None, None, self.threshold)
         return d
 
 
@@ -149,6 +166,8 @@ def _timed(batches: Iterable, rec: EpochStats) -> Iterator:
                 return
             finally:
                 rec.wait_s += time.perf_counter() - t0
+            if rec.first_s is None:
+                rec.first_s = rec.wait_s  # iter() and the first next(): the DataLoader's workers start there
             rec.batches += 1
             first = item[0] if isinstance(item, (tuple, list)) else item
             if isinstance(first, Mapping):
