@@ -33,14 +33,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from .errors import UsageError, brief
-from .options import IMAGE_OPTIONS, TABLE_OPTIONS, TOKENIZE_OPTIONS, VOLUME_OPTIONS
+from .options import DETECTION_OPTIONS, IMAGE_OPTIONS, TABLE_OPTIONS, TOKENIZE_OPTIONS, VOLUME_OPTIONS
 from .options import check as _check
 from .options import options as _options
 
 if TYPE_CHECKING:
     from .driver import BuildSummary
 
-__all__ = ["IMAGE_OPTIONS", "TABLE_OPTIONS", "TOKENIZE_OPTIONS", "VOLUME_OPTIONS", "BuildInterrupted", "TableSummary",
+__all__ = ["DETECTION_OPTIONS", "IMAGE_OPTIONS", "TABLE_OPTIONS", "TOKENIZE_OPTIONS", "VOLUME_OPTIONS", "BuildInterrupted", "TableSummary",
            "TokenizeSummary", "coco", "folder", "imagenet", "list", "parquet", "segmentation", "table", "tokenize", "volumes",
            "webdataset", "yolo"]
 
@@ -269,29 +269,40 @@ def segmentation(images: str | os.PathLike, masks: str | os.PathLike, out: str |
 
 
 def coco(images: str | os.PathLike, out: str | os.PathLike, *, annotations: str | os.PathLike, split: str = "train",
-         **options) -> BuildSummary:
+         max_boxes: int = DETECTION_OPTIONS["max_boxes"], **options) -> BuildSummary:
     """Pack images with boxes from a COCO instances file (`annotations`; images under the folder `images`):
     category ids become contiguous labels in id order, their names the classes; crowd flags kept; boxes
     clipped to their image, degenerate ones skipped and counted; images without annotations kept with no
-    boxes. One split, named `split`. `options`: IMAGE_OPTIONS (the boxes are moved with the images)."""
-    from .detection.build import build_detection
+    boxes; an image with more than `max_boxes` boxes skipped ("too many boxes"). One split, named `split`.
+    `options`: IMAGE_OPTIONS (the boxes are moved with the images)."""
     from .sources.coco import scan_coco
 
     o = {**_options(options, IMAGE_OPTIONS, "coco"), "out": out}
-    _no_drop(o, "coco")
-    return _image_build(scan_coco(images, annotations, split, strict=o["strict"], max_bytes=o["max_bytes"]), o, build_detection)
+    fn = _detection(o, "coco", max_boxes)
+    return _image_build(scan_coco(images, annotations, split, strict=o["strict"], max_bytes=o["max_bytes"]), o, fn)
 
 
-def yolo(root: str | os.PathLike, out: str | os.PathLike, *, split: str = "train", **options) -> BuildSummary:
+def yolo(root: str | os.PathLike, out: str | os.PathLike, *, split: str = "train", max_boxes: int = DETECTION_OPTIONS["max_boxes"],
+         **options) -> BuildSummary:
     """Pack a YOLO dataset: ROOT/images and ROOT/labels/*.txt (normalised cx cy w h), flat or in split folders
     (images/train, labels/train: `split` picks one, and names the pack's split); class names from
-    ROOT/classes.txt or ROOT/data.yaml. `options`: IMAGE_OPTIONS (the boxes are moved with the images)."""
-    from .detection.build import build_detection
+    ROOT/classes.txt or ROOT/data.yaml; an image with more than `max_boxes` boxes skipped ("too many boxes").
+    `options`: IMAGE_OPTIONS (the boxes are moved with the images)."""
     from .sources.yolo import scan_yolo
 
     o = {**_options(options, IMAGE_OPTIONS, "yolo"), "out": out}
-    _no_drop(o, "yolo")
-    return _image_build(scan_yolo(root, split, strict=o["strict"], max_bytes=o["max_bytes"]), o, build_detection)
+    fn = _detection(o, "yolo", max_boxes)
+    return _image_build(scan_yolo(root, split, strict=o["strict"], max_bytes=o["max_bytes"]), o, fn)
+
+
+def _detection(o: dict[str, Any], what: str, max_boxes: int):
+    """The detection build with its cap on boxes per image, the options checked first."""
+    from .detection.build import build_detection
+
+    checked = {"max_boxes": max_boxes}
+    _check(checked)
+    _no_drop(o, what)
+    return functools.partial(build_detection, max_boxes=checked["max_boxes"])
 
 
 def _no_drop(o: dict[str, Any], what: str) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from .errors import UsageError, brief
 
-__all__ = ["COUNT_MAX", "IMAGE_OPTIONS", "TABLE_OPTIONS", "TOKENIZE_OPTIONS", "VOLUME_OPTIONS", "bounds", "check",
+__all__ = ["COUNT_MAX", "DETECTION_OPTIONS", "IMAGE_OPTIONS", "TABLE_OPTIONS", "TOKENIZE_OPTIONS", "VOLUME_OPTIONS", "bounds", "check",
            "options", "out_of_range"]
 
 # Options every build takes, by where the output goes and how the work runs.
@@ -23,6 +23,11 @@ IMAGE_OPTIONS: dict[str, Any] = {
     "quality": 90, "keep_jpeg": True, "workers": None, "limit": None, "shard_size": None, "strict": False,
     "max_bytes": "256MiB", "resume": False, "drop_duplicates": False, **_RUN_OPTIONS,
 }
+# What `coco` and `yolo` take beside IMAGE_OPTIONS. max_boxes: an image listing more boxes is skipped ("too many
+# boxes"), since the Loader pads every batch row to the most boxes a held image has (300,000 on one image made
+# each row of every batch that wide). 1000 is ten times COCO's most on one image (93); dense sets (retail
+# shelves, crowds, aerial scenes such as DOTA) can hold more and take a higher cap.
+DETECTION_OPTIONS: dict[str, Any] = {"max_boxes": 1000}
 VOLUME_OPTIONS: dict[str, Any] = {
     "shape": None, "resample": "linear", "depth": 16, "window": None, "masks": None, "mask_dtype": "auto", "split": "train",
     **{k: IMAGE_OPTIONS[k] for k in ("workers", "limit", "shard_size", "strict", "resume")},
@@ -49,7 +54,7 @@ COUNT_MAX = (1 << 63) - 1
 _RANGES = {"size": (8, 16384), "quality": (1, 100), "workers": (1, 4096), "limit": (1, None), "shard_size": (1, None),
            "train_bpe": (256, 1 << 32), "eot_id": (0, (1 << 32) - 1), "chunk_mb": (1, 1 << 20), "task_mb": (1, 1 << 20),
            "skip_rows": (0, 1_000_000), "seed": (0, (1 << 64) - 1),
-           "max_categories": (0, None), "num_classes": (1, 65536)}
+           "max_categories": (0, None), "num_classes": (1, 65536), "max_boxes": (1, None)}
 
 
 def _choices() -> dict[str, tuple]:

@@ -217,7 +217,7 @@ def test_an_image_with_thousands_of_boxes_is_stored_and_served_whole(tmp_path):
     images = [{"id": 1, "file_name": "a.png", "width": 50, "height": 40}, {"id": 2, "file_name": "b.png"}]
     _image(tmp_path / "img" / "b.png", 40, 50)
     src, ann = _coco(tmp_path, anns, images=images)
-    build.coco(src, tmp_path / "p", annotations=ann, size=50, mode="raw", workers=1)
+    build.coco(src, tmp_path / "p", annotations=ann, size=50, mode="raw", workers=1, max_boxes=3000)  # over the default cap
     ds = DetectionDataset(tmp_path / "p")
     assert ds.max_boxes == 3000
     _, boxes, labels, counts = next(iter(Loader(ds, batch_size=2)))

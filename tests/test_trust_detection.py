@@ -10,8 +10,10 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from dataprep import DetectionDataset, Loader, build
+from dataprep.errors import DataprepError
 from dataprep.verify import verify_pack
 
 
@@ -90,3 +92,39 @@ def test_a_pack_holding_a_box_of_no_area_opens_and_never_serves_it(tmp_path):
         assert ds[0][1].tolist() == [[3, 2, 13, 7]] and ds[0][2].tolist() == [0]
         _, boxes, labels, counts = next(iter(Loader(ds, batch_size=2)))
         assert counts.tolist() == [1, 1] and boxes[0, 0].tolist() == [3, 2, 13, 7] and boxes[1, 0].tolist() == [1, 1, 5, 5]
+
+
+# -- max_boxes: the most boxes one image may bring into every batch row -------------------------------------------------
+
+def test_an_image_with_more_boxes_than_max_boxes_is_skipped_with_its_reason_and_strict_refuses(tmp_path):
+    """300,000 boxes on one image padded every batch row to 300,000 (2.5 GB a batch of 64): an image over the cap
+    (1000 by default) is skipped at build, recorded, and the others are built; the cap is an option of the
+    Python front door and of the command line, recorded in the manifest."""
+    from click.testing import CliRunner
+
+    from dataprep.cli import main
+
+    rng = np.random.default_rng(0)
+    many = [[float(x), float(y), 2.0, 2.0] for x, y in rng.uniform(0, 40, (1001, 2))]
+    src, ann = _coco(tmp_path, [many, [[1, 1, 4, 4]], many[:1000]])
+    s = build.coco(src, tmp_path / "p", annotations=ann, size=50, mode="raw", workers=1)
+    assert s.splits[0].skipped == {"too many boxes": 1} and s.splits[0].written == 2
+    skipped = _manifest(tmp_path / "p")["splits"]["train"]["skipped"]
+    assert [(r["source"], r["reason"]) for r in skipped] == [("0.png", "too many boxes")], skipped
+    assert "1,001 boxes, over the cap of 1,000 on one image (--max-boxes)" in skipped[0]["detail"]
+    ds = DetectionDataset(tmp_path / "p")
+    assert ds.sources == ["1.png", "2.png"] and ds.max_boxes == 1000
+    assert _manifest(tmp_path / "p")["settings"]["max_boxes"] == 1000
+    with pytest.raises(DataprepError, match=r"0.png: too many boxes"):
+        build.coco(src, tmp_path / "s", annotations=ann, size=50, mode="raw", workers=1, strict=True)
+    build.coco(src, tmp_path / "all", annotations=ann, size=50, mode="raw", workers=1, max_boxes=1001)
+    assert len(DetectionDataset(tmp_path / "all")) == 3
+    r = CliRunner().invoke(main, ["build", "coco", str(src), "--annotations", str(ann), "--size", "50", "-j", "1", "--max-boxes", "2",
+                                  "--out", str(tmp_path / "cli"), "--no-progress"])
+    assert r.exit_code == 0 and "too many boxes" in r.output, r.output
+    assert DetectionDataset(tmp_path / "cli").sources == ["1.png"]
+    for bad in (0, -1, 1.5, True, "10"):
+        with pytest.raises(DataprepError, match=r"max_boxes="):
+            build.coco(src, tmp_path / "bad", annotations=ann, max_boxes=bad)
+    r = CliRunner().invoke(main, ["build", "yolo", str(tmp_path), "--max-boxes", "0", "--out", str(tmp_path / "y")])
+    assert r.exit_code == 2 and "--max-boxes" in r.output, r.output

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import click
 
+from ..build import DETECTION_OPTIONS as DET
 from ..build import IMAGE_OPTIONS as IMG
 from ..build import VOLUME_OPTIONS as VOL
 from ..images.resize import RESIZE_MODES
@@ -282,11 +283,18 @@ def segmentation(images, masks, pairs, image_suffix, mask_suffix, split, labels,
                  labels=labels, mask_dtype=mask_dtype, num_classes=num_classes, **kw)
 
 
+max_boxes_option = click.option(
+    "--max-boxes", type=Ranged("max_boxes"), default=DET["max_boxes"], show_default=True,
+    help="Most boxes one image may list: an image with more is skipped with its reason (the Loader pads every batch row "
+         "to the most boxes an image holds).")
+
+
 @build.command()
 @click.argument("images", type=click.Path(file_okay=False))
 @click.option("--annotations", required=True, type=click.Path(dir_okay=False),
               help="COCO instances JSON (images, annotations, categories; info, licenses and segmentation optional).")
 @click.option("--split", default="train", show_default=True, help="Name of the split to write.")
+@max_boxes_option
 @image_build_options
 def coco(images, annotations, split, **kw):
     """Pack images with boxes from a COCO instances file: IMAGES is the folder its file names are under.
@@ -303,6 +311,7 @@ def coco(images, annotations, split, **kw):
 @click.argument("root", type=click.Path(file_okay=False))
 @click.option("--split", default="train", show_default=True,
               help="Name of the split to write; with split folders (images/train, images/val), also the one read.")
+@max_boxes_option
 @image_build_options
 def yolo(root, split, **kw):
     """Pack a YOLO dataset: ROOT/images and ROOT/labels/*.txt (class cx cy w h, normalised), flat or in split

@@ -10,7 +10,8 @@ degenerate ones (no area left, or none once rounded to float32 as stored) skippe
 size's geometry, clipped again, and those a cropping resize cuts away (or shrinks below float32's resolution)
 counted. A box is judged by the float32 values stored, so a pack never holds one that opening it refuses. The
 counts are the split's "boxes" entry in the manifest and the summary's notes. An image that cannot be used is
-skipped with its reason, or stops the build under `strict`.
+skipped with its reason, or stops the build under `strict`; so is one listing more boxes than `max_boxes`
+(skipped before it is decoded, rather than stored with some of its objects left out as background).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from ..errors import ImageDecodeError
 from ..images import build as image_build
 from ..images.build import audit_arrays, audit_fields_manifest, audit_record, image_fields
 from ..images.settings import ImageSettings
+from ..options import DETECTION_OPTIONS
 from ..pack.fields import StringsField
 from ..pack.manifest import write_manifest
 from ..settings import BuildSettings
@@ -57,10 +59,12 @@ class DetectionShardTask:
     resume: bool = False
     reader: Any = FILES
     fingerprints: bool = True  # the audit's fields (phash, digest) stored beside the images
+    max_boxes: int = DETECTION_OPTIONS["max_boxes"]  # an image listing more is skipped, "too many boxes"
 
     def fingerprint(self) -> str:
         """A digest of everything the shard's bytes depend on (its inputs, their order, the settings)."""
-        head = ["detection", self.index, self.image.to_dict(), self.num_classes, self.strict, self.normalized, EXIF_RULE]
+        head = ["detection", self.index, self.image.to_dict(), self.num_classes, self.strict, self.normalized, EXIF_RULE,
+                self.max_boxes]
         if self.fingerprints:  # a shard written without hashes is rebuilt, never reused without them
             head.append(audit_record())
         rows = []
@@ -139,6 +143,10 @@ def build_detection_shard(task: DetectionShardTask, samples=None) -> dict[str, A
     for i, (rel, data) in enumerate(zip(task.paths, samples, strict=True)):
         where = os.path.join(task.root, rel) if files else rel
         try:
+            listed = int(task.box_offsets[i + 1] - task.box_offsets[i])
+            if listed > task.max_boxes:  # before decoding: the image is not stored with some of its boxes left out
+                raise ImageDecodeError(where, "too many boxes", f"{listed:,} boxes, over the cap of {task.max_boxes:,} on one image "
+                                       "(--max-boxes)")
             if isinstance(data, ImageDecodeError):
                 raise data
             if data is None:
@@ -222,9 +230,11 @@ def build_detection(
     image: ImageSettings,
     progress: Callable[[int], None] | None = None,
     engine=None,
+    max_boxes: int = DETECTION_OPTIONS["max_boxes"],
 ) -> BuildSummary:
     """Build a detection pack from `source` (a listing whose splits are `sources.coco.BoxSplit`s) into `out`:
-    the images as `image` says, their boxes moved with them; return the summary."""
+    the images as `image` says, their boxes moved with them, an image listing more than `max_boxes` boxes
+    skipped ("too many boxes"); return the summary."""
     out = Path(out)
     num_classes = len(source.classes)
     fingerprints = image_build.FINGERPRINTS
@@ -236,7 +246,7 @@ def build_detection(
         return DetectionShardTask(str(source.root), str(out / split.name), k, tuple(split.paths[start:stop]), split.boxes[a:b],
                                   split.box_offsets[start : stop + 1] - a, split.box_labels[a:b], split.box_crowd[a:b],
                                   split.sizes[start:stop], split.normalized, num_classes, image, settings.strict, settings.resume,
-                                  capped(split.reader, settings.max_bytes), fingerprints)
+                                  capped(split.reader, settings.max_bytes), fingerprints, max_boxes)
 
     summaries, entries, seconds = build_shards(out, settings, splits, make_task, build_detection_shard, progress, engine)
     most = _stored_most(out, entries, fields_for(image, num_classes, 0))
@@ -250,7 +260,7 @@ def build_detection(
         summ.notes += _notes(c, image, summ.written)
     write_manifest(out, {
         **pack_header("detection", settings, {"layout": source.layout, "root": str(source.root.resolve()), **source.details}, seconds,
-                      {"image": image.to_dict()}),
+                      {"image": image.to_dict(), "max_boxes": max_boxes}),
         "classes": list(source.classes),
         "class_names": source.class_names,
         **({"resolutions": sorted(image.all_sizes)} if image.multires else {}),
