@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from dataprep import DetectionDataset, Loader, build
-from dataprep.errors import DataprepError
+from dataprep.errors import DataprepError, SourceError
+from dataprep.sources.yolo import scan_yolo
 from dataprep.verify import verify_pack
 
 
@@ -128,3 +130,112 @@ def test_an_image_with_more_boxes_than_max_boxes_is_skipped_with_its_reason_and_
             build.coco(src, tmp_path / "bad", annotations=ann, max_boxes=bad)
     r = CliRunner().invoke(main, ["build", "yolo", str(tmp_path), "--max-boxes", "0", "--out", str(tmp_path / "y")])
     assert r.exit_code == 2 and "--max-boxes" in r.output, r.output
+
+
+# -- YOLO: data.yaml bombs and tags, symlinks out of the root, label files too large or not files ------------------------
+
+def _yolo(root: Path, labels: str = "0 0.5 0.5 0.2 0.2\n") -> Path:
+    """A flat YOLO tree: images/a.png and images/b.png, labels/a.txt holding `labels`, labels/b.txt one box."""
+    _image(root / "images" / "a.png")
+    _image(root / "images" / "b.png")
+    (root / "labels").mkdir(parents=True, exist_ok=True)
+    (root / "labels" / "a.txt").write_text(labels)
+    (root / "labels" / "b.txt").write_text("0 0.25 0.25 0.1 0.1\n")
+    return root
+
+
+def _bomb(key: str, levels: int = 6) -> str:
+    """A data.yaml whose `key` is `levels` nested aliases of 9 (9**6 = 531,441 leaves in 300 bytes: written out,
+    megabytes; the round's 430 bytes were 5 GB)."""
+    lines = ['l0: &l0 ["xxxx","xxxx","xxxx","xxxx","xxxx","xxxx","xxxx","xxxx","xxxx"]']
+    for k in range(1, levels):
+        lines.append(f"l{k}: &l{k} [" + ",".join([f"*l{k - 1}"] * 9) + "]")
+    lines.append(f"{key}: *l{levels - 1}")
+    return "names: [a]\n" + "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("text,match", [
+    (_bomb("nc"), r"data.yaml:\d+: an alias \(\*l0\); a data.yaml is read without aliases"),
+    (_bomb("kpt_shape"), r"data.yaml:\d+: an alias"),
+    ("names: " + "[" * 100_000 + "]" * 100_000 + "\n", r"data.yaml:1: nested more than 32 levels deep"),
+    ("nc: 1" + "0" * 5000 + "\n", r"data.yaml: cannot read it as YAML \(.*digits"),
+    ("names: !!python/object/apply:os.system ['echo pwned']\n", r"data.yaml: cannot read it as YAML \(could not determine a constructor"),
+    ("names: {0: a, 99999999999999999999999999999: b}\n", r"data.yaml: names has ids \[0, 9999999999999.*\], not 0..1"),
+    ("names: {0: [[[[[[deep]]]]]]}\n", r"data.yaml: names\[0\] is \[\[\[\[\.\.\.\]\]\]\], not a name"),
+    ("names: [a]\nkpt_shape: [1000000000, 3]\n", r"data.yaml: kpt_shape is \[1000000000, 3\], not \[keypoints, values each\]"),
+], ids=["alias-nc", "alias-kpt", "deep", "digits", "python-tag", "huge-id", "nested-name", "huge-kpt"])
+def test_a_hostile_data_yaml_is_refused_cheaply_with_a_short_message(tmp_path, text, match):
+    """Alias bombs are refused at their first alias (the round's 430-byte one made a 5 GB message); nesting,
+    an integer past Python's digit limit and Python tags are SourceErrors (not a RecursionError, a raw
+    ValueError or a crash in libyaml's C composer), and every value a message quotes is cut short."""
+    import time
+
+    root = _yolo(tmp_path)
+    (root / "data.yaml").write_text(text)
+    t = time.perf_counter()
+    with pytest.raises(SourceError, match=match) as e:
+        scan_yolo(root)
+    assert time.perf_counter() - t < 5 and len(str(e.value)) < 600, len(str(e.value))
+
+
+def _secret(tmp_path: Path) -> Path:
+    """A file outside the dataset's folder whose lines must never reach a pack or a message."""
+    path = tmp_path / "outside" / "secret.txt"
+    path.parent.mkdir()
+    path.write_text("SECRET-LINE-1 0.5 0.5 0.1 0.1\nSECRET-LINE-2\n")
+    return path
+
+
+@pytest.mark.parametrize("name", ["classes.txt", "data.yaml"])
+def test_a_class_list_that_is_a_symlink_out_of_the_root_is_refused_unread(tmp_path, name):
+    root = _yolo(tmp_path / "ds")
+    (root / name).symlink_to(_secret(tmp_path))
+    with pytest.raises(SourceError, match=rf"{name}: cannot read the .*: outside the root") as e:
+        scan_yolo(root)
+    assert "SECRET" not in str(e.value)
+    # a symlink that stays inside the root is read
+    (root / name).unlink()
+    (root / "meta").mkdir()
+    (root / "meta" / "real").write_text("person\n" if name == "classes.txt" else "names: [person]\n")
+    (root / name).symlink_to(root / "meta" / "real")
+    assert scan_yolo(root).classes == ["person"]
+
+
+def test_a_label_file_out_of_the_root_or_not_a_file_skips_its_image_with_the_reason(tmp_path):
+    """A label file that is a symlink out of the root, a FIFO (which blocked the listing, or read as no label
+    file) or larger than LABEL_MAX_BYTES skips its image, recorded ("bad label file"), never read; under
+    strict the listing is refused; the other images are built."""
+    from dataprep.sources.yolo import LABEL_MAX_BYTES
+
+    secret = _secret(tmp_path)
+    for k, plant in enumerate((lambda p: p.symlink_to(secret), lambda p: os.mkfifo(p),
+                               lambda p: (p.write_bytes(b""), os.truncate(p, LABEL_MAX_BYTES + 1)))):
+        root = _yolo(tmp_path / f"ds{k}")
+        (root / "labels" / "a.txt").unlink()
+        plant(root / "labels" / "a.txt")
+        src = scan_yolo(root)
+        split = src.splits[0]
+        assert split.paths == ["images/b.png"], split.paths
+        rec = split.skipped[0]
+        assert (rec["source"], rec["reason"]) == ("images/a.png", "bad label file") and "SECRET" not in rec["detail"]
+        assert rec["detail"].startswith("labels/a.txt: ") and ("outside the root", "not a regular file", "too large")[k] in rec["detail"]
+        with pytest.raises(SourceError, match=r"images/a.png: bad label file \(labels/a.txt: "):
+            scan_yolo(root, strict=True)
+    build.yolo(tmp_path / "ds0", tmp_path / "p", size=50, mode="raw", workers=1)
+    m = _manifest(tmp_path / "p")
+    assert [r["reason"] for r in m["splits"]["train"]["skipped"]] == ["bad label file"] and "SECRET" not in json.dumps(m)
+    assert DetectionDataset(tmp_path / "p").sources == ["images/b.png"]
+
+
+def test_a_polygon_of_half_a_million_points_gives_its_box_in_bounded_time(tmp_path):
+    """Millions of polygon values on one line: read (under LABEL_MAX_BYTES) in seconds, kept as their box."""
+    import time
+
+    rng = np.random.default_rng(0)
+    pts = rng.uniform(0.3, 0.7, (500_000, 2))
+    pts[0], pts[1] = (0.1, 0.2), (0.9, 0.8)
+    root = _yolo(tmp_path, "2 " + " ".join(f"{v:.6f}" for v in pts.ravel()) + "\n")
+    t = time.perf_counter()
+    src = scan_yolo(root)
+    assert time.perf_counter() - t < 20
+    np.testing.assert_allclose(src.splits[0].boxes[0], [0.1, 0.2, 0.9, 0.8])
