@@ -15,6 +15,7 @@ import pytest
 
 from dataprep import DetectionDataset, Loader, build
 from dataprep.errors import DataprepError, SourceError
+from dataprep.sources.coco import scan_coco
 from dataprep.sources.yolo import scan_yolo
 from dataprep.verify import verify_pack
 
@@ -239,3 +240,83 @@ def test_a_polygon_of_half_a_million_points_gives_its_box_in_bounded_time(tmp_pa
     src = scan_yolo(root)
     assert time.perf_counter() - t < 20
     np.testing.assert_allclose(src.splits[0].boxes[0], [0.1, 0.2, 0.9, 0.8])
+
+
+# -- COCO: files too large or not files, ids at 64 bits, names leaving the folder --------------------------------------
+
+def test_an_annotations_file_over_the_cap_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    """The cap (ANNOTATIONS_MAX_BYTES, 2 GiB) holds from the file's size, before json holds a byte: shown with the
+    cap lowered under a valid file's size, and with a sparse file past the real cap (never read)."""
+    import dataprep.sources.coco as coco
+
+    src, ann = _coco(tmp_path, [[[1, 1, 4, 4]]])
+    huge = tmp_path / "huge.json"
+    huge.write_bytes(b"")
+    os.truncate(huge, coco.ANNOTATIONS_MAX_BYTES + 1)
+    with pytest.raises(SourceError, match=r"huge.json: the annotations file is 2,147,483,649 bytes, over the 2,147,483,648-byte cap"):
+        scan_coco(src, huge)
+    monkeypatch.setattr(coco, "ANNOTATIONS_MAX_BYTES", ann.stat().st_size - 1)
+    with pytest.raises(SourceError, match=r"instances.json: the annotations file is \d+ bytes, over the"):
+        scan_coco(src, ann)
+    monkeypatch.setattr(coco, "ANNOTATIONS_MAX_BYTES", ann.stat().st_size)
+    assert scan_coco(src, ann).splits[0].paths == ["0.png"]
+
+
+def test_an_annotations_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path):
+    import threading
+
+    src, _ = _coco(tmp_path, [[[1, 1, 4, 4]]])
+    os.mkfifo(tmp_path / "fifo.json")
+    got: list = []
+
+    def scan() -> None:
+        try:
+            scan_coco(src, tmp_path / "fifo.json")
+        except SourceError as e:
+            got.append(e)
+
+    t = threading.Thread(target=scan, daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "the listing blocked on a FIFO"
+    assert got and "fifo.json: cannot read the annotations file: not a regular file" in str(got[0])
+
+
+HOSTILE_COCO = {
+    "category id 2**63": ({"categories": [{"id": 2 ** 63, "name": "a"}]}, r"categories\[0\]: category id 9223372036854775808 is not a 64-bit"),
+    "category_id 2**63": ({"annotations": [{"id": 1, "image_id": 1, "category_id": 2 ** 63, "bbox": [1, 1, 2, 2]}]},
+                          r"annotations\[0\] \(id 1\): category_id 9223372036854775808 names no category of the file \(ids 1\)"),
+    "NaN": ({"annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [1, float("nan"), 2, 2]}]}, r"bbox is \[1, NaN, 2, 2\], not"),
+    "Infinity": ({"annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [1, 1, float("inf"), 2]}]}, r"bbox is .*Infinity"),
+    "id digits": ({"annotations": [{"id": 10 ** 300, "image_id": 1, "category_id": 1, "bbox": [1, 1, 2]}]}, r"\(id 10{76}\.\.\.\): bbox"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_COCO))
+def test_hostile_coco_entries_are_errors_naming_the_entry(tmp_path, case):
+    change, match = HOSTILE_COCO[case]
+    src, ann = _coco(tmp_path, [[[1, 1, 4, 4]]])
+    doc = {**json.loads(ann.read_text()), **change}
+    ann.write_text(json.dumps(doc))
+    with pytest.raises(SourceError, match=match) as e:
+        scan_coco(src, ann)
+    assert len(str(e.value)) < 600
+
+
+def test_file_names_that_leave_the_folder_are_skipped_with_their_reasons(tmp_path):
+    """`..`, absolute paths and NUL are refused at listing; a symlink (of a file or of a folder) out of the image
+    folder is refused when the build reads it, on the opened descriptor; each a recorded skip, the rest built;
+    a symlink that stays inside is followed."""
+    src, ann = _coco(tmp_path, [[[1, 1, 4, 4]]])
+    _image(tmp_path / "outside" / "o.png")
+    (src / "link.png").symlink_to(tmp_path / "outside" / "o.png")
+    (src / "dir").symlink_to(tmp_path / "outside")
+    (src / "inner.png").symlink_to(src / "0.png")
+    names = ["../outside/o.png", str(tmp_path / "outside" / "o.png"), "a\0b.png", "link.png", "dir/o.png", "inner.png"]
+    doc = json.loads(ann.read_text())
+    doc["images"] += [{"id": 10 + k, "file_name": n} for k, n in enumerate(names)]
+    ann.write_text(json.dumps(doc))
+    build.coco(src, tmp_path / "p", annotations=ann, size=50, mode="raw", workers=1)
+    skipped = {r["source"]: r["reason"] for r in _manifest(tmp_path / "p")["splits"]["train"]["skipped"]}
+    assert skipped == {n: "outside the root" for n in names[:5]}, skipped
+    assert DetectionDataset(tmp_path / "p").sources == ["0.png", "inner.png"]

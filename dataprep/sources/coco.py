@@ -10,8 +10,10 @@ gives them here, [x, y, w, h] turned into (x1, y1, x2, y2) in the source image's
 the decoded image and counts and skips the degenerate ones (no area left). A malformed file (not JSON, a
 missing or mistyped key, a box that is not four finite numbers (a 400-digit integer is none), a width or height
 that is not a positive integer below 2**31, a category id past 64 bits, an id that names no image or category,
-nesting past the recursion limit) is a SourceError naming the file and the entry; an image entry whose file is missing or leaves the root is skipped
-with its reason (or refused with `strict`).
+nesting past the recursion limit) is a SourceError naming the file and the entry; so is a file over
+ANNOTATIONS_MAX_BYTES or one that is no regular file, refused before a byte of it is read. An image entry whose
+file is missing or leaves the root (`..`, an absolute path; a symlink out of it is refused when the build reads
+it) is skipped with its reason (or refused with `strict`).
 """
 from __future__ import annotations
 
@@ -25,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import SourceError
-from .listing import FileReader, Skips, Source, SplitSource, skip
+from ..errors import ImageDecodeError, SourceError
+from .listing import FileReader, Skips, Source, SplitSource, read_source, skip
 
 
 @dataclass
@@ -89,6 +91,9 @@ def _number(v) -> bool:
 MAX_SIDE = 2 ** 31 - 1
 # Category ids: 64-bit integers (the manifest's category_ids are read back into int64 arrays)
 ID_RANGE = (-(2 ** 63), 2 ** 63 - 1)
+# The largest annotations file read (COCO's train2017 file is 448 MB): json parses a file into Python objects
+# several times its size, so a larger one is refused before it is read.
+ANNOTATIONS_MAX_BYTES = 2 << 30
 
 
 def safe_relative(name: str) -> bool:
@@ -107,13 +112,27 @@ def _entries(doc: dict, key: str, path: Path, required: bool) -> list:
     return doc[key]
 
 
-def read_coco(path: Path) -> tuple[list[dict], list[dict], list[dict]]:
-    """The images, annotations and categories of a COCO file, each entry checked for the keys the build reads."""
+def _annotations_bytes(path: Path) -> bytes:
+    """The annotations file's bytes: a regular file (a FIFO would block, /dev/zero never end) of at most
+    ANNOTATIONS_MAX_BYTES, its size checked before a byte is read."""
     try:
-        with open(path, "rb") as f:
-            doc = json.load(f)
+        size = os.stat(path).st_size
     except OSError as e:
         raise SourceError(f"{path}: cannot read the annotations file ({e.strerror or e})") from None
+    if size > ANNOTATIONS_MAX_BYTES:
+        raise SourceError(f"{path}: the annotations file is {size:,} bytes, over the {ANNOTATIONS_MAX_BYTES:,}-byte cap on one "
+                          "(dataprep.sources.coco.ANNOTATIONS_MAX_BYTES): parsed, it would take several times that in memory")
+    try:
+        return read_source(str(path), ANNOTATIONS_MAX_BYTES)
+    except ImageDecodeError as e:
+        raise SourceError(f"{path}: cannot read the annotations file: {e.reason} ({e.detail})") from None
+
+
+def read_coco(path: Path) -> tuple[list[dict], list[dict], list[dict]]:
+    """The images, annotations and categories of a COCO file, each entry checked for the keys the build reads."""
+    data = _annotations_bytes(path)
+    try:
+        doc = json.loads(data)
     except (ValueError, UnicodeDecodeError) as e:
         raise SourceError(f"{path}: not a JSON file ({e})") from None
     except RecursionError:
