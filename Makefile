@@ -17,7 +17,7 @@ EXTRAS ?= $(if $(filter Linux-x86_64,$(shell uname -s)-$(shell uname -m)),test$(
 comma  := ,
 EXTRA_STAMPS = $(addprefix $(STAMP)-,$(subst $(comma), ,$(EXTRAS)))
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test bench fuzz clean
 .NOTPARALLEL:  # the pip steps share one venv
 
 install: $(STAMP) $(EXTRA_STAMPS)
@@ -46,6 +46,14 @@ test: $(STAMP) $(EXTRA_STAMPS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_core.py
+
+# The compiled part (dataprep/images/_jpegseg.c) under libFuzzer, AddressSanitizer and UndefinedBehaviorSanitizer
+# for FUZZ_SECONDS, every input also held to the Python path (fuzz/run.py says how; it needs clang). The corpus
+# grows in FUZZ_CORPUS between runs; a finding is written to build/fuzz/crashes/ and fails the target.
+FUZZ_SECONDS ?= 600
+FUZZ_CORPUS  ?= build/fuzz/corpus
+fuzz: $(STAMP)
+	$(PY) fuzz/run.py --seconds $(FUZZ_SECONDS) --corpus $(FUZZ_CORPUS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache dataprep/images/_jpegseg.*.so

@@ -15,7 +15,8 @@
  *       re-emitted bit for bit, except the DC difference of a block whose predictor changes (the first
  *       block of each component after a new restart, or after one of the source's own restarts), which
  *       is coded again with the file's own DC table. None where that cannot be done: not a sequential
- *       8-bit Huffman single-scan JPEG of 1 or 3 components, damaged data, or a DC difference of a size
+ *       8-bit Huffman single-scan JPEG of 1 or 3 components, damaged data (restart markers out of
+ *       sequence, no EOI after the last MCU among them), or a DC difference of a size
  *       the file's table has no code for (its tables were optimised for the differences it held).
  *
  * Both only read `buf`; every length read from the file is checked against the buffer, and what they
@@ -55,10 +56,8 @@ static int parse(const uint8_t *b, Py_ssize_t n, Frame *f) {
         if (b[i] != 0xFF) return f->sof >= 0 ? NO_LAYOUT : NOT_JPEG;
         int m = b[i + 1];
         if (m == 0xFF) { i += 1; continue; }
-        if ((m >= 0xD0 && m <= 0xD7) || m == 0x01) {
-            if (f->sof < 0) { i += 2; continue; }
-            return NO_LAYOUT;
-        }
+        /* a standalone marker before the scan: codec.jpeg_layout would find no layout in the copy */
+        if ((m >= 0xD0 && m <= 0xD7) || m == 0x01) return f->sof >= 0 ? NO_LAYOUT : NOT_JPEG;
         if (m == 0xD9 || m == 0xD8) return f->sof >= 0 ? NO_LAYOUT : NOT_JPEG;
         if (m == 0xDA && f->sof < 0) return NOT_JPEG;
         Py_ssize_t len = ((Py_ssize_t)b[i + 2] << 8) | b[i + 3];
@@ -244,6 +243,13 @@ static PyObject *region(PyObject *self, PyObject *args) {
     if (k != segments - 1 || eoi < 0) goto whole;
     ends[segments - 1] = eoi;
     Py_ssize_t cw = f.dri * mcu_w;
+    /* a box beyond 2**40 px cuts as one at 2**40 does (the frame is at most 65535 px), and the rounding
+     * below cannot overflow for boxes at the edges of Py_ssize_t */
+    const Py_ssize_t far = (Py_ssize_t)1 << 40;
+    y0 = y0 < -far ? -far : y0 > far ? far : y0;
+    y1 = y1 < -far ? -far : y1 > far ? far : y1;
+    x0 = x0 < -far ? -far : x0 > far ? far : x0;
+    x1 = x1 < -far ? -far : x1 > far ? far : x1;
     Py_ssize_t r0 = y0 >= 0 ? y0 / mcu_h : -((-y0 + mcu_h - 1) / mcu_h), c0 = x0 >= 0 ? x0 / cw : -((-x0 + cw - 1) / cw);
     Py_ssize_t r1 = y1 >= 0 ? (y1 + mcu_h - 1) / mcu_h : -((-y1) / mcu_h), c1 = x1 >= 0 ? (x1 + cw - 1) / cw : -((-x1) / cw);
     if (r0 < 0) r0 = 0;
@@ -473,7 +479,9 @@ static int transcode(Job *j, Writer *w) {
         if (f->dri && m && m % f->dri == 0) { /* the source's own restart: drop its padding, pass the marker */
             r.acc = 0; r.nbits = 0; r.fake = 0;
             while (r.pos + 1 < j->n && r.b[r.pos] == 0xFF && r.b[r.pos + 1] == 0xFF) r.pos++;
-            if (r.pos + 1 >= j->n || r.b[r.pos] != 0xFF || (r.b[r.pos + 1] & 0xF8) != 0xD0) return DAMAGED;
+            /* a marker out of sequence makes decoders resynchronise (libjpeg skips or pads MCUs), so the
+             * source shows other pixels than its coefficients in order would: keep it as it is */
+            if (r.pos + 1 >= j->n || r.b[r.pos] != 0xFF || r.b[r.pos + 1] != (0xD0 | ((m / f->dri - 1) & 7))) return DAMAGED;
             r.pos += 2;
             memset(in_pred, 0, sizeof(in_pred));
         }
@@ -528,6 +536,9 @@ static int transcode(Job *j, Writer *w) {
         }
         if (w && w->failed) return DONE;
     }
+    /* the source's EOI after its last MCU: decoders refuse a file cut before it, so its copy is refused too */
+    while (r.pos + 1 < j->n && r.b[r.pos] == 0xFF && r.b[r.pos + 1] == 0xFF) r.pos++;
+    if (r.pos + 1 >= j->n || r.b[r.pos] != 0xFF || r.b[r.pos + 1] != 0xD9) return DAMAGED;
     if (w) {
         pad(w);
         put_byte(w, 0xFF);
@@ -593,6 +604,13 @@ static PyObject *add_restarts(PyObject *self, PyObject *args) {
         int d = f.dc_tab[c], a = f.ac_tab[c];
         if (d > 3 || a > 3 || !f.dht[d] || !f.dht[4 + a]) goto none;
         if (!build_huff(f.dht[d], &j.tabs[d]) || !build_huff(f.dht[4 + a], &j.tabs[4 + a])) goto none;
+        /* a DC category above 11, even unused: libjpeg refuses tables with one above 15 when the scan
+         * starts, and the DHT a rebuild writes would replace the table, so that the copy decodes and the
+         * source does not */
+        int total = 0;
+        for (int k = 0; k < 16; k++) total += f.dht[d][k];
+        for (int v = 0; v < total; v++)
+            if (f.dht[d][16 + v] > 11) goto none;
     }
     uint8_t bodies[4][28];
     int sizes[4] = {0};
