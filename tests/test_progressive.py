@@ -254,3 +254,32 @@ def test_a_crop_plan_transform_follows_the_sampler_on_a_pack_of_many_shapes(inde
             served += len(images)
         assert served == len(ds)
     assert ds.transform is plan and InMemoryImageDataset(pack, transform=plan)[0][0].shape == (3, 32, 32)
+
+
+def test_a_script_with_persistent_workers_leaves_no_segment_at_exit(multires, tmp_path):
+    """Persistent DataLoader workers that switched resolution hold the parent's segment when the script
+    ends: multiprocessing terminates them at exit, after the parent's own release would have found them
+    still using it. The parent must release after they are gone."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    shm_dir = tmp_path / "shm"
+    shm_dir.mkdir(mode=0o700)
+    script = textwrap.dedent(f"""
+        from torch.utils.data import DataLoader
+        from dataprep.images.dataset import InMemoryImageDataset
+        from dataprep.serve.progressive import ResolutionBatchSampler, Schedule
+        ds = InMemoryImageDataset({str(multires)!r}, cache="shm")  # the largest size, 32, in this process
+        sampler = ResolutionBatchSampler(len(ds), 4, Schedule.table(ds.resolutions, {{0: 16, 1: 24, 2: 32}}))
+        loader = DataLoader(ds, batch_sampler=sampler, num_workers=2, persistent_workers=True)
+        for epoch in range(3):
+            sampler.set_epoch(epoch)
+            for batch in loader:
+                pass
+    """)
+    env = {**os.environ, "DATAPREP_SHM_DIR": str(shm_dir)}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert [p.name for p in shm_dir.rglob("*") if p.is_file()] == []

@@ -316,8 +316,11 @@ class ShmSegment:
         _USER_FDS.add(users_fd)
         # multiprocessing's Finalize, not weakref.finalize: it also runs when a DataLoader or Loader
         # worker (a multiprocessing child, which never runs atexit) exits, so a segment attached in a
-        # worker (a resolution switched to there) is released too.
-        seg._finalizer = mp_util.Finalize(seg, _release, (users_fd, path, os.getpid()), exitpriority=10)
+        # worker (a resolution switched to there) is released too. A negative priority runs it at exit only
+        # after multiprocessing has stopped this process's daemonic children: persistent DataLoader workers
+        # still hold the segment until then (they are terminated, running no finalizer), so a release
+        # before that would find users left and leave the segment behind for good.
+        seg._finalizer = mp_util.Finalize(seg, _release, (users_fd, path, os.getpid()), exitpriority=-10)
         return seg
 
     def close(self) -> None:
