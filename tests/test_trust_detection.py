@@ -320,3 +320,60 @@ def test_file_names_that_leave_the_folder_are_skipped_with_their_reasons(tmp_pat
     skipped = {r["source"]: r["reason"] for r in _manifest(tmp_path / "p")["splits"]["train"]["skipped"]}
     assert skipped == {n: "outside the root" for n in names[:5]}, skipped
     assert DetectionDataset(tmp_path / "p").sources == ["0.png", "inner.png"]
+
+
+# -- tampered detection packs through the Loader --------------------------------------------------------------------------
+
+def _nan(b):
+    b[0, 1] = np.nan
+    return b
+
+
+def _outside(b):
+    b[0, 2] = 1e9
+    return b
+
+
+def _column(dtype):
+    return lambda a: a.astype(dtype)
+
+
+TAMPERED = {
+    "boxes NaN": ("boxes", _nan, r"boxes.npy: box 0 \(sample 0\) is not finite"),
+    "boxes outside": ("boxes", _outside, r"boxes.npy: box 0 of sample 0, .* is inverted or outside its 50x40 image"),
+    "boxes inf": ("boxes", lambda b: b * np.float32(np.inf), r"boxes.npy: box 0 \(sample 0\) is not finite"),
+    "boxes negative": ("boxes", lambda b: -b, r"boxes.npy: box 0 of sample 0, .* is inverted or outside"),
+    "boxes float64": ("boxes", _column("<f8"), r"boxes"),
+    "boxes 5 columns": ("boxes", lambda b: np.concatenate([b, b[:, :1]], 1), r"boxes"),
+    "boxes one fewer": ("boxes", lambda b: b[:-1], r"box"),
+    "offsets past the boxes": ("box_offsets", lambda o: o + np.array([0, 0, 1000], o.dtype), r"box_offsets"),
+    "offsets backwards": ("box_offsets", lambda o: o[::-1].copy(), r"box_offsets"),
+    "offsets negative": ("box_offsets", lambda o: o - 5, r"box_offsets"),
+    "offsets huge": ("box_offsets", lambda o: np.array([0, 2 ** 62, int(o[-1])], o.dtype), r"box_offsets"),
+    "labels past the classes": ("box_labels", lambda v: v + 7, r"box_labels.npy: a label is 7, but the pack has 1 classes"),
+    "labels fewer": ("box_labels", lambda v: v[:-1], r"box_labels"),
+    "crowd 2": ("box_crowd", lambda v: v + 2, r"box_crowd.npy: a crowd flag is 2, not 0 or 1"),
+    "frames lie": ("box_frames", lambda f: f * 2, r"frames"),
+    "frames zero": ("box_frames", lambda f: f * 0, r"box_frames"),
+    "frames uint8": ("box_frames", _column("|u1"), r"box_frames.npy: holds \|u1 \[2, 2\], expected <i4"),
+    "crowd bool": ("box_crowd", _column("|b1"), r"box_crowd.npy: holds \|b1"),
+    "boxes objects": ("boxes", _column(object), r"boxes.npy: holds \|O"),
+    "offsets all zero": ("box_offsets", np.zeros_like, r"box_offsets.npy: offsets are not monotonic"),
+}
+
+
+@pytest.mark.parametrize("case", list(TAMPERED))
+def test_a_tampered_detection_pack_is_refused_naming_the_pack_or_serves_the_right_boxes(tmp_path, case):
+    """One array of a shard rewritten (its manifest record made to agree, as a forger who knows the format
+    writes it): opening the split, or serving it through the Loader (0 workers), is a DataprepError naming the
+    pack, the array and the reason, never a raw numpy error, a crash or another sample's boxes. (A forged
+    max_boxes: tests/test_detection_serving.py.)"""
+    name, change, match = TAMPERED[case]
+    src, ann = _coco(tmp_path, [[[3, 2, 10, 5], [20, 10, 8, 8]], [[1, 1, 4, 4]]])
+    build.coco(src, tmp_path / "p", annotations=ann, size=50, mode="raw", workers=1)
+    _forge(tmp_path / "p", name, change)
+    with pytest.raises(DataprepError, match=match) as e:
+        ds = DetectionDataset(tmp_path / "p")
+        for _ in Loader(ds, batch_size=2, num_workers=0):
+            pass
+    assert str(tmp_path / "p") in str(e.value) and len(str(e.value)) < 1000, str(e.value)
