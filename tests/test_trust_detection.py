@@ -228,6 +228,16 @@ def test_a_label_file_out_of_the_root_or_not_a_file_skips_its_image_with_the_rea
     assert DetectionDataset(tmp_path / "p").sources == ["images/b.png"]
 
 
+def test_a_tree_whose_every_label_file_is_refused_is_an_error_with_the_first_reason(tmp_path):
+    root = _yolo(tmp_path)
+    for name in ("a.txt", "b.txt"):
+        (root / "labels" / name).unlink()
+        os.mkfifo(root / "labels" / name)
+    with pytest.raises(SourceError, match=r"images: no image could be listed \(images/a.png: bad label file, labels/a.txt: not a "
+                                          r"regular file \(it is a FIFO\)\)"):
+        scan_yolo(root)
+
+
 def test_a_polygon_of_half_a_million_points_gives_its_box_in_bounded_time(tmp_path):
     """Millions of polygon values on one line: read (under LABEL_MAX_BYTES) in seconds, kept as their box."""
     import time
