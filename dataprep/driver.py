@@ -28,7 +28,7 @@ from .pack.backends import is_pack
 from .pack.manifest import FORMAT_VERSION, KEPT_BESIDE, MANIFEST, MANIFEST_TMP, attachment_tmp
 from .pack.names import check_name, inside
 from .pack.shard import remove_temporaries, reusable_shard, shard_name, write_shard
-from .safe_paths import check_dir, make_dir
+from .safe_paths import check_dir, check_links, make_dir
 from .settings import BuildSettings
 
 
@@ -146,7 +146,9 @@ def prepare_output(out: Path, overwrite: bool, resume: bool = False) -> None:
     anything is written (safe_paths.check_dir). `overwrite` empties a pack or unfinished build; `resume`
     keeps its shards for reuse. Either way the old manifest goes first (with the files kept beside it and
     any temporaries), so a crash during the rebuild never leaves a directory that claims to be complete.
-    Nothing in `out` is followed when removed: a symlink is unlinked, never emptied."""
+    Nothing in `out` is followed when removed: a symlink is unlinked, never emptied; `out` itself may be a
+    symlink only when it is ours and in a directory only we can write (safe_paths.check_links)."""
+    check_links(out, "output directory")
     if out.is_symlink() and not out.exists():
         raise PackExistsError(f"{out}: is a dangling symlink; choose another {option('out', None)}")
     if out.exists() and not out.is_dir():

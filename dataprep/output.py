@@ -32,7 +32,9 @@ def staged_output(out, fmt: str, compress: str, overwrite: bool, engine=None, re
     if is_url(out):
         yield from _published(str(out), fmt, compress, overwrite, resume, said, notice or _notice)
         return
-    out = Path(out)
+    from .safe_paths import check_links
+
+    out = check_links(Path(out), "output")  # before the build: a planted symlink is never written through
     if fmt == "npy":
         if compress != "none":
             raise DataprepError("npy packs are not compressed: drop --compress, or choose --format hdf5 or zarr")

@@ -9,6 +9,12 @@ a file between a check and its use. So:
   it, unless it is sticky and ours to write in (as /tmp and /dev/shm are: others cannot remove or
   rename what we create there, and we create only with O_EXCL). Every parent up to / follows the same
   rule where it could be replaced under us (a parent writable by others and not sticky).
+- `check_links(path, what)`: a path written through a symlink (the path itself, or a directory above it)
+  only where the link is ours (or root's) and sits in a directory nobody else can write. A link another
+  user planted in /tmp (`--out /tmp/pack` pointing at a pack of the victim's) would otherwise be followed,
+  and `--overwrite` would replace what it points at; a link in a shared directory, even one we own, is
+  refused too, since whoever can write there could have made it or could make the next one.
+  `check_dir` applies it to every directory it accepts.
 - Group-writable counts as writable by others (a group is many users), unless DATAPREP_TRUST_GROUP=1
   says the group is trusted (a team's shared project space).
 - `make_dir(path, what)`: a directory created (each missing level 0755 less the umask) only where the
@@ -40,9 +46,10 @@ def _others_may_write(st: os.stat_result) -> bool:
 def check_dir(path: str | os.PathLike, what: str = "directory", *, group_ok: bool = False) -> Path:
     """`path` (an existing directory) if dataprep may write and trust files in it, else UnsafeDirectory
     naming it and why. Owned by us (or root), not writable by other users (nor by the group unless
-    `group_ok`), and the same for each parent that is not sticky. A sticky directory writable by others
-    (/tmp) is accepted as a parent: what we create in it cannot be replaced by others."""
-    p = Path(path)
+    `group_ok`), and the same for each parent that is not sticky; no symlink on it but ours in a directory
+    only we can write (`check_links`). A sticky directory writable by others (/tmp) is accepted as a
+    parent: what we create in it cannot be replaced by others."""
+    p = check_links(path, what, group_ok=group_ok)  # first: a planted link is named as such, not by its target
     uid = os.geteuid()
     try:
         st = os.stat(p)
@@ -58,6 +65,48 @@ def check_dir(path: str | os.PathLike, what: str = "directory", *, group_ok: boo
                               "plant files or symlinks in it; use a directory only you can write (chmod go-w)"
                               + _group_hint(st))
     _check_parents(p, p.resolve().parent, what, group_ok)
+    return p
+
+
+def check_links(path: str | os.PathLike, what: str = "output", *, group_ok: bool = False) -> Path:
+    """`path` if no symlink on it could redirect a write: it and each directory above it are either not
+    symlinks, or symlinks owned by us (or root) in a directory other users cannot write (sticky or not).
+    Else UnsafeDirectory naming the link, where it points and why, and what to give instead.
+
+    Args:
+        path: a file or directory about to be written, or a directory about to be trusted; it may not exist.
+        what: what it is, for the message ("output directory").
+        group_ok: trust a directory the group can write (as DATAPREP_TRUST_GROUP=1 does).
+
+    Returns:
+        `path` as given.
+    """
+    p = Path(path)
+    uid = os.geteuid()
+    full = Path(os.path.abspath(p))
+    for link in (*reversed(full.parents), full):
+        try:
+            st = os.lstat(link)
+        except OSError:
+            break  # missing from here down: nothing below it can be a link yet
+        if not stat.S_ISLNK(st.st_mode):
+            continue
+        holder = Path(os.path.realpath(link.parent))
+        try:
+            hst = os.stat(holder)
+            target = os.readlink(link)
+        except OSError as e:
+            raise UnsafeDirectory(f"{p}: cannot check the symlink {link} ({e.strerror or e})") from None
+        named = f"{p}: this {what}" if link == full else f"{p}: the directory {link} above this {what}"
+        if st.st_uid not in (uid, 0):
+            raise UnsafeDirectory(f"{named} is a symlink (to {target}) that uid {st.st_uid} owns, not you (uid {uid}): "
+                                  "dataprep never writes through a symlink another user controls; give the path it "
+                                  "should write itself, in a directory of your own")
+        if _writable_by_others(hst, group_ok):
+            raise UnsafeDirectory(f"{named} is a symlink (to {target}) in {holder}, which other users can write (mode "
+                                  f"{stat.S_IMODE(hst.st_mode):o}), so any of them may have planted it: dataprep writes through a "
+                                  "symlink only when it is yours and in a directory only you can write; give the real path "
+                                  "instead" + _group_hint(hst))
     return p
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import DataprepError, PackExistsError, option
 from ..progress import reporter
+from ..safe_paths import check_links
 from .backends import BACKENDS, detect, is_pack, open_reader
 from .temporaries import FULL, clean_temporaries, disk_refused, finished, pending_temporaries, quiet_hdf5_teardown, sweep, temporary, write_failure  # noqa: F401
 
@@ -54,6 +55,7 @@ def _fix_for(out: Path) -> str:
 
 
 def _clear(out: Path, overwrite: bool) -> None:
+    check_links(out, "output")  # a symlink planted in a shared directory is neither replaced nor written through
     if out.exists() or out.is_symlink():
         if not overwrite:
             raise PackExistsError(f"{out}: exists; pass {option('overwrite')} to replace it")
