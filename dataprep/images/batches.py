@@ -16,9 +16,10 @@ from ..pack.arrays import take_rows
 from ..serve.request import Request
 from . import crops, resample
 from .captions import fill_caption_ids
-from .codec import decode_cv2_reduced, decode_fast, fast_decoding, jpeg_header, region_of
+from .codec import decode_cv2_reduced, decode_fast, fast_decoding, jpeg_problem, region_of
 from .crops import CenterCrop, RandomResizedCrop
-from .resize import center_crop_into
+from .resize import RESIZE_MODES, center_crop_into
+from .settings import ImageSettings
 
 _FAST = fast_decoding()  # simplejpeg imports (it is a dependency): else every crop decodes accurately
 
@@ -37,8 +38,6 @@ class BatchFilling:
 
     def _square_at(self, resolution: int) -> tuple[int, int, int] | None:
         """Every sample's (H, W, C) at `resolution` when the build made them all one shape."""
-        from .resize import RESIZE_MODES
-
         image = self.manifest["settings"]["image"]
         mode = RESIZE_MODES.get(image["resize"])
         return (resolution, resolution, self.field.channels) if mode is not None and mode.square else None
@@ -174,16 +173,17 @@ class BatchFilling:
         having done nothing, where the fast decoder cannot read the bytes (CMYK, damage): the caller's
         accurate path decides."""
         a = store.arrays
-        buf = a["images"][a["offsets"][i] : a["offsets"][i + 1]]
+        buf = self._jpeg_at(store, i, res)
         (h, w), (t, lft, bh, bw) = hw, box
         sh, sw = (h, w) if res == self.resolution else (int(v) for v in a["shapes"][i, :2])
         ry, rx = sh / h, sw / w  # the store's pixels per the pack's (1 at the main resolution)
         margin = 2 * factor  # bilinear taps and the area step's rounding, in the store's full pixels
         y0, x0 = int(t * ry) - margin, int(lft * rx) - margin
         y1, x1 = math.ceil((t + bh) * ry) + margin, math.ceil((lft + bw) * rx) + margin
-        cut = region_of(buf, y0, y1, x0, x1)  # the frame header checked against the store's shape, as _jpeg_of does
-        if cut is None or cut[:2] != (sh, sw):
-            raise self._not_its_jpeg(i, res, sh, sw)
+        cut = region_of(buf, y0, y1, x0, x1)
+        if cut is None or cut[:2] != (sh, sw):  # the C walk reads the header jpeg_problem read (tests/test_jpegseg.py)
+            raise PackError(f"{self.pack}/{self.split}: sample {i} ({self._sources[i]}) at {res} px: the region cut reads "
+                            f"another frame header than {sw}x{sh}; not decoded (verify the pack, or rebuild it)")
         _, _, sub, top, left = cut
         how = "fast" if sub is None else "region"
         pixels = decode_fast(buf if sub is None else sub, field.channels, factor)
@@ -198,21 +198,39 @@ class BatchFilling:
         resample.warp_into(pixels, ((t * ry - top) / factor, (lft * rx - left) / factor, bh * ky, bw * kx), out)
         return how
 
-    def _jpeg_of(self, store, field, i: int, res) -> np.ndarray:
-        """Sample i's JPEG bytes in a held resolution's store, once its frame header agrees with the shape
-        the store records (a damaged pack must not make a small sample decode to a huge image)."""
+    def _jpeg_at(self, store, i: int, res) -> np.ndarray:
+        """Sample i's JPEG bytes in a held resolution's store (a view), once every serving path may decode them:
+        its frame header agrees with the shape the store records, its bytes can hold that frame
+        (codec.jpeg_problem), and the frame is one the pack's build could have made (`_over_caps`). Read from
+        the header before a decoder allocates: a damaged or forged pack must not make a 633-byte sample decode
+        to gigabytes, whatever its shapes say."""
         a = store.arrays
-        shape = tuple(int(v) for v in a["shapes"][i])
+        h, w = (int(v) for v in a["shapes"][i, :2])
         buf = a["images"][a["offsets"][i] : a["offsets"][i + 1]]
-        head = jpeg_header(buf)
-        if head is None or head[:2] != shape[:2]:
-            raise self._not_its_jpeg(i, res, *shape[:2])
+        why = jpeg_problem(buf, h, w)
+        if why is not None:
+            raise PackError(f"{self.pack}/{self.split}: sample {i} ({self._sources[i]}) at {res} px holds {why}, but the pack "
+                            f"records {w}x{h}; not decoded (verify the pack, or rebuild it)")
+        why = self._over_caps(h, w, res)
+        if why is not None:
+            raise PackError(f"{self.pack}/{self.split}: sample {i} ({self._sources[i]}) at {res} px is a {w}x{h} JPEG, {why}; "
+                            "not decoded (verify the pack, or rebuild it)")
         return buf
 
-    def _not_its_jpeg(self, i: int, res, h: int, w: int) -> PackError:
-        """What a stored sample whose bytes are no JPEG of its recorded shape raises (neither is decoded)."""
-        return PackError(f"{self.pack}/{self.split}: sample {i} at {res} px does not hold a {w}x{h} JPEG; "
-                         "not decoded (verify the pack, or rebuild it)")
+    def _over_caps(self, h: int, w: int, res) -> str | None:
+        """Why an h x w image at `res` px is larger than the pack's build makes, by its recorded settings: more
+        pixels than `max_pixels` (the default where the record is missing or no positive count), or the side
+        its resize mode brings to the size beyond `res` (both sides for a square mode); None where it is not."""
+        image = (self.manifest.get("settings") or {}).get("image") or {}
+        cap = image.get("max_pixels")
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+            cap = ImageSettings.max_pixels
+        if h * w > cap:
+            return f"{h * w:,} pixels, over the {cap:,} its build allows (max_pixels)"
+        mode = RESIZE_MODES.get(image.get("resize")) if isinstance(image.get("resize"), str) else None
+        if mode is not None and isinstance(res, int) and (max(h, w) if mode.square else mode.side(h, w)) > res:
+            return f"larger than its build makes at {res} px (resize {mode.name!r})"
+        return None
 
     def _decoded(self, store, field, i: int, factor: int, res) -> np.ndarray:
         """Sample i of a held resolution's store, decoded at 1/factor (JPEG) or as stored (raw)."""
@@ -222,7 +240,7 @@ class BatchFilling:
         if field.encoding == "raw":
             shape = tuple(int(v) for v in a["shapes"][i])
             return a["images"][a["offsets"][i] : a["offsets"][i + 1]].view(field.np_dtype).reshape(shape)
-        img = decode_cv2_reduced(self._jpeg_of(store, field, i, res), field.channels, factor)
+        img = decode_cv2_reduced(self._jpeg_at(store, i, res), field.channels, factor)
         if img is None:
             raise PackError(f"{self.pack}/{self.split}: sample {i} ({self._sources[i]}) at {res} px does not decode as JPEG")
         return img

@@ -49,10 +49,9 @@ def encode_jpeg(pixels: np.ndarray, quality: int) -> np.ndarray:
 _SOF = frozenset((0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF))
 
 
-def jpeg_header(buf) -> tuple[int, int, int] | None:
-    """(height, width, components) from a JPEG's frame header (its first SOF segment), read by walking the
-    marker segments without decoding anything; None when the bytes are not a JPEG or end before a frame."""
-    b = memoryview(buf).cast("B") if not isinstance(buf, (bytes, bytearray)) else buf
+def _sof_at(b) -> int | None:
+    """Where a JPEG's first frame header (SOF) lies, found by walking the marker segments without decoding
+    anything; None when the bytes are not a JPEG or end before a frame."""
     n = len(b)
     if n < 4 or b[0] != 0xFF or b[1] != 0xD8:
         return None
@@ -71,12 +70,71 @@ def jpeg_header(buf) -> tuple[int, int, int] | None:
             return None
         length = (b[i + 2] << 8) | b[i + 3]
         if marker in _SOF:
-            if i + 9 >= n or length < 8:
-                return None
-            return (b[i + 5] << 8) | b[i + 6], (b[i + 7] << 8) | b[i + 8], b[i + 9]
+            return i if i + 9 < n and length >= 8 else None
         if length < 2:
             return None
         i += 2 + length
+    return None
+
+
+def _bytes_of(buf):
+    return memoryview(buf).cast("B") if not isinstance(buf, (bytes, bytearray)) else buf
+
+
+def jpeg_header(buf) -> tuple[int, int, int] | None:
+    """(height, width, components) from a JPEG's frame header (its first SOF segment), read by walking the
+    marker segments without decoding anything; None when the bytes are not a JPEG or end before a frame."""
+    b = _bytes_of(buf)
+    i = _sof_at(b)
+    return None if i is None else ((b[i + 5] << 8) | b[i + 6], (b[i + 7] << 8) | b[i + 8], b[i + 9])
+
+
+def least_bytes(buf) -> int | None:
+    """The fewest bytes a complete JPEG with `buf`'s frame header holds, from that header alone: a Huffman
+    code is at least a bit, and every block of every component is coded in some scan, with a DC code and an
+    end of block in a sequential frame (2 bits), at least the DC code in a progressive or lossless one (1 bit).
+    0 for an arithmetic-coded frame (no such floor); None without a frame header whose components are there.
+    Bytes short of it are a truncated (or forged) file, which decoders would fill out to the frame's size."""
+    b = _bytes_of(buf)
+    i = _sof_at(b)
+    return None if i is None else _least(b, i)
+
+
+def _least(b, i: int) -> int | None:
+    """least_bytes for the frame header at `i`."""
+    comps, marker = b[i + 9], b[i + 1]
+    if comps == 0 or i + 9 + 3 * comps >= len(b):
+        return None
+    if marker >= 0xC9:
+        return 0
+    h, w = (b[i + 5] << 8) | b[i + 6], (b[i + 7] << 8) | b[i + 8]
+    factors = [(b[k] >> 4, b[k] & 15) for k in range(i + 11, i + 11 + 3 * comps, 3)]
+    hmax, vmax = max(f for f, _ in factors), max(f for _, f in factors)
+    blocks = 0
+    for fh, fv in factors:  # a component's blocks: its own size (the frame's, scaled by its factors over the largest) in 8x8 blocks
+        if fh < 1 or fv < 1:
+            return None
+        blocks += ((-(-w * fh // hmax) + 7) >> 3) * ((-(-h * fv // vmax) + 7) >> 3)
+    return (blocks * (2 if marker in (0xC0, 0xC1) else 1) + 7) >> 3
+
+
+def jpeg_problem(buf, height: int, width: int) -> str | None:
+    """Why the pack does not serve `buf` as a `height` x `width` JPEG, from its marker segments alone (nothing
+    decoded, nothing allocated): no frame header that the pack's walks find, a frame of another size, or too few
+    bytes for the frame (`least_bytes`); None where it does. What every serving path asks before a decoder sees
+    a stored JPEG, and what a build asks of a source JPEG it keeps."""
+    b = _bytes_of(buf)
+    i = _sof_at(b)
+    if i is None:
+        return "no JPEG frame header"
+    h, w = (b[i + 5] << 8) | b[i + 6], (b[i + 7] << 8) | b[i + 8]
+    if (h, w) != (height, width):
+        return f"a {w}x{h} JPEG"
+    least = _least(b, i)
+    if least is None:
+        return "a frame header cut short"
+    if len(b) < least:
+        return f"{len(b):,} bytes, fewer than a complete {w}x{h} JPEG holds ({least:,})"
     return None
 
 

@@ -21,7 +21,7 @@ from ..serve import draws
 from ..serve.cache import open_split
 from ..serve.partition import partition_of
 from .batches import BatchFilling
-from .codec import DECODERS, jpeg_header
+from .codec import DECODERS
 from .field import ImageField, fields_of, served_fields
 
 EXCLUDE = (None, "leaks")  # what exclude= may leave out
@@ -350,18 +350,13 @@ class InMemoryImageDataset(BatchFilling, Dataset):
 
     def jpeg(self, i: int) -> np.ndarray:
         """Sample i's JPEG bytes (a read-only view of the cache) once its frame header agrees with the shape
-        the pack records: a damaged or hostile pack must not make a 633-byte sample decode to 12000 x 12000."""
+        the pack records and is within what the pack's build makes: a damaged or hostile pack must not make
+        a 633-byte sample decode to 32767 x 32767 (BatchFilling._jpeg_at)."""
         return self._jpeg(self._check(i))
 
     def _jpeg(self, i: int) -> np.ndarray:
         """Held row i's JPEG bytes, its header checked (see `jpeg`)."""
-        buf = self._blob[self._offsets[i] : self._offsets[i + 1]]
-        head, (h, w, _) = jpeg_header(buf), self._shapes[i]
-        if head is None or head[0] != h or head[1] != w:
-            said = "no JPEG frame header" if head is None else f"a {head[1]}x{head[0]} JPEG"
-            raise PackError(f"{self.pack}/{self.split}: sample {i} ({self._sources[i]}) holds {said}, but the pack records "
-                            f"{w}x{h}; not decoded (verify the pack, or rebuild it)")
-        return buf
+        return self._jpeg_at(self._cached, i, self.resolution)
 
     def image(self, i: int) -> np.ndarray:
         """Sample i's pixels (HWC uint8, a private copy), or its stored bytes with decode="none"."""
