@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                # Python keeps objects alive to the end by design: leak reports would be its, not the C part's
                ASAN_OPTIONS="detect_leaks=0:allocator_may_return_null=1:abort_on_error=0",
                UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
-    cmd = [str(exe), f"-max_total_time={args.seconds}", f"-seed={args.seed}", "-timeout=10", "-rss_limit_mb=2048", "-max_len=4096",
+    cmd = [str(exe), f"-max_total_time={args.seconds}", f"-seed={args.seed}", "-detect_leaks=0", "-timeout=10", "-rss_limit_mb=2048", "-max_len=4096",
            f"-dict={FUZZ / 'jpeg.dict'}", f"-artifact_prefix={crashes}/", "-print_final_stats=1",
            str(args.corpus), str(FUZZ / "seeds"), str(FUZZ / "regressions")]
     log = out / "last.log"
