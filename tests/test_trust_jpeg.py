@@ -1,8 +1,10 @@
 """Stored JPEGs that a pack serves as its build decoded them, or refuses by name before a decoder allocates.
 
-A frame that declares more than its bytes, or the pack's build, allow (a 633-byte JPEG of 32767 x
-32767, its shapes and checksums forged to agree) is refused from its header by `ds[i]`, `image(i)`, `jpeg(i)`
-and every Loader fill.
+A source JPEG with junk between its marker segments (libjpeg and Pillow skip it; the pack's header walks do
+not) is kept without the junk, so every serving path takes it, and `verify --decode` checks what the Loader
+checks and cuts. A frame that
+declares more than its bytes, or the pack's build, allow (a 633-byte JPEG of 32767 x 32767, its shapes and
+checksums forged to agree) is refused from its header by `ds[i]`, `image(i)`, `jpeg(i)` and every Loader fill.
 """
 from __future__ import annotations
 
@@ -18,12 +20,13 @@ from PIL import Image
 
 import dataprep
 from dataprep.errors import PackError
-from dataprep.images import codec
+from dataprep.images import batches, codec
 from dataprep.images.build import build_images
 from dataprep.images.settings import ImageSettings
 from dataprep.serve.loader import Loader
 from dataprep.settings import BuildSettings
 from dataprep.sources import scan_imagenet
+from dataprep.verify import verify_pack
 
 from .test_verify_content import _rewrite
 
@@ -43,6 +46,12 @@ def pil_jpeg(px: np.ndarray, **kw) -> bytes:
     return out.getvalue()
 
 
+def pil_pixels(data: bytes) -> np.ndarray:
+    """What the build decodes a source to (Pillow, as images/decode.py does)."""
+    with Image.open(io.BytesIO(data)) as im:
+        return np.asarray(im.convert("RGB"))
+
+
 def segments(data: bytes) -> list[tuple[int, int]]:
     """(offset, marker) of each marker segment up to and including the scan's, each right after the one before."""
     out, i = [], 2
@@ -53,6 +62,12 @@ def segments(data: bytes) -> list[tuple[int, int]]:
         if marker == 0xDA:
             return out
         i += 2 + length
+
+
+def with_junk(data: bytes, before: int, junk: bytes) -> bytes:
+    """`junk` inserted before the marker segment `before` (0xDB: the first DQT, 0xC0: the frame header, ...)."""
+    at = next(i for i, m in segments(data) if m == before)
+    return data[:at] + junk + data[at:]
 
 
 def tree(root: Path, files: dict[str, bytes]) -> Path:
@@ -68,6 +83,81 @@ def tree(root: Path, files: dict[str, bytes]) -> Path:
 def build(src: Path, out: Path, **image) -> Path:
     build_images(scan_imagenet(src), out, BuildSettings(workers=1, shard_size=50), ImageSettings(**image))
     return out
+
+
+def rrc_crops(ds, seed: int = 0, size: int = 24) -> np.ndarray:
+    x, _ = next(iter(Loader(ds, len(ds), crop=dataprep.RandomResizedCrop(size, scale=(0.05, 1.0)), seed=seed, layout="nhwc")))
+    return x.numpy()
+
+
+def whole_cut(monkeypatch):
+    """Region cuts made whole (the Loader's fast path then decodes every image whole): the reference."""
+    real = batches.region_of
+    monkeypatch.setattr(batches, "region_of", lambda buf, *box: (*real(buf, *box)[:2], None, 0, 0))
+
+
+# -- junk between marker segments ------------------------------------------------------------------------------
+JUNK = {"bytes before the tables": (0xDB, b"\x00junk\x12"), "FF 00 and fill before the frame": (0xC0, b"\xff\x00\x41\xff\xff"),
+        "bytes after the frame": (0xC4, b"\x07" * 9), "bytes before the scan": (0xDA, b"\x01\x02")}
+
+
+def test_a_source_with_junk_between_its_segments_is_kept_without_it_and_every_path_serves_it(tmp_path, monkeypatch):
+    """Before: kept as it was, then refused by ds[i] ("no JPEG frame header") and by every Loader fill, so every
+    epoch died at it, while `verify --decode` said ok."""
+    sources = {f"j{k}.JPEG": with_junk(pil_jpeg(photo(40 + 8 * k, 64, k), quality=90), *where) for k, where in enumerate(JUNK.values())}
+    pack = build(tree(tmp_path / "src", sources), tmp_path / "pack", size=64)
+    assert json.loads((pack / "manifest.json").read_text())["splits"]["train"]["kept_jpeg"] == len(sources) + 1
+    assert verify_pack(pack, decode=True).problems == []
+    ds = dataprep.InMemoryImageDataset(pack, as_numpy=True)
+    for i in range(len(ds)):
+        name = Path(ds.sources[i]).name
+        if name not in sources:
+            continue
+        stored = np.asarray(ds.stored(i)).tobytes()
+        assert codec.jpeg_header(stored) is not None and codec.jpeg_problem(stored, *ds.shapes[i][:2]) is None
+        assert segments(stored)[-1][1] == 0xDA  # the junk is gone: segment after segment up to the scan
+        assert np.array_equal(ds[i][0], pil_pixels(sources[name])), name  # the picture the build decoded
+        if codec.compiled():
+            assert codec.jpeg_layout(np.asarray(ds.stored(i))) is not None, name  # and restart markers were added
+    rrc = rrc_crops(ds)
+    x, _ = next(iter(Loader(ds, len(ds), crop=(32, 48), layout="nhwc")))
+    assert x.shape == (len(ds), 32, 48, 3)
+    whole_cut(monkeypatch)
+    assert np.array_equal(rrc, rrc_crops(ds))  # the region cuts give what the whole images give
+
+
+def junk_pack(pack: Path, i: int) -> None:
+    """Sample i of train's shard 0 given junk before its tables, as a build kept such a source before; the
+    records rewritten to match (checksums say nothing)."""
+    d = pack / "train" / "00000"
+    blob, offsets, shapes = (np.load(d / f"{n}.npy") for n in ("images", "offsets", "shapes"))
+    forge(pack, i, with_junk(blob[offsets[i] : offsets[i + 1]].tobytes(), 0xDB, b"\x00junk"), tuple(shapes[i]))
+
+
+def test_verify_decode_finds_a_stored_jpeg_that_the_loader_refuses(tmp_path):
+    """Before: OpenCV decoded it (skipping the junk) to its recorded shape, so verify said ok."""
+    pack = build(tree(tmp_path / "src", {"x.JPEG": pil_jpeg(photo(40, 56, 1), quality=90)}), tmp_path / "pack", size=64)
+    assert verify_pack(pack, decode=True).problems == []
+    junk_pack(pack, 1)
+    ds = dataprep.InMemoryImageDataset(pack, verify=True)
+    with pytest.raises(PackError, match=r"sample 1 \(train/.*\) at 64 px holds no JPEG frame header"):
+        ds[1]
+    with pytest.raises(PackError, match="sample 1 "):
+        rrc_crops(ds)
+    problems = verify_pack(pack, decode=True).problems
+    assert problems == [(str(pack / "train" / "00000"), f"sample 1 ({ds.sources[1]}): images.npy: holds no JPEG frame header, "
+                         f"not the {ds.shapes[1][1]}x{ds.shapes[1][0]} JPEG its shape says (every serving path refuses it)")]
+
+
+def test_verify_decode_cuts_regions_as_the_loader_does(tmp_path, monkeypatch):
+    """verify --decode decodes the restart segments a training crop would cut and compares them with the
+    whole image: a cut that gives other pixels is found (a cutter that places its region a block too low here)."""
+    pack = build(tree(tmp_path / "src", {"x.JPEG": pil_jpeg(photo(300, 400, 1), quality=90)}), tmp_path / "pack", size=64)
+    assert verify_pack(pack, decode=True).problems == []
+    real = codec.region_of
+    monkeypatch.setattr(codec, "region_of", lambda buf, *box: (lambda c: c if c[2] is None else (*c[:3], c[3] + 8, c[4]))(real(buf, *box)))
+    problems = verify_pack(pack, decode=True).problems
+    assert len(problems) == 2 and all("a training crop's restart segments decode to other pixels" in what for _, what in problems)
 
 
 # -- caps from the header, before a decoder allocates ---------------------------------------------------------------
@@ -138,6 +228,8 @@ def test_a_633_byte_jpeg_declaring_32767_square_is_refused_from_its_header(small
     assert_refused(small_pack, 0, "bytes, fewer than a complete 32767x32767 JPEG holds")
     ds = dataprep.InMemoryImageDataset(small_pack, verify=True, as_numpy=True)
     assert ds[1][0].shape == tuple(ds.shapes[1])  # the others still serve
+    problems = verify_pack(small_pack, decode=True).problems
+    assert [what.split(": ", 1)[0] for _, what in problems] == [f"sample 0 ({ds.sources[0]})"], problems
 
 
 def test_a_frame_over_what_the_build_makes_is_refused_even_with_the_bytes_for_it(small_pack):

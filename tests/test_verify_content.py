@@ -1,6 +1,6 @@
 """`verify` finds wrong contents that every checksum vouches for: labels outside the classes, mask values
-outside the classes that are not the ignore value, and JPEGs that decode to a shape other than the one
-recorded. Each pack here is a valid build with one array rewritten and its records (bytes, sha256, in the
+outside the classes that are not the ignore value, and JPEGs whose frame header or decode gives a shape
+other than the one recorded. Each pack here is a valid build with one array rewritten and its records (bytes, sha256, in the
 manifest and in shard.json) rewritten to match, so only the content checks can catch it."""
 from __future__ import annotations
 
@@ -119,10 +119,11 @@ def test_a_jpeg_whose_recorded_shape_is_another_is_found_by_decoding(pack):
     source = InMemoryImageDataset(pack, as_numpy=True).sources[i]
     shapes[i] = [w, h, c]
     _rewrite(pack, "train", 0, "shapes", shapes)
-    assert _problems(pack, decode=True) == [
-        (str(pack / "train" / "00000"), f"sample {i} ({source}): images.npy: decodes to ({h}, {w}, 3), its shape says ({w}, {h}, 3)")]
+    assert _problems(pack, decode=True) == [  # its frame header says so, read before any decoder runs
+        (str(pack / "train" / "00000"), f"sample {i} ({source}): images.npy: holds a {w}x{h} JPEG, not the {h}x{w} JPEG "
+         "its shape says (every serving path refuses it)")]
     r = CliRunner().invoke(main, ["verify", str(pack), "--decode"])
-    assert r.exit_code == 1 and f"sample {i} ({source})" in r.output and "decodes to" in r.output, r.output
+    assert r.exit_code == 1 and f"sample {i} ({source})" in r.output and f"holds a {w}x{h} JPEG" in r.output, r.output
 
 
 def test_a_jpeg_replaced_by_one_of_another_size_is_found_by_decoding(pack):
@@ -140,7 +141,8 @@ def test_a_jpeg_replaced_by_one_of_another_size_is_found_by_decoding(pack):
     h, w, _ = (int(v) for v in shapes[4])
     got = _problems(pack, decode=True)
     assert len(got) == 1 and got[0][0] == str(d), got
-    assert got[0][1].startswith("sample 4 (val/") and got[0][1].endswith(f"images.npy: decodes to (20, 30, 3), its shape says ({h}, {w}, 3)")
+    assert got[0][1].startswith("sample 4 (val/") and got[0][1].endswith(
+        f"images.npy: holds a 30x20 JPEG, not the {w}x{h} JPEG its shape says (every serving path refuses it)")
 
 
 # -- masks ---------------------------------------------------------------------------------------------------

@@ -138,6 +138,46 @@ def jpeg_problem(buf, height: int, width: int) -> str | None:
     return None
 
 
+_STANDALONE = frozenset((0x01, *range(0xD0, 0xD8)))
+
+
+def without_junk(data: bytes) -> bytes:
+    """A source JPEG with the bytes between its marker segments before the scan dropped: junk that is no
+    marker (libjpeg and Pillow skip it, with a warning), as libjpeg's next_marker finds markers (any
+    non-0xFF byte, a stuffed FF 00, fill FFs), and standalone markers. The pack's own header walks (`jpeg_header`, _jpegseg.c)
+    refuse such bytes, so a build keeps a source without them. `data` itself where there are none, or
+    where the segments do not add up (the caller's checks then decide)."""
+    n, out, i = len(data), bytearray(data[:2]), 2
+    if n < 4 or data[:2] != b"\xff\xd8":
+        return data
+    while True:
+        k = data.find(b"\xff", i)
+        while k >= 0:  # past fill bytes to the marker; FF 00 is junk too
+            m = k + 1
+            while m < n and data[m] == 0xFF:
+                m += 1
+            if m >= n:
+                return data
+            if data[m]:
+                break
+            k = data.find(b"\xff", m + 1)
+        if k < 0:
+            return data
+        marker, i = data[m], m + 1
+        if marker in _STANDALONE:  # RSTn or TEM outside a scan: decoders ignore them, the pack's walks need not
+            continue
+        out += bytes((0xFF, marker))
+        if marker in (0xD8, 0xD9) or i + 2 > n:
+            return data
+        length = (data[i] << 8) | data[i + 1]
+        if length < 2 or i + length > n:
+            return data
+        out += data[i : i + length]
+        i += length
+        if marker == 0xDA:  # the scan: its entropy-coded data and what follows, as they are
+            return data if len(out) + n - i == n else bytes(out + data[i:])
+
+
 class JpegLayout(NamedTuple):
     """Where a baseline JPEG's restart segments lie: segment k (MCU row k // columns, segment k % columns
     of it) is bytes [starts[k], ends[k]); `header` bytes precede the first; the frame header is at `sof`."""
@@ -286,6 +326,25 @@ def region_of(buf: np.ndarray, y0: int, y1: int, x0: int, x1: int, pure: bool = 
     return head[0], head[1], (None if sub is buf else sub), top, left
 
 
+def region_problem(buf: np.ndarray, height: int, width: int, channels: int) -> str | None:
+    """What the Loader's training crops would get wrong in `buf`, a `height` x `width` JPEG: the restart
+    segments around its middle third, cut by `region_of` and decoded fast (as BatchFilling._cut_fast does),
+    against the whole image decoded fast there. None where they agree, or where nothing is cut or the fast
+    decoder reads neither (the Loader then decodes the whole image, accurately where it must)."""
+    h, w = height, width
+    cut = region_of(buf, h // 3, 2 * h // 3 + 1, w // 3, 2 * w // 3 + 1)
+    if cut is None or cut[2] is None or not fast_decoding():
+        return None
+    _, _, sub, top, left = cut
+    part, whole = decode_fast(np.frombuffer(sub, np.uint8) if isinstance(sub, bytes) else sub, channels), decode_fast(buf, channels)
+    if part is None or whole is None:
+        return None
+    there = whole[top : top + part.shape[0], left : left + part.shape[1]]
+    if there.shape != part.shape or not np.array_equal(there, part):
+        return f"a training crop's restart segments decode to other pixels than the whole image there (rows {top} on, columns {left} on)"
+    return None
+
+
 def with_restarts(data: bytes) -> bytes:
     """A source JPEG as a pack keeps it, with restart markers every `restart_interval` MCUs added
     losslessly (the same coefficients, so the same pixels: tests/test_jpegseg.py decodes both), so that
@@ -295,6 +354,14 @@ def with_restarts(data: bytes) -> bytes:
         return data
     out = _jpegseg.add_restarts(data, RESTART_MCUS)
     return data if out is None else out
+
+
+def kept_jpeg(data: bytes, height: int, width: int) -> np.ndarray | None:
+    """A source JPEG as a pack keeps it (its coefficients as they are): the junk between its marker segments
+    dropped (`without_junk`), restart markers added (`with_restarts`), and then what every serving path takes
+    as a `height` x `width` JPEG (`jpeg_problem`); None where it would not be (the build encodes the pixels)."""
+    out = with_restarts(without_junk(data))
+    return None if jpeg_problem(out, height, width) else np.frombuffer(out, np.uint8)
 
 
 _EOI = np.array([0xFF, 0xD9], np.uint8)

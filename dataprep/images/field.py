@@ -103,21 +103,33 @@ class ImageField:
         return []  # `load` checks shapes, channels and sizes; `decode_check` the JPEG bytes
 
     def decode_check(self, arrays: dict[str, Any]) -> list[tuple[int, str]] | None:
-        """Decode every stored JPEG (verify --decode): (sample, what is wrong) for each that fails or whose
-        shape differs from the recorded one; None when the field stores no encoded data."""
+        """Decode every stored JPEG along the paths the datasets serve it by (verify --decode): (sample, what is
+        wrong) for each that they refuse from its frame header (codec.jpeg_problem), that does not decode or
+        decodes to another shape than the recorded one, or whose restart segments, cut as a training crop cuts
+        them, decode to other pixels than the whole image (codec.region_problem); None when the field stores no
+        encoded data."""
         if self.encoding != "jpeg":
             return None
-        from .codec import decode_cv2
+        from .codec import decode_cv2, jpeg_problem, region_problem
 
         data, offs, shp_key = self.keys
         blob, offsets, shapes = arrays[data], arrays[offs], arrays[shp_key]
+        name = f"{self.name(data)}.npy"
         out = []
         for k in range(len(offsets) - 1):
-            img = decode_cv2(blob[offsets[k] : offsets[k + 1]], self.channels)
+            buf = blob[offsets[k] : offsets[k + 1]]
+            h, w = int(shapes[k][0]), int(shapes[k][1])
+            why = jpeg_problem(buf, h, w)
+            if why is not None:
+                out.append((k, f"{name}: holds {why}, not the {w}x{h} JPEG its shape says (every serving path refuses it)"))
+                continue
+            img = decode_cv2(buf, self.channels)
             if img is None:
-                out.append((k, f"{self.name(data)}.npy: does not decode"))
+                out.append((k, f"{name}: does not decode"))
             elif tuple(img.shape) != tuple(shapes[k]):
-                out.append((k, f"{self.name(data)}.npy: decodes to {img.shape}, its shape says {tuple(int(v) for v in shapes[k])}"))
+                out.append((k, f"{name}: decodes to {img.shape}, its shape says {tuple(int(v) for v in shapes[k])}"))
+            elif (why := region_problem(buf, h, w, self.channels)) is not None:
+                out.append((k, f"{name}: {why}"))
         return out
 
     @property

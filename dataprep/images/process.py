@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import ImageDecodeError
 from ..sources.listing import read_source
 from . import resize
-from .codec import encode_jpeg, with_restarts
+from .codec import encode_jpeg, kept_jpeg
 from .decode import decode_source
 from .settings import ImageSettings
 
@@ -64,9 +64,9 @@ def process_levels(path: str, settings: ImageSettings, data: bytes | None = None
         shape = (pixels.shape[0], pixels.shape[1], pixels.shape[2])
         if settings.mode == "raw":
             out.append(Processed(pixels, shape, False, len(data), geom))
-        elif settings.keep_jpeg and dec.keepable_source and geom.identity:
+        elif settings.keep_jpeg and dec.keepable_source and geom.identity and (kept := kept_jpeg(data, *shape[:2])) is not None:
             # its coefficients as they were, with restart markers added where they can be (region decoding)
-            out.append(Processed(np.frombuffer(with_restarts(data), np.uint8), shape, True, len(data), geom))
+            out.append(Processed(kept, shape, True, len(data), geom))
         else:
             try:
                 out.append(Processed(encode_jpeg(pixels, settings.quality), shape, False, len(data), geom))
