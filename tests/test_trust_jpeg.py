@@ -2,7 +2,8 @@
 
 A source JPEG with junk between its marker segments (libjpeg and Pillow skip it; the pack's header walks do
 not) is kept without the junk, so every serving path takes it, and `verify --decode` checks what the Loader
-checks and cuts. A frame that
+checks and cuts. A source whose restart markers are out of sequence keeps the picture the build decoded (the
+build renumbered them into another picture; a region cut renumbered them into other crops). A frame that
 declares more than its bytes, or the pack's build, allow (a 633-byte JPEG of 32767 x 32767, its shapes and
 checksums forged to agree) is refused from its header by `ds[i]`, `image(i)`, `jpeg(i)` and every Loader fill.
 """
@@ -14,6 +15,7 @@ import resource
 import time
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 from PIL import Image
@@ -68,6 +70,25 @@ def with_junk(data: bytes, before: int, junk: bytes) -> bytes:
     """`junk` inserted before the marker segment `before` (0xDB: the first DQT, 0xC0: the frame header, ...)."""
     at = next(i for i, m in segments(data) if m == before)
     return data[:at] + junk + data[at:]
+
+
+def restart_markers(data: bytes) -> np.ndarray:
+    """Where the RST markers of a single-scan JPEG are (the offset of each 0xFF)."""
+    b = np.frombuffer(data, np.uint8)
+    start = segments(data)[-1][0]
+    ff = np.flatnonzero(b[start:-1] == 0xFF) + start
+    return ff[(b[ff + 1] & 0xF8) == 0xD0]
+
+
+def misnumbered(data: bytes) -> bytes:
+    """The same JPEG with its restart markers all RST0: libjpeg resynchronises (skips or pads MCUs), so it
+    shows another picture than its segments in order would."""
+    b = bytearray(data)
+    at = restart_markers(data)
+    assert len(at) > 4
+    for k in at.tolist():
+        b[k + 1] = 0xD0
+    return bytes(b)
 
 
 def tree(root: Path, files: dict[str, bytes]) -> Path:
@@ -250,3 +271,48 @@ def test_a_frame_over_max_pixels_is_refused_and_a_forged_manifest_does_not_lift_
     (pack / "manifest.json").write_text(json.dumps(m))
     forge(pack, 1, declaring(pil_jpeg(photo(8, 8, 0), quality=90), 16384, 65500), (16384, 65500, 3))
     assert_refused(pack, 1, "bytes, fewer than a complete 65500x16384 JPEG holds")
+
+
+# -- restart markers out of sequence --------------------------------------------------------------------------------
+def test_a_source_whose_restart_markers_are_misnumbered_keeps_the_picture_the_build_decoded(tmp_path, monkeypatch):
+    """One source at OpenCV's period of 1 MCU (the build's rule is 4: before, add_restarts read its restarts
+    through and renumbered them), one at the rule's own period (kept as it was: before, a region cut
+    renumbered its markers). Each is served, whole and in crops, as Pillow decoded it at the build."""
+    sources = {}
+    for name, period in (("one.JPEG", 1), ("rule.JPEG", 4)):
+        ok, buf = cv2.imencode(".jpg", photo(96, 128, period), [cv2.IMWRITE_JPEG_QUALITY, 90, cv2.IMWRITE_JPEG_RST_INTERVAL, period])
+        assert ok and codec.restart_interval(128) == 4
+        sources[name] = misnumbered(buf.tobytes())
+        renumbered = np.frombuffer(sources[name], np.uint8).copy()
+        at = restart_markers(sources[name])
+        renumbered[at + 1] = 0xD0 | (np.arange(len(at)) & 7)
+        assert np.abs(pil_pixels(sources[name]).astype(int) - pil_pixels(renumbered.tobytes())).max() > 100  # the control
+    pack = build(tree(tmp_path / "src", sources), tmp_path / "pack", size=128)
+    ds = dataprep.InMemoryImageDataset(pack, as_numpy=True)
+    rows = {Path(ds.sources[i]).name: i for i in range(len(ds))}
+    for name, data in sources.items():
+        assert np.array_equal(ds[rows[name]][0], pil_pixels(data)), name
+        for pure in (False, True):
+            if not pure and not codec.compiled():
+                continue
+            cut = codec.region_of(np.asarray(ds.stored(rows[name])), 0, 16, 0, 16, pure=pure)
+            assert cut == (96, 128, None, 0, 0), (name, pure)  # decoded whole: no cut renumbers its markers
+    got = [rrc_crops(ds, seed) for seed in range(3)]
+    whole_cut(monkeypatch)
+    assert all(np.array_equal(a, rrc_crops(ds, seed)) for seed, a in enumerate(got))
+
+
+def test_region_cuts_refuse_markers_out_of_sequence_in_c_and_in_python():
+    buf = codec.encode_jpeg(photo(64, 128, 2), 90)
+    assert codec.region_of(buf, 0, 16, 0, 16, pure=True)[2] is not None  # the control: in sequence, it is cut
+    bad = np.frombuffer(misnumbered(buf.tobytes()), np.uint8)
+    assert codec.jpeg_layout(bad) is None
+    assert codec.region_of(bad, 0, 16, 0, 16, pure=True) == (64, 128, None, 0, 0)
+    if codec.compiled():
+        assert codec.region_of(buf, 0, 16, 0, 16)[2] is not None
+        assert codec.region_of(bad, 0, 16, 0, 16) == (64, 128, None, 0, 0)
+        assert codec._jpegseg.add_restarts(bad, codec.RESTART_MCUS) is None
+        swapped = bytearray(buf.tobytes())  # two markers swapped: the count adds up, the order does not
+        a, b = restart_markers(bytes(swapped))[2:4].tolist()
+        swapped[a + 1], swapped[b + 1] = swapped[b + 1], swapped[a + 1]
+        assert codec.region_of(np.frombuffer(bytes(swapped), np.uint8), 0, 16, 0, 16)[2] is None

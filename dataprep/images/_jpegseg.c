@@ -222,7 +222,8 @@ static PyObject *region(PyObject *self, PyObject *args) {
     ends = PyMem_Malloc(sizeof(Py_ssize_t) * segments);
     if (!starts || !ends) { PyErr_NoMemory(); goto done; }
     /* the markers in the entropy-coded data: every RST before the first EOI ends a segment; an RST after it,
-     * or a count that does not add up, means no layout (as codec._segments decides) */
+     * one out of sequence (decoders resynchronise there, a cut would renumber it), or a count that does not
+     * add up, means no layout (as codec._segments decides) */
     Py_ssize_t k = 0, eoi = -1;
     starts[0] = f.header;
     for (Py_ssize_t i = f.header; i + 1 < n; i++) {
@@ -233,7 +234,7 @@ static PyObject *region(PyObject *self, PyObject *args) {
         }
         int m = b[i + 1];
         if ((m & 0xF8) == 0xD0) {
-            if (eoi >= 0 || k + 1 >= segments) { k = -1; break; }
+            if (eoi >= 0 || k + 1 >= segments || (m & 7) != (k & 7)) { k = -1; break; }
             ends[k] = i;
             starts[++k] = i + 2;
         } else if (m == 0xD9 && eoi < 0) {

@@ -198,7 +198,7 @@ class JpegLayout(NamedTuple):
 def jpeg_layout(buf: np.ndarray) -> JpegLayout | None:
     """The restart segments of a sequential (SOF0/SOF1) single-scan JPEG whose restart period divides its
     MCU rows; None for any other JPEG (progressive, no or another restart period, a marker count that
-    does not add up): those are decoded whole."""
+    does not add up, markers out of sequence): those are decoded whole."""
     b = np.asarray(buf, np.uint8).reshape(-1)
     n = len(b)
     head = bytes(b[: min(n, 4096)])  # the marker segments before the scan (Python ints: faster to walk)
@@ -275,7 +275,8 @@ def _known_header(head: bytes):
 
 def _segments(b: np.ndarray, header: int, sof: int, height: int, width: int, hmax: int, vmax: int, dri: int) -> JpegLayout | None:
     """The layout, from the frame and restart period the header gives, once the markers in the entropy-coded
-    data add up to them."""
+    data add up to them, numbered in sequence (a cut renumbers them, and a decoder meeting one out of
+    sequence skips or pads MCUs: the whole image shows what no cut would)."""
     if height == 0 or width == 0 or dri == 0:
         return None
     mcu_h, mcu_w = 8 * vmax, 8 * hmax
@@ -290,6 +291,8 @@ def _segments(b: np.ndarray, header: int, sof: int, height: int, width: int, hma
     eoi = ff[nxt == 0xD9]
     segments = rows * columns
     if len(eoi) == 0 or len(rst) != segments - 1 or (len(rst) and rst[-1] > eoi[0]):
+        return None
+    if np.any((b[rst + 1] & 7) != (np.arange(len(rst)) & 7)):  # out of sequence: decoders resynchronise there
         return None
     starts = np.empty(segments, np.int64)
     ends = np.empty(segments, np.int64)
