@@ -6,12 +6,15 @@ checks and cuts. A source whose restart markers are out of sequence keeps the pi
 build renumbered them into another picture; a region cut renumbered them into other crops). A frame that
 declares more than its bytes, or the pack's build, allow (a 633-byte JPEG of 32767 x 32767, its shapes and
 checksums forged to agree) is refused from its header by `ds[i]`, `image(i)`, `jpeg(i)` and every Loader fill.
+Stored JPEG bytes tampered every way give an error naming the sample, or pixels: never a signal or a hang.
 """
 from __future__ import annotations
 
 import io
 import json
 import resource
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -316,3 +319,93 @@ def test_region_cuts_refuse_markers_out_of_sequence_in_c_and_in_python():
         a, b = restart_markers(bytes(swapped))[2:4].tolist()
         swapped[a + 1], swapped[b + 1] = swapped[b + 1], swapped[a + 1]
         assert codec.region_of(np.frombuffer(bytes(swapped), np.uint8), 0, 16, 0, 16)[2] is None
+
+
+# -- stored bytes tampered every way --------------------------------------------------------------------------------
+TAMPER = r'''
+import json, sys
+import numpy as np
+import dataprep
+from dataprep.errors import DataprepError
+from dataprep.serve.loader import Loader
+from tests.test_trust_jpeg import tampered_packs
+
+out = []
+for pack, i, what in tampered_packs(sys.argv[1]):
+    for verify in (False, True):
+        ds = dataprep.InMemoryImageDataset(pack, verify=verify, as_numpy=True)
+        want = tuple(int(v) for v in ds.shapes[i])
+        for path in ("ds[i]", "rrc"):
+            try:
+                if path == "ds[i]":
+                    got = ds[i][0]
+                    res = "pixels" if got.shape == want else f"shape {got.shape}"
+                else:
+                    x, _ = next(iter(Loader(ds, len(ds), crop=dataprep.RandomResizedCrop(16, scale=(0.02, 1)), seed=i)))
+                    res = "pixels" if x.shape[1:] == (3, 16, 16) else f"shape {tuple(x.shape)}"
+            except DataprepError as e:
+                res = "named" if f"sample {i} " in str(e) else f"unnamed: {e}"
+            except Exception as e:
+                res = f"raw {type(e).__name__}: {e}"
+            out.append((what, verify, path, res))
+print(json.dumps(out))
+'''
+
+
+def tampered_packs(base: str):
+    """Copies of one small pack, each with one sample's stored JPEG tampered one way (records made to
+    match, so verify=True loads it too): (pack, sample, what was done)."""
+    import shutil
+
+    base_dir = Path(base)
+    clean = base_dir / "clean"
+    rng = np.random.default_rng(0)
+    n = 0
+    d = clean / "train" / "00000"
+    blob, offsets, shapes = (np.load(d / f"{k}.npy") for k in ("images", "offsets", "shapes"))
+    for i in range(len(offsets) - 1):
+        data = blob[offsets[i] : offsets[i + 1]].tobytes()
+        segs = segments(data)
+        sof = next(at for at, m in segs if m == 0xC0)
+        dri = next((at for at, m in segs if m == 0xDD), None)
+        scan = segs[-1][0] + 2 + ((data[segs[-1][0] + 2] << 8) | data[segs[-1][0] + 3])
+        mutants = {f"cut to {k}": data[:k] for k in (0, 1, 2, 3, 20, sof + 6, scan, scan + 5, len(data) // 2, len(data) - 2)}
+        for k in rng.integers(0, scan, 12).tolist():
+            mutants[f"header byte {k} flipped"] = data[:k] + bytes([data[k] ^ 0xFF]) + data[k + 1 :]
+        for k in rng.integers(scan, len(data) - 2, 12).tolist():
+            mutants[f"entropy byte {k} set"] = data[:k] + bytes([int(rng.integers(0, 256))]) + data[k + 1 :]
+        for h, w in ((shapes[i][0] + 16, shapes[i][1]), (shapes[i][0], 1), (0, shapes[i][1]), (65535, 65535)):
+            mutants[f"frame says {w}x{h}"] = declaring(data, int(h), int(w))
+        if dri is not None:
+            for v in (0, 1, 3, 7, 65535):
+                mutants[f"restart interval {v}"] = data[: dri + 4] + bytes((v >> 8, v & 255)) + data[dri + 6 :]
+        mutants["markers misnumbered"] = misnumbered(data) if len(restart_markers(data)) > 4 else data
+        mutants["an EOI inside the scan"] = data[: scan + 10] + b"\xff\xd9" + data[scan + 12 :]
+        mutants["a second frame header"] = data[:scan] + data[sof : sof + 19] + data[scan:]
+        shape = tuple(int(v) for v in shapes[i])
+        forged = {f"frame and shape say {w}x{h}": (h, w, shape[2]) for h, w in ((2 * shape[0], 2 * shape[1]), (4096, 4096))}
+        for what, one in [*mutants.items(), *((what, declaring(data, h, w)) for what, (h, w, _) in forged.items())]:
+            pack = base_dir / f"t{n}"
+            n += 1
+            shutil.copytree(clean, pack)
+            forge(pack, i, one, forged.get(what, shape))
+            yield pack, i, f"sample {i}: {what}"
+
+
+def test_tampered_jpeg_bytes_give_an_error_naming_the_sample_or_pixels(tmp_path):
+    """Truncations, flipped header bytes, set entropy bytes, frame sizes and restart intervals that lie,
+    markers out of sequence, through ds[i] and the Loader's RandomResizedCrop fill (0 workers), with and
+    without verify=True: in a child process with a time limit, so a signal or a hang fails the test and
+    nothing else. A frame whose recorded shape was forged with it is refused, never decoded."""
+    files = {"x.JPEG": pil_jpeg(photo(48, 64, 1), quality=90), "y.JPEG": pil_jpeg(photo(37, 70, 2), quality=80, subsampling=0)}
+    build(tree(tmp_path / "src", files), tmp_path / "clean", size=64)
+    r = subprocess.run([sys.executable, "-c", TAMPER, str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(got) > 400
+    bad = [g for g in got if g[3] not in ("pixels", "named")]
+    assert not bad, bad[:10]
+    lies = [g for g in got if "frame and shape say" in g[0]]  # a frame its bytes or the pack's build cannot hold: never decoded
+    assert len(lies) == 24 and all(g[3] == "named" for g in lies), [g for g in lies if g[3] != "named"]
+    named = sum(g[3] == "named" for g in got)
+    assert named > len(got) // 4, named  # most lies are caught before a decoder runs
