@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from .errors import UsageError, brief
+from .errors import NothingStored, UsageError, brief
 from .options import DETECTION_OPTIONS, IMAGE_OPTIONS, TABLE_OPTIONS, TOKENIZE_OPTIONS, VOLUME_OPTIONS
 from .options import check as _check
 from .options import options as _options
@@ -40,8 +40,8 @@ from .options import options as _options
 if TYPE_CHECKING:
     from .driver import BuildSummary
 
-__all__ = ["DETECTION_OPTIONS", "IMAGE_OPTIONS", "TABLE_OPTIONS", "TOKENIZE_OPTIONS", "VOLUME_OPTIONS", "BuildInterrupted", "TableSummary",
-           "TokenizeSummary", "coco", "folder", "imagenet", "list", "parquet", "segmentation", "table", "tokenize", "volumes",
+__all__ = ["DETECTION_OPTIONS", "IMAGE_OPTIONS", "TABLE_OPTIONS", "TOKENIZE_OPTIONS", "VOLUME_OPTIONS", "BuildInterrupted", "NothingStored",
+           "TableSummary", "TokenizeSummary", "coco", "folder", "imagenet", "list", "parquet", "segmentation", "table", "tokenize", "volumes",
            "webdataset", "yolo"]
 
 
@@ -118,18 +118,32 @@ def _running(out, o: dict[str, Any], workers: int, what: str, total: int | None,
     """The engine, the staged output and the progress of one build: yields (engine, target, bar) and
     collects the output's closing lines (stored as, uploaded to) in `after`; Ctrl-C inside stops the
     workers and becomes BuildInterrupted where the build can be resumed (its options have `resume`), else
-    stays a KeyboardInterrupt (a table build keeps nothing to resume from: run it again)."""
+    stays a KeyboardInterrupt (a table build keeps nothing to resume from: run it again). A build that
+    stored nothing (NothingStored) leaves no directory it made: the staging, and `out` unless it was there."""
     from .engine import open_engine
     from .output import staged_output
     from .progress import Progress
+    from .remote.urls import is_url
 
     after: builtins.list[str] = []
+    made = [] if is_url(out) or os.path.lexists(out) else [Path(out)]
     with open_engine(o["engine"], workers, o["address"], o["scheduler_file"], say=notices) as eng, \
             staged_output(out, o["fmt"], o["compress"], o["overwrite"], eng, resume, progress=o["progress"], said=after,
                           notice=notices) as target:
         with Progress(f"{what} {_shown(out)}", total, unit, show=bool(o["progress"]), label=label) as bar:
             try:
                 yield eng, target, bar, after
+            except NothingStored as e:
+                bar.close(failed=True)
+                staged = str(target) != str(out)  # hdf5/zarr staging, a URL's cache directory
+                for d in ([Path(target)] if staged and not is_url(out) else []) + made:
+                    with contextlib.suppress(OSError):  # only when empty (the driver removed the shards): rmdir
+                        d.rmdir()
+                if e.summary is not None:
+                    e.summary.out = _out_name(out)
+                if staged:  # the message names what the user gave, not where it was staged
+                    raise NothingStored(str(e).replace(str(target), _shown(out), 1), e.summary) from None
+                raise
             except KeyboardInterrupt:
                 bar.close(failed=True)
                 if "resume" not in o:
@@ -143,9 +157,14 @@ def run(source, build_fn, settings, o: dict[str, Any], noun: str = "images", not
     summary."""
     notices = notices if notices is not None else _Notices(o["progress"])
     out = o["out"]
-    with _running(out, o, settings.workers, "build", source.planned(settings.limit), noun, notices, settings.resume,
-                  label="building") as (eng, target, bar, after):
-        summary = build_fn(source, target, settings, progress=bar, engine=eng)
+    try:
+        with _running(out, o, settings.workers, "build", source.planned(settings.limit), noun, notices, settings.resume,
+                      label="building") as (eng, target, bar, after):
+            summary = build_fn(source, target, settings, progress=bar, engine=eng)
+    except NothingStored as e:
+        if e.summary is not None:
+            e.summary.noun = noun
+        raise
     summary.out = _out_name(out)
     summary.after = after
     summary.notices = builtins.list(notices)

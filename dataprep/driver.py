@@ -23,7 +23,7 @@ import numpy as np
 
 from . import __version__
 from .engine import Engine, LocalEngine
-from .errors import PackExistsError, option
+from .errors import NothingStored, PackExistsError, option
 from .pack.backends import is_pack
 from .pack.manifest import FORMAT_VERSION, KEPT_BESIDE, MANIFEST, MANIFEST_TMP, attachment_tmp
 from .pack.names import check_name, inside
@@ -366,7 +366,32 @@ def build_shards(
             "kept_jpeg": summ.kept_jpeg,
             "bytes": summ.bytes,
         }
-    return summaries, split_entries, time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    if not any(s.written for s in summaries):
+        nothing_stored(out, [sp.name for sp in splits], BuildSummary(out, summaries, seconds, noun="samples"),
+                       [s for e in split_entries.values() for s in e["skipped"]])
+    return summaries, split_entries, seconds
+
+
+def nothing_stored(out: Path, split_names: list[str], summary: BuildSummary | None, skipped: list[dict],
+                   what: str = "") -> None:
+    """Raise NothingStored for a build that stored no sample, its split directories removed first: with no
+    manifest written, nothing is left that looks like a pack, nor an unfinished build that --resume could
+    only repeat. The message counts the skips by reason and quotes the first, as a listing's does."""
+    for name in split_names:
+        p = out / name
+        if p.is_symlink() or p.exists():
+            remove_entry(p)
+    shutil.rmtree(out / TASK_RECORDS, ignore_errors=True)
+    if summary is not None and skipped:
+        planned = sum(s.planned for s in summary.splits)
+        per = "; ".join(f"{s.name}: " + ", ".join(f"{n} {r}" for r, n in s.skipped.most_common()) for s in summary.splits if s.skipped)
+        first = skipped[0]
+        detail = f": {first['detail']}" if first.get("detail") else ""
+        every = "the one sample listed was" if planned == 1 else f"all {planned:,} samples listed were"
+        what = f"{every} skipped ({per}; the first: {first['source']}: {first['reason']}{detail})"
+    raise NothingStored(f"{out}: nothing stored: {what or 'the source gave no sample'}; no pack was written, and "
+                        "the build's shards were removed", summary)
 
 
 def pack_header(kind: str, settings: BuildSettings, source: dict[str, Any], seconds: float,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from typing import Iterator
+from typing import Any, Iterator
 
 # How a message names an option: as the keyword a Python caller passes (the default), or as the command
 # line's flag inside `spelled_as_flags()` (the CLI runs every command in one).
@@ -51,6 +51,20 @@ class UsageError(DataprepError, ValueError):
 
 class SourceError(DataprepError):
     """The input tree is missing, empty or laid out in a way dataprep cannot read."""
+
+
+class NothingStored(SourceError):
+    """A build whose inputs gave nothing to store: every sample listed was skipped (or none was listed). No
+    manifest is written, so no pack that looks complete is left; the build's shards are removed. `summary`
+    holds what the build did (each split's planned count and skips by reason; `lines()` as a summary prints
+    them), where the build has one (None: a token build, which skips no input)."""
+
+    def __init__(self, message: str, summary: Any = None):  # a driver.BuildSummary (errors imports no stage)
+        super().__init__(message)
+        self.summary = summary
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.summary))
 
 
 class ImageDecodeError(DataprepError):

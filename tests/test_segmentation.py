@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 
 from dataprep.cli import main
-from dataprep.errors import DataprepError, ImageDecodeError, SourceError
+from dataprep.errors import DataprepError, ImageDecodeError, NothingStored, SourceError
 from dataprep.images.settings import ImageSettings
 from dataprep.segmentation import transforms as joint
 from dataprep.segmentation.build import build_segmentation
@@ -243,9 +243,10 @@ def test_colour_masks_map_through_the_label_map(tmp_path):
     _build(pair_by_stem(tmp_path / "i", tmp_path / "m"), tmp_path / "p", 20, "shorter", labels=LabelMap.load(tmp_path / "map.yaml"))
     _, msk = SegmentationDataset(tmp_path / "p", as_numpy=True)[0]
     assert (msk[:, :10] == 0).all() and (msk[:, 10:] == 1).all()
-    # without colours, an RGB mask is skipped with its reason
-    s = _build(pair_by_stem(tmp_path / "i", tmp_path / "m"), tmp_path / "q", 20, "shorter")
-    assert s.splits[0].skipped == {"colour mask": 1}
+    # without colours, an RGB mask is skipped with its reason (the only pair: the build stores nothing and says why)
+    with pytest.raises(NothingStored, match="the one sample listed was skipped") as e:
+        _build(pair_by_stem(tmp_path / "i", tmp_path / "m"), tmp_path / "q", 20, "shorter")
+    assert e.value.summary.splits[0].skipped == {"colour mask": 1}
 
 
 def _bad_tree(root: Path) -> tuple[Path, Path]:

@@ -453,10 +453,12 @@ def test_a_listed_path_swapped_for_a_symlink_out_of_the_root_is_not_read(tmp_pat
     outside.mkdir()
     for i in range(3):
         (root / "sub" / f"{i}.png").write_bytes(png(i))
+    (root / "kept").mkdir()  # one image the swap leaves alone: a build storing nothing is refused (NothingStored)
+    (root / "kept" / "3.png").write_bytes(png(3))
     (outside / "1.png").write_bytes(png(40))  # the secret: another colour
-    (root / "list.csv").write_text("".join(f"sub/{i}.png,0\n" for i in range(3)))
+    (root / "list.csv").write_text("".join(f"sub/{i}.png,0\n" for i in range(3)) + "kept/3.png,0\n")
     source = scan_list(root / "list.csv")
-    assert len(source.splits[0].paths) == 3
+    assert len(source.splits[0].paths) == 4
     if swap == "file":
         (root / "sub" / "1.png").unlink()
         (root / "sub" / "1.png").symlink_to(outside / "1.png")
@@ -471,7 +473,7 @@ def test_a_listed_path_swapped_for_a_symlink_out_of_the_root_is_not_read(tmp_pat
     want = {"sub/1.png"} if swap == "file" else {"sub/0.png", "sub/1.png", "sub/2.png"}
     assert set(skipped) == want and all(s["reason"] == "outside the root" for s in skipped.values())
     assert str(outside) in skipped["sub/1.png"]["detail"]
-    assert sp["count"] == 3 - len(want)
+    assert sp["count"] == 4 - len(want)
 
 
 def test_a_listed_symlink_inside_the_root_is_still_read(tmp_path):

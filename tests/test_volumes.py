@@ -10,7 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
-from dataprep.errors import DataprepError, ImageDecodeError
+from dataprep.errors import DataprepError, ImageDecodeError, NothingStored
 from dataprep.images.decode import to_depth
 from dataprep.serve.loader import Loader
 from dataprep.settings import BuildSettings
@@ -74,9 +74,10 @@ def test_depth_8_scales_and_windows_map_linearly(vol_tree, tmp_path):
     (tmp_path / "ct").mkdir()
     hu = np.array([-2000, -1000, 0, 500, 1000, 3000], np.int16).reshape(1, 2, 3)
     np.save(tmp_path / "ct" / "scan.npy", hu)
-    s = build_volumes(scan_files(tmp_path / "ct", "train", VOLUME_EXTENSIONS), tmp_path / "raw",
+    with pytest.raises(NothingStored) as e:  # its only volume skipped: no pack (tests/test_nothing_stored.py)
+        build_volumes(scan_files(tmp_path / "ct", "train", VOLUME_EXTENSIONS), tmp_path / "raw",
                       BuildSettings(workers=1), VolumeSettings())
-    assert s.splits[0].written == 0 and s.splits[0].skipped == {"values out of range": 1}
+    assert e.value.summary.splits[0].written == 0 and e.value.summary.splits[0].skipped == {"values out of range": 1}
     ds = _build(tmp_path / "ct", tmp_path / "win", depth=8, window=(-1000.0, 1000.0))
     assert ds[0].ravel().tolist() == [0, 0, 128, 191, 255, 255]  # (x + 1000) * 255 / 2000, rounded, clipped
 

@@ -27,8 +27,8 @@ from typing import Any, Callable, Collection, Iterable, Iterator
 import numpy as np
 
 from .. import __version__
-from ..driver import TASK_RECORDS, prepare_output, remove_entry, task_fingerprint
-from ..errors import DataprepError, SourceError
+from ..driver import TASK_RECORDS, nothing_stored, prepare_output, remove_entry, task_fingerprint
+from ..errors import DataprepError
 from ..pack.manifest import attachment_record, write_attachment, write_manifest
 from ..pack.shard import remove_temporaries, reusable_shard, write_shard
 from ..safe_paths import open_nofollow
@@ -513,7 +513,7 @@ def tokenize(inputs: list[str], out: str | os.PathLike, settings: TokenizeSettin
                      "shards": [sh for p in parts for sh in p["shards"]]}
     doc_no = sum(r["documents"] for r in recs)
     if doc_no == 0:
-        raise SourceError(f"{', '.join(inputs[:3])}: the corpus holds no documents")
+        nothing_stored(out, ["train", "val"], None, [], f"{', '.join(inputs[:3])}: the corpus holds no documents")
     replaced = {k: v for r in recs for k, v in r["replaced"].items()}
     # The tokenizer travels with the pack (its datasets decode with it), written last but for the manifest, atomically:
     # a build that stops before or after leaves an unfinished build that --resume and --overwrite recognise.
