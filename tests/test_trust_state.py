@@ -45,7 +45,7 @@ def mid_state(pack) -> dict:
     ("samples_consumed", -1000, "samples_consumed is -1000, outside its epoch of 12"),
     ("samples_consumed", 10 ** 18, "outside its epoch of 12"),
     ("samples_consumed", 4.0, "samples_consumed is 4.0 (float), not an integer"),
-    ("world_size", 0, "world_size is 0, not an integer of 1 or more"),
+    ("world_size", 0, "world_size is 0, not an integer from 1 to 9223372036854775807"),
     ("batch_size", 0, "batch_size is 0"),
     ("batch_size", "4", "batch_size is '4' (str)"),
     ("seed", None, "seed is None"),
@@ -58,6 +58,24 @@ def test_a_bad_value_is_an_error_naming_its_key(packs, key, value, says):
     state = {**mid_state(packs["a"]), key: value}
     with pytest.raises(DataprepError, match=says.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
         loader(packs["a"]).load_state_dict(state)
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("seed", -1, "seed is -1, not an integer of 0 or more"),
+    ("seed", np.int64(-5), "seed is -5, not an integer of 0 or more"),
+    ("epoch", 10 ** 30, f"epoch is {10 ** 30}, not an integer from 0 to 9223372036854775807"),
+    ("batch_size", 10 ** 400, "batch_size is 1000000000000000000000000000...000000 (401 characters), not an integer from 1 to"),
+    ("world_size", 2 ** 63, "world_size is 9223372036854775808, not an integer from 1 to 9223372036854775807"),
+    ("version", -1, "version is -1, not an integer from 0 to 2"),
+])
+def test_a_value_out_of_its_range_is_an_error_naming_the_key_the_value_and_the_range(packs, key, value, says):
+    """Old code: seed -1 passed the check and reached numpy's generator at the next iter() ("expected
+    non-negative integer", naming nothing); a huge epoch, batch size or world size passed too."""
+    state = {**mid_state(packs["a"]), key: value}
+    ld = loader(packs["a"])
+    with pytest.raises(DataprepError, match="^a Loader state whose " + says.replace("(", r"\(").replace(")", r"\)")):
+        ld.load_state_dict(state)
+        next(iter(ld))
 
 
 @pytest.mark.parametrize("key", ["seed", "epoch", "samples_consumed", "world_size", "batch_size", "length", "sampler"])

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataprepError
+from ..errors import DataprepError, brief
 from . import contract
 from .partition import partition_state
 
@@ -65,26 +65,39 @@ def _digest(*parts: str) -> str:
     return hashlib.sha256("\0".join(map(str, parts)).encode()).hexdigest()[:32]
 
 
-# key -> (type(s), what it must be): checked before any is used, so a hand-edited or foreign state is an
-# error naming the key, not a ZeroDivisionError, KeyError or an epoch that serves duplicates or nothing
-_FIELDS = {"seed": (int, "an integer"), "epoch": (int, "an integer of 0 or more"),
-           "samples_consumed": (int, "an integer from 0 to the epoch's length"),
-           "world_size": (int, "an integer of 1 or more"), "batch_size": (int, "an integer of 1 or more"),
-           "length": (int, "an integer of 0 or more"), "sampler": (bool, "true or false")}
+# The largest count a state may hold: epochs, samples and batch sizes meet numpy's int64 where they are used.
+_COUNT = (1 << 63) - 1
+# key -> (type, lowest, highest (None: no bound)): checked before any is used, so a hand-edited or foreign state
+# is an error naming the key, its value and the range, not a ZeroDivisionError, KeyError, numpy's "expected
+# non-negative integer" (a seed of -1 reaching the order's generator) or an epoch serving duplicates or nothing.
+# A seed has no upper bound: numpy's generators take any non-negative integer, and so does a Loader.
+_FIELDS: dict[str, tuple[type, int, int | None]] = {
+    "seed": (int, 0, None), "epoch": (int, 0, _COUNT), "samples_consumed": (int, 0, None), "world_size": (int, 1, _COUNT),
+    "batch_size": (int, 1, _COUNT), "length": (int, 0, _COUNT), "sampler": (bool, 0, 1)}
+
+
+def _expected(key: str) -> str:
+    """What `key` of a state must be, as a message says it."""
+    kind, lo, hi = _FIELDS[key]
+    if kind is bool:
+        return "true or false"
+    if key == "samples_consumed":
+        return "an integer from 0 to the epoch's length"
+    return f"an integer of {lo} or more" if hi is None else f"an integer from {lo} to {hi}"
 
 
 def _check_fields(state: dict[str, Any]) -> None:
-    for key, (kind, what) in _FIELDS.items():
+    for key, (kind, lo, hi) in _FIELDS.items():
         if key not in state:
             raise DataprepError(f"a Loader state without {key!r}: not one Loader.state_dict() made (or cut short)")
         v = state[key]
         # numpy's integers and bools count (a state passed through numpy or torch keeps them so); a float never does
         ok = isinstance(v, (bool, np.bool_)) if kind is bool else (isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_)))
         if not ok:
-            raise DataprepError(f"a Loader state whose {key} is {v!r} ({type(v).__name__}), not {what}")
-    for key, low in (("epoch", 0), ("world_size", 1), ("batch_size", 1), ("length", 0)):
-        if int(state[key]) < low:
-            raise DataprepError(f"a Loader state whose {key} is {state[key]}, not {_FIELDS[key][1]}")
+            raise DataprepError(f"a Loader state whose {key} is {brief(v)} ({type(v).__name__}), not {_expected(key)}")
+        within = lo <= int(v) and (hi is None or int(v) <= hi)
+        if kind is int and key != "samples_consumed" and not within:  # samples_consumed: against its epoch, below
+            raise DataprepError(f"a Loader state whose {key} is {brief(int(v))}, not {_expected(key)}")
     if not 0 <= int(state["samples_consumed"]) <= int(state["length"]):
         raise DataprepError(f"a Loader state whose samples_consumed is {state['samples_consumed']}, outside its epoch of "
                             f"{state['length']} samples: resuming there would serve samples twice or none")
@@ -104,9 +117,11 @@ def check_state(loader, state: Any) -> int:
         raise DataprepError("not a dataprep Loader state (from Loader.state_dict())")
     version = state.get("version", 0)
     if not isinstance(version, numbers.Integral) or isinstance(version, (bool, np.bool_)):
-        raise DataprepError(f"a Loader state whose version is {version!r}, not an integer")
+        raise DataprepError(f"a Loader state whose version is {brief(version)}, not an integer from 0 to {STATE_VERSION}")
     if version > STATE_VERSION:
-        raise DataprepError(f"a Loader state of version {state['version']}; this dataprep reads up to {STATE_VERSION}")
+        raise DataprepError(f"a Loader state of version {brief(int(version))}; this dataprep reads up to {STATE_VERSION}")
+    if version < 0:
+        raise DataprepError(f"a Loader state whose version is {version}, not an integer from 0 to {STATE_VERSION}")
     _check_fields(state)
     total = epoch_samples(loader)
     if int(state["length"]) != total:
