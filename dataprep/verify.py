@@ -2,7 +2,12 @@
 every shard file's checksum, headers, offsets, shapes and counts, and what each of the kind's fields checks
 (label range, mask values, token ids; with `decode`, whether every stored JPEG decodes to its shape).
 
-It knows no kind: the kind registry gives the pack's fields, and every shard is loaded through them."""
+It knows no kind: the kind registry gives the pack's fields, and every shard is loaded through them.
+
+A local copy of a pack at a URL (`cache="disk:DIR"`) holds only the shard files its loads needed (never the
+audit arrays a dataset does not load, nor a split it did not open; a killed fetch may have brought fewer):
+verify checks every file the copy holds, as for any pack, and counts the ones it does not hold instead of
+calling them missing, so a copy a killed fetch resumed can be trusted for what it serves."""
 from __future__ import annotations
 
 import os
@@ -26,6 +31,8 @@ class Report:
     bytes: int = 0
     samples: int = 0
     decoded: int = 0
+    copy_of: str | None = None  # a partial local copy of the pack at this URL (as shown): files it lacks are not problems
+    left_out: int = 0  # files of the pack such a copy does not hold (fetched when a load needs them): not checked
 
     @property
     def ok(self) -> bool:
@@ -33,13 +40,17 @@ class Report:
 
 
 def verify_pack(pack: str | os.PathLike, decode: bool = False, progress: bool | Callable[[int], None] | None = None,
-                what: str | None = None) -> Report:
+                what: str | None = None, partial: bool = True) -> Report:
     """Check everything about a pack and report every problem rather than stopping at the first. `progress`:
     True shows the shards checked (a bar on a terminal, lines in a log: dataprep/progress.py), in lines
-    named `what` [default: "verify PACK"]; a callable is told of each (1); None or False shows nothing."""
+    named `what` [default: "verify PACK"]; a callable is told of each (1); None or False shows nothing.
+    `partial`: a local copy of a pack at a URL (its origin file says so) may lack shard files, counted in
+    `left_out` rather than reported; False holds it to every file (verify of a URL, which fetched them all)."""
+    from .remote.fetch import copy_origin
+
     what = what or f"verify {pack}"
     pack = Path(pack)
-    rep = Report()
+    rep = Report(copy_of=copy_origin(pack) if partial and pack.is_dir() else None)
     where = pack / MANIFEST if pack.is_dir() and not (pack / "zarr.json").exists() else pack
     try:
         reader = open_reader(pack)
@@ -86,12 +97,18 @@ def _verify_shard(pack: Path, reader, fields: dict, split: str, k: int, shard: d
         count = int(shard.get("count", 0))
     except (TypeError, ValueError):
         count = 0
+    # a partial copy's files it does not hold (a symlink counts as held: loading it is the problem to report)
+    absent = {n for n in files if not os.path.lexists(where / n)} if rep.copy_of is not None else set()
     ctx = LoadContext(verify=True, reader=reader)
     covered: set[str] = set()
+    unloaded: set[str] = set()  # arrays of fields a partial copy holds only part of: checked by checksum below
     ok = True
     loaded = {}
     for key, f in fields.items():
         covered |= set(f.stored())
+        if any(f"{a}.npy" in absent for a in f.stored()):
+            unloaded |= set(f.stored())
+            continue
         try:
             arrays = f.load(split_dir, [shard], ctx)
         except (PackError, KeyError, TypeError, ValueError) as e:
@@ -115,15 +132,18 @@ def _verify_shard(pack: Path, reader, fields: dict, split: str, k: int, shard: d
                 name = f" ({strings[i]})" if strings is not None else ""
                 rep.problems.append((str(where), f"sample {i}{name}: {what}"))
     for fname in files:  # anything a field did not read is still checked against its checksum
-        if fname.endswith(".npy") and fname[:-4] not in covered:
+        if fname in absent:
+            rep.left_out += 1
+            continue
+        if fname.endswith(".npy") and (fname[:-4] not in covered or fname[:-4] in unloaded):
             try:
                 reader.shard_array(split, k, fname[:-4], verify=True)
             except (PackError, KeyError, TypeError, ValueError) as e:
                 rep.problems.append((str(where), str(e)))
                 ok = False
     rep.shards += 1
-    rep.files += len(files)
-    rep.bytes += sum(int(f.get("bytes", 0)) for f in files.values() if isinstance(f, dict))
+    rep.files += len(files) - len(absent)
+    rep.bytes += sum(int(f.get("bytes", 0)) for n, f in files.items() if isinstance(f, dict) and n not in absent)
     if ok:
         rep.samples += count
     return count
@@ -137,7 +157,7 @@ def verify_remote(url: str, decode: bool = False, progress: bool | None = None) 
     from .remote.fetch import local_copy
 
     with local_copy(url, keep_going=True, progress=progress) as (rp, d, bad):
-        rep = verify_pack(d, decode=decode, progress=progress, what=f"verify {rp.shown}")
+        rep = verify_pack(d, decode=decode, progress=progress, what=f"verify {rp.shown}", partial=False)  # all fetched
         lost = {where[len(rp.shown) + 1:] for where, _ in bad}
         prefix = str(d) + os.sep
 

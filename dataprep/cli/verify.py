@@ -43,6 +43,10 @@ def verify(ctx, pack, decode, progress):
         click.echo(f"BAD {path}: {what}")
     summary = (f"{rep.shards} shards, {rep.files} files, {rep.bytes / 1e6:.1f} MB, {rep.samples} samples"
                + (f", {rep.decoded} images decoded" if decode else ""))
+    if rep.copy_of is not None:  # a disk: cache copy: what it holds is checked, what it does not hold is said
+        summary += (f"; a partial copy of {rep.copy_of}: {rep.left_out} files of the pack are not held here (a load "
+                    "fetches them when it needs them) and were not checked" if rep.left_out else
+                    f"; a copy of {rep.copy_of}, every file of the pack held")
     if rep.ok:
         click.echo(f"ok: {pack}: {summary}")
     else:

@@ -193,6 +193,18 @@ def _read_plain(path: Path, limit: int) -> bytes | None:
         return f.read(limit)
 
 
+def copy_origin(pack_dir: str | os.PathLike) -> str | None:
+    """The URL (as shown, without credentials) a local directory is a staged copy of, from the origin file
+    `RemotePack.stage` wrote there (a `cache="disk:DIR"` copy, a dataset's staging); None for a pack built
+    or converted here. Such a copy holds the shard files its loads needed, not every file of the pack."""
+    raw = _read_plain(Path(pack_dir) / REMOTE, 1 << 20)
+    try:
+        info = json.loads(raw) if raw is not None else None
+    except ValueError:
+        return None
+    return str(info["shown"]) if isinstance(info, dict) and info.get("shown") else None
+
+
 @contextlib.contextmanager
 def _locked(d: Path):
     lock = d / ".lock"
