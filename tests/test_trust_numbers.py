@@ -142,3 +142,17 @@ def test_a_config_value_of_inf_nan_or_huge_is_a_usage_error_naming_the_option(co
     args = ["build", "folder", src / "src"] if command == "build" else ["table", src / "t.csv", "--target", "y"]
     refused(cli(*args, "--config", src / "c.yaml", "--out", src / "p"), flag, span)
     assert not (src / "p").exists()
+
+
+@pytest.mark.parametrize("raw, want", [("nan", None), ("inf", math.inf), ("0", 0.0), ("12.5", 12.5), ("soon", None)])
+def test_the_remote_deadline_refuses_nan_and_takes_inf_as_none(raw, want, monkeypatch):
+    """DATAPREP_REMOTE_DEADLINE: nan is refused (old code: nan > 0 is false, so the deadline was silently off);
+    inf and 0 are no deadline; a number of seconds is the deadline."""
+    from dataprep.remote.store import DEADLINE_ENV, deadline
+
+    monkeypatch.setenv(DEADLINE_ENV, raw)
+    if raw in ("nan", "soon"):
+        with pytest.raises(DataprepError, match=rf"^{DEADLINE_ENV}='{raw}': not a number of seconds \(0 or inf: no deadline\)"):
+            deadline()
+    else:
+        assert deadline() == (None if want in (0.0, math.inf) else want)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import os
 import threading
 import time
@@ -27,15 +28,17 @@ _LOCAL = threading.local()
 
 
 def deadline() -> float | None:
-    """Seconds one request may take (None: no deadline)."""
+    """Seconds one request may take (None: no deadline: 0, or inf)."""
     raw = os.environ.get(DEADLINE_ENV, "")
     try:
         t = float(raw) if raw.strip() else DEADLINE
     except ValueError:
+        t = math.nan
+    if math.isnan(t):  # nan compares false with everything: it would have turned the deadline off unsaid
         from ..errors import DataprepError
 
-        raise DataprepError(f"{DEADLINE_ENV}={raw!r}: not a number of seconds") from None
-    return t if t > 0 else None
+        raise DataprepError(f"{DEADLINE_ENV}={raw!r}: not a number of seconds (0 or inf: no deadline)") from None
+    return t if 0 < t < math.inf else None
 
 
 @contextlib.contextmanager
