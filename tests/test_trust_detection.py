@@ -387,3 +387,10 @@ def test_a_tampered_detection_pack_is_refused_naming_the_pack_or_serves_the_righ
         for _ in Loader(ds, batch_size=2, num_workers=0):
             pass
     assert str(tmp_path / "p") in str(e.value) and len(str(e.value)) < 1000, str(e.value)
+
+
+def test_the_front_door_and_the_build_share_the_max_boxes_default():
+    from dataprep.detection.build import MAX_BOXES
+    from dataprep.options import DETECTION_OPTIONS
+
+    assert DETECTION_OPTIONS["max_boxes"] == MAX_BOXES

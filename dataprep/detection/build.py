@@ -29,7 +29,6 @@ from ..errors import ImageDecodeError
 from ..images import build as image_build
 from ..images.build import audit_arrays, audit_fields_manifest, audit_record, image_fields
 from ..images.settings import ImageSettings
-from ..options import DETECTION_OPTIONS
 from ..pack.fields import StringsField
 from ..pack.manifest import write_manifest
 from ..settings import BuildSettings
@@ -37,6 +36,11 @@ from ..sources import FILES, FileReader, Source
 from ..sources.listing import capped, read_source
 from . import boxes as geometry
 from .field import BoxesField, boxes_key
+
+# An image listing more boxes is skipped ("too many boxes"): ten times COCO's most on one image (93), so a
+# forged or runaway label file cannot pad every batch row to its count. options.DETECTION_OPTIONS gives the
+# front door and the CLI the same default (tests/test_trust_detection.py holds them equal).
+MAX_BOXES = 1000
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,7 @@ class DetectionShardTask:
     resume: bool = False
     reader: Any = FILES
     fingerprints: bool = True  # the audit's fields (phash, digest) stored beside the images
-    max_boxes: int = DETECTION_OPTIONS["max_boxes"]  # an image listing more is skipped, "too many boxes"
+    max_boxes: int = MAX_BOXES  # an image listing more is skipped, "too many boxes"
 
     def fingerprint(self) -> str:
         """A digest of everything the shard's bytes depend on (its inputs, their order, the settings)."""
@@ -230,7 +234,7 @@ def build_detection(
     image: ImageSettings,
     progress: Callable[[int], None] | None = None,
     engine=None,
-    max_boxes: int = DETECTION_OPTIONS["max_boxes"],
+    max_boxes: int = MAX_BOXES,
 ) -> BuildSummary:
     """Build a detection pack from `source` (a listing whose splits are `sources.coco.BoxSplit`s) into `out`:
     the images as `image` says, their boxes moved with them, an image listing more than `max_boxes` boxes
