@@ -550,7 +550,8 @@ class Loader:
     def close(self) -> None:
         """Stop the workers, processes or threads (also done when the Loader is garbage-collected)."""
         if getattr(self, "_fills", None) is not None:
-            self._fills.close()
+            if not self._fills.close():
+                self._ring = None  # a part that never returned may still write into it: the next pass gets a new ring
             self._fills = None
         processes.stop(self)
 

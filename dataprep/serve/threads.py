@@ -11,9 +11,11 @@ The rules the processes keep hold here too: a slot is refilled only when no batc
 no tensor served from it is alive (Loader._free_slot), so a held batch never changes; a part of a pass
 left early may still be writing its slot, so that slot stays busy until the part is done, and the next
 pass waits for every such part before it starts (the dataset's state, e.g. the resolution it holds,
-changes only between passes). A pass's first part runs in the calling thread before any other starts
-where the request differs from the last pass's in more than its epoch, or the dataset holds a partition
-(whose part may move with the epoch): whatever state the request moves the dataset to (a resolution, a
+changes only between passes). A pass that raises (a fill's error, a timeout, Ctrl-C in the consumer)
+shuts the pool before the exception leaves it, as the processes stop their workers: no thread is left for
+the garbage collector to find, and the next pass starts a new pool. A pass's first part runs in the
+calling thread before any other starts where the request differs from the last pass's in more than its
+epoch, or the dataset holds a partition (whose part may move with the epoch): whatever state the request moves the dataset to (a resolution, a
 partition's part) is moved there once, not by several threads at a time. (Always doing so cost ~8 % on
 epochs of 356 crops.) A dataset must say that its fills may run concurrently
 (`fills_in_threads`, serve/contract.py); dataprep's image, detection and segmentation datasets do.
@@ -43,6 +45,7 @@ class ThreadFills:
         self.pool = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dataprep-loader")
         self.inflight: dict[cf.Future, int] = {}  # part -> the slot it writes
         self.last = None  # the last pass's request, but its epoch
+        self.hung = False  # a part outlived the timeout: closing does not wait for it again
 
     def busy(self) -> set[int]:
         """Slots a part still writes (of this pass, or of one left early)."""
@@ -56,14 +59,21 @@ class ThreadFills:
             try:
                 f.result(timeout=self.timeout)
             except cf.TimeoutError:
+                self.hung = True
                 raise WorkerError(f"a loader thread filled no part in {self.timeout:.0f} s") from None
             except Exception:  # noqa: BLE001 - a part of an abandoned pass: nobody will be served it
                 pass
         self.inflight.clear()
 
-    def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
+    def close(self) -> bool:
+        """Shut the pool: parts not started are cancelled, running ones waited for (up to the timeout, not
+        again after a part outlived it). Gives whether every thread ended; False: a part that never
+        returned was let go, and may still write into its slot."""
+        running = [f for f in self.inflight if not f.cancel()]
+        _done, stuck = cf.wait(running, timeout=0 if self.hung else self.timeout)
+        self.pool.shutdown(wait=not stuck, cancel_futures=True)
         self.inflight.clear()
+        return not stuck
 
 
 def _fill(dataset, idx, out: dict[str, np.ndarray], req, w: int) -> tuple[int, float]:
@@ -74,7 +84,20 @@ def _fill(dataset, idx, out: dict[str, np.ndarray], req, w: int) -> tuple[int, f
 
 def with_threads(loader, fills: ThreadFills, batches: list[np.ndarray], req, layout: dict, runs: bool, rec: Any = None):
     """The pass's batches as tensors (Loader._view), filled by the pool; at most the Loader's ring depth of
-    batches in flight. An exception in a fill is raised here, naming the batch and its first samples."""
+    batches in flight. An exception in a fill is raised here, naming the batch and its first samples, once
+    the pool is shut (so is it on Ctrl-C or a timeout)."""
+    try:
+        yield from _pass(loader, fills, batches, req, layout, runs, rec)
+    except GeneratorExit:
+        raise  # the consumer left the pass early: the pool stays; its parts are waited for before their slots are reused
+    except BaseException:
+        if loader._fills is fills:
+            loader.close()  # its pool's threads joined now, not when the garbage collector finds the Loader
+        raise
+
+
+def _pass(loader, fills: ThreadFills, batches: list[np.ndarray], req, layout: dict, runs: bool, rec: Any = None):
+    """with_threads' pass, its errors left to the caller."""
     fills.settle()
     if rec is not None:  # decode counts: this process's, read against this start (as with no workers)
         rec.paths_of, rec.paths_from = loader.dataset, decode_snapshot(loader.dataset)
@@ -112,7 +135,9 @@ def with_threads(loader, fills: ThreadFills, batches: list[np.ndarray], req, lay
             try:
                 w, busy = f.result(timeout=fills.timeout)
             except cf.TimeoutError:
-                raise WorkerError(f"no batch from the loader threads in {fills.timeout:.0f} s") from None
+                fills.hung = True
+                raise WorkerError(f"no batch from the loader threads in {fills.timeout:.0f} s "
+                                  f"(batch {want}, samples {np.asarray(idx[:8]).tolist()})") from None
             except Exception as e:
                 raise DataprepError(f"loader thread failed on batch {want}: {type(e).__name__}: {e} "
                                     f"(samples {np.asarray(idx[:8]).tolist()})") from e
@@ -120,3 +145,4 @@ def with_threads(loader, fills: ThreadFills, batches: list[np.ndarray], req, lay
             if rec is not None:
                 rec.busy_s[w] += busy
         yield loader._view(layout, slot, len(batches[want]))  # refilled only once the caller drops it
+
