@@ -581,3 +581,17 @@ def test_a_fill_that_never_returns_is_a_timeout_naming_its_batch_and_its_late_wr
     assert not any(t.is_alive() for t in stuck)
     assert wrong(kept) == 0 and torch.equal(torch.cat([b[2] for b in kept]).sort().values, torch.arange(len(ds)))
     ld.close()
+
+
+def test_a_pass_whose_loader_was_closed_under_it_says_so(index_pack):
+    ds = dataprep.InMemoryImageDataset(index_pack)
+    ld = Loader(ds, 3, num_workers=2, threads=True, indices=True)
+    it = iter(ld)
+    next(it)
+    ld.close()
+    with pytest.raises(DataprepError, match=r"Loader was closed .* during this pass"):
+        next(it)
+    again = epoch(ld)  # the same epoch, whole, from a new pool
+    assert wrong(again) == 0 and torch.equal(torch.cat([b[2] for b in again]), torch.arange(len(ds)))
+    ld.close()
+    assert loader_threads() == []

@@ -45,6 +45,7 @@ class ThreadFills:
         self.pool = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dataprep-loader")
         self.inflight: dict[cf.Future, int] = {}  # part -> the slot it writes
         self.last = None  # the last pass's request, but its epoch
+        self.closed = False
         self.hung = False  # a part outlived the timeout: closing does not wait for it again
 
     def busy(self) -> set[int]:
@@ -69,6 +70,7 @@ class ThreadFills:
         """Shut the pool: parts not started are cancelled, running ones waited for (up to the timeout, not
         again after a part outlived it). Gives whether every thread ended; False: a part that never
         returned was let go, and may still write into its slot."""
+        self.closed = True
         running = [f for f in self.inflight if not f.cancel()]
         _done, stuck = cf.wait(running, timeout=0 if self.hung else self.timeout)
         self.pool.shutdown(wait=not stuck, cancel_futures=True)
@@ -85,7 +87,7 @@ def _fill(dataset, idx, out: dict[str, np.ndarray], req, w: int) -> tuple[int, f
 def with_threads(loader, fills: ThreadFills, batches: list[np.ndarray], req, layout: dict, runs: bool, rec: Any = None):
     """The pass's batches as tensors (Loader._view), filled by the pool; at most the Loader's ring depth of
     batches in flight. An exception in a fill is raised here, naming the batch and its first samples, once
-    the pool is shut (so is it on Ctrl-C or a timeout)."""
+    the pool is shut (so is it on Ctrl-C or a timeout); a pass whose Loader was closed under it says so."""
     try:
         yield from _pass(loader, fills, batches, req, layout, runs, rec)
     except GeneratorExit:
@@ -108,6 +110,8 @@ def _pass(loader, fills: ThreadFills, batches: list[np.ndarray], req, layout: di
     pending: dict[int, tuple[int, list[tuple[cf.Future, np.ndarray]]]] = {}  # batch -> (slot, its parts)
     sent = 0
     for want in range(len(batches)):
+        if fills.closed:
+            raise _closed()
         while sent < len(batches) and sent < want + depth:
             slot = loader._free_slot(fills.busy() | {s for s, _ in pending.values()})
             if slot is None:
@@ -139,6 +143,8 @@ def _pass(loader, fills: ThreadFills, batches: list[np.ndarray], req, layout: di
                 raise WorkerError(f"no batch from the loader threads in {fills.timeout:.0f} s "
                                   f"(batch {want}, samples {np.asarray(idx[:8]).tolist()})") from None
             except Exception as e:
+                if fills.closed:  # cancelled by close() from another thread
+                    raise _closed() from None
                 raise DataprepError(f"loader thread failed on batch {want}: {type(e).__name__}: {e} "
                                     f"(samples {np.asarray(idx[:8]).tolist()})") from e
             fills.inflight.pop(f, None)
@@ -146,3 +152,7 @@ def _pass(loader, fills: ThreadFills, batches: list[np.ndarray], req, layout: di
                 rec.busy_s[w] += busy
         yield loader._view(layout, slot, len(batches[want]))  # refilled only once the caller drops it
 
+
+def _closed() -> DataprepError:
+    return DataprepError("the Loader was closed (close(), or the end of its with-block) during this pass; "
+                         "iterate it again for a new pass")
