@@ -583,15 +583,28 @@ def test_a_fill_that_never_returns_is_a_timeout_naming_its_batch_and_its_late_wr
     ld.close()
 
 
-def test_a_pass_whose_loader_was_closed_under_it_says_so(index_pack):
+@pytest.mark.parametrize("threads", [True, False])
+def test_a_pass_whose_loader_was_closed_under_it_says_so(index_pack, threads):
+    """Threads or worker processes: next() after close() says the Loader was closed (processes waited out
+    the timeout for replies that went with the workers), and the next pass serves the epoch whole."""
     ds = dataprep.InMemoryImageDataset(index_pack)
-    ld = Loader(ds, 3, num_workers=2, threads=True, indices=True)
+    ld = Loader(ds, 3, num_workers=2, threads=threads, indices=True, timeout=5)
     it = iter(ld)
     next(it)
     ld.close()
     with pytest.raises(DataprepError, match=r"Loader was closed .* during this pass"):
         next(it)
-    again = epoch(ld)  # the same epoch, whole, from a new pool
+    again = epoch(ld)  # the same epoch, whole, from new threads or workers
     assert wrong(again) == 0 and torch.equal(torch.cat([b[2] for b in again]), torch.arange(len(ds)))
     ld.close()
-    assert loader_threads() == []
+    assert loader_threads() == [] and not ld._procs
+
+
+def test_worker_processes_name_the_batch_a_timeout_waited_for(index_pack):
+    """The process backend's timeout names its batch and samples, as the threads' does."""
+    order = served_order(index_pack)
+    ds = faulty(index_pack, slow=order[1])  # a forked worker's gate is its own: never set
+    with Loader(ds, 3, shuffle=True, seed=5, num_workers=2, threads=False, indices=True, timeout=1) as ld:
+        with pytest.raises(WorkerError, match=rf"no batch from the loader workers in 1 s \(batch 1, samples {re.escape(str(order[1]))}"):
+            epoch(ld)
+        assert not ld._procs

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import DataprepError, WorkerError
 from .request import Request, split
+from .threads import closed_during_pass
 from .workers import serve_requests
 
 
@@ -43,6 +44,7 @@ def with_processes(loader, batches: list[np.ndarray], ring: dict[str, np.ndarray
     """Each batch is split across the workers (so the first batch comes quickly and an epoch's last
     batch keeps every worker busy); a batch is ready when all its parts are."""
     start(loader, ring)
+    procs = loader._procs  # close() replaces the list: a pass whose workers were stopped under it knows
     loader._gen += 1
     gen, nw, depth = loader._gen, len(loader._procs), loader._slots() - 1  # depth: batches in flight at most
     if loader.measure:
@@ -55,6 +57,8 @@ def with_processes(loader, batches: list[np.ndarray], ring: dict[str, np.ndarray
     sent = 0
     try:
         for want in range(len(batches)):
+            if loader._procs is not procs:  # its parts went with the workers: no reply would ever come
+                raise closed_during_pass()
             while sent < len(batches) and sent < want + depth:
                 slot = loader._free_slot(busy_slots(loader) | set(pending.values()))
                 if slot is None:
@@ -69,7 +73,7 @@ def with_processes(loader, batches: list[np.ndarray], ring: dict[str, np.ndarray
             if want >= sent:  # cannot happen while the caller holds no more than the spare slots
                 raise DataprepError("internal: no ring slot is free to fill the next batch")
             while want not in ready:
-                for g, b, _w, slot in collect(loader, batches):
+                for g, b, _w, slot in collect(loader, batches, want):
                     if g != gen:  # a part of an abandoned epoch: its slot is free once no part is out
                         continue
                     parts_left[b] -= 1
@@ -81,7 +85,8 @@ def with_processes(loader, batches: list[np.ndarray], ring: dict[str, np.ndarray
     except GeneratorExit:
         raise  # the consumer left the epoch early: workers stay; unfinished parts are waited for later
     except BaseException:
-        loader.close()  # an error, a dead worker or Ctrl-C: stop everything now
+        if loader._procs is procs:
+            loader.close()  # an error, a dead worker or Ctrl-C: stop everything now
         raise
 
 
@@ -90,13 +95,14 @@ def busy_slots(loader) -> set[int]:
     return {slot for slot, _ in loader._outstanding.values()}
 
 
-def collect(loader, batches) -> list[tuple[int, int, int, int]]:
+def collect(loader, batches, want: int) -> list[tuple[int, int, int, int]]:
     """Wait for worker messages: (generation, batch, worker, slot) of each finished part. A worker's
-    death or exception is raised, naming the batch and samples."""
+    death or exception is raised, naming the batch and samples (`want`: the batch waited for)."""
     sentinels = {p.sentinel: w for w, p in enumerate(loader._procs)}
     got = wait([*loader._pipes, *sentinels], timeout=loader.timeout)
     if not got:
-        raise WorkerError(f"no batch from the loader workers in {loader.timeout:.0f} s")
+        raise WorkerError(f"no batch from the loader workers in {loader.timeout:.0f} s "
+                          f"(batch {want}, samples {np.asarray(batches[want][:8]).tolist()})")
     done = []
     for c in got:
         if c not in sentinels:

@@ -111,7 +111,7 @@ def _pass(loader, fills: ThreadFills, batches: list[np.ndarray], req, layout: di
     sent = 0
     for want in range(len(batches)):
         if fills.closed:
-            raise _closed()
+            raise closed_during_pass()
         while sent < len(batches) and sent < want + depth:
             slot = loader._free_slot(fills.busy() | {s for s, _ in pending.values()})
             if slot is None:
@@ -144,7 +144,7 @@ def _pass(loader, fills: ThreadFills, batches: list[np.ndarray], req, layout: di
                                   f"(batch {want}, samples {np.asarray(idx[:8]).tolist()})") from None
             except Exception as e:
                 if fills.closed:  # cancelled by close() from another thread
-                    raise _closed() from None
+                    raise closed_during_pass() from None
                 raise DataprepError(f"loader thread failed on batch {want}: {type(e).__name__}: {e} "
                                     f"(samples {np.asarray(idx[:8]).tolist()})") from e
             fills.inflight.pop(f, None)
@@ -153,6 +153,7 @@ def _pass(loader, fills: ThreadFills, batches: list[np.ndarray], req, layout: di
         yield loader._view(layout, slot, len(batches[want]))  # refilled only once the caller drops it
 
 
-def _closed() -> DataprepError:
+def closed_during_pass() -> DataprepError:
+    """What next() raises on a pass whose Loader was closed under it (either backend)."""
     return DataprepError("the Loader was closed (close(), or the end of its with-block) during this pass; "
                          "iterate it again for a new pass")
