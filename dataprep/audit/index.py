@@ -15,23 +15,30 @@ full distance is checked, and a pair is kept only by the first block whose radiu
 no pair is listed twice. A pair of block keys p bits apart is probed from one side only: from the hash
 whose key has the lowest bit of p clear.
 
-Memory stays bounded: block tables have at most 2**24 entries, and candidates, like listed pairs, are
-made in chunks of at most `CHUNK` (a group larger than that is cut into pieces). Time is bounded by the
-candidates, which for random hashes are a few hundred per hash at N = 1.28 M and D = 8; hashes that agree
-on whole blocks without being near (strongly skewed bits) make more, and `Matches.candidates` says how
-many were checked.
+Memory stays bounded whatever the hashes: block tables have at most 2**24 entries, and candidates, like
+listed pairs, are made in chunks of at most `CHUNK` (a group larger than that is cut into pieces). The
+pairs of distinct hashes found (edges) are held only while they are few (`MAX_EDGES`); past that, as
+thousands of video frames a few bits apart give (every frame near every other: n(n-1)/2 edges), nothing
+is held but what the search folds into per-hash arrays as it goes (the pair count, the connected
+components), and whoever needs the edges again (`Matches.edges`) gets them from the same search run again,
+chunk by chunk; a listing cut at a limit keeps the closest edges it needs, never all of them. Time is
+bounded by the candidates, which for random hashes are a few hundred per hash at N = 1.28 M and D = 8;
+hashes that agree on whole blocks without being near (strongly skewed bits) make more, and
+`Matches.candidates` says how many were checked.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 from math import comb
-from typing import Callable, Iterator, NamedTuple
+from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
 HASH_BITS = 64
 CHUNK = 1 << 20  # candidates or listed pairs made at once
+MAX_EDGES = 1 << 21  # pairs of distinct hashes held by Matches at most (24 bytes each); past it they are searched again
+FOLD = 1 << 18  # edges given to the folds at once: what their temporaries grow with
 MAX_TABLE_BITS = 24  # the longest block a lookup table is made for (2**24 int32 entries: 64 MiB)
 SEARCHES = ("auto", "index", "brute")
 MAX_DISTANCE = 32  # past this a 64-bit perceptual hash pairs unrelated images; refused as a usage error
@@ -102,23 +109,31 @@ def plan(n: int, max_distance: int, search: str = "auto") -> list[Block] | None:
 @dataclass(frozen=True)
 class Matches:
     """Every pair of samples within `max_distance`, held by distinct hash: `inverse` maps each sample to
-    its distinct hash, `counts` says how many samples share each, and (u, v, d) are the distinct hashes
-    within the distance of each other (u < v, d >= 1). Sample pairs come from `pairs()`."""
+    its distinct hash, `counts` says how many samples share each, and the pairs of distinct hashes within
+    the distance of each other (u < v, d >= 1: the edges) come from `edges()`. Sample pairs come from
+    `pairs()`, connected components from `groups()`."""
 
     max_distance: int
     hashes: np.ndarray  # the distinct hashes, sorted
     inverse: np.ndarray
     counts: np.ndarray
-    u: np.ndarray
-    v: np.ndarray
-    d: np.ndarray
+    edge_count: int  # pairs of distinct hashes within the distance
+    near_total: int  # pairs of samples whose hashes differ and are within the distance
+    label: np.ndarray  # per distinct hash: the smallest distinct hash joined to it by a chain of edges
     candidates: int = 0  # candidate pairs of distinct hashes whose distance was checked
+    search: str = "auto"  # how the edges were found, and are found again when not held
+    _held: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False)  # the edges by (u, v)
     _members: np.ndarray = field(default=None, repr=False)  # samples ordered by distinct hash, in sample order
     _starts: np.ndarray = field(default=None, repr=False)
 
     @property
     def size(self) -> int:
         return len(self.inverse)
+
+    @property
+    def held(self) -> bool:
+        """Whether the edges are held (at most MAX_EDGES), rather than found again by each `edges()`."""
+        return self._held is not None
 
     @property
     def exact_hash_pairs(self) -> int:
@@ -129,16 +144,31 @@ class Matches:
     @property
     def total(self) -> int:
         """Every pair of samples within the distance (what `pairs()` lists without a limit)."""
-        return self.exact_hash_pairs + int((self.counts[self.u].astype(np.int64) * self.counts[self.v]).sum())
+        return self.exact_hash_pairs + self.near_total
 
-    def chunks(self, chunk: int = CHUNK, split: np.ndarray | None = None,
-               across: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def edges(self, chunk: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The pairs of distinct hashes within the distance as (u, v, d) chunks (indices into `hashes`, u <
+        v, d >= 1) of `chunk` [FOLD] at most: the held edges, or, past MAX_EDGES, the search run again (each
+        call a pass of the search, in bounded memory). Whatever folds them must not depend on the chunking."""
+        chunk = FOLD if chunk is None else chunk
+        if self._held is not None:
+            u, v, d = self._held
+            for s in range(0, len(u), chunk):
+                yield u[s:s + chunk], v[s:s + chunk], d[s:s + chunk]
+            return
+        for u, v, d in _batched(_search(self.hashes, self.max_distance, self.search), chunk):
+            yield u, v, d
+
+    def chunks(self, chunk: int = CHUNK, split: np.ndarray | None = None, across: bool = False,
+               limit: int | None = None, picked: EdgePick | None = None) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Every pair of samples as (i, j, distance) chunks of at most `chunk`: equal hashes first, then
         pairs of distinct hashes by rising distance, so any prefix holds the closest pairs. With `split` (a
         code per sample), only the pairs whose ends lie in different splits (`across`) or in one split (not
         `across`) are made: the samples of each distinct hash are kept apart by split, and pairs are made
         between those parts alone, so the pairs not asked for cost nothing (k equal hashes in train make no
-        work when pairs across splits are asked for)."""
+        work when pairs across splits are asked for). `limit`: the caller reads no further than the chunk
+        that passes that many pairs, so only the edges those chunks need are kept (`pick`). `picked`: the
+        edges picked already (`pick(split, across, limit, chunk)` fed by a pass over `edges()`)."""
         if split is None:
             if across:
                 return
@@ -149,6 +179,10 @@ class Matches:
         nv = len(self.counts)
         first = np.searchsorted(value, np.arange(nv))  # each distinct hash's parts: first .. first + many - 1
         many = np.bincount(value, minlength=nv)
+        if picked is None:
+            picked = self.pick(split, across, limit, chunk)
+            for u, v, d in self.edges():
+                picked.add(u, v, d)
         # equal hashes: within one part (triangles), or between two parts of one distinct hash
         if not across:
             full = np.flatnonzero(counts >= 2)
@@ -170,24 +204,12 @@ class Matches:
             g1, g2 = g1[o], g2[o]
         d0 = np.zeros(len(g1), np.int64)
         # distinct hashes within the distance: between a part of each, by rising distance
-        order = np.argsort(self.d, kind="stable")
-        u, v, d = self.u[order], self.v[order], self.d[order]
+        u, v, d = picked.result()
         if split is None:
             e1, e2, ed = u, v, d
         else:
-            ea, eb, rank = [], [], []
-            top = int(many.max(initial=0))
-            for a in range(top):
-                for b in range(top):
-                    x = np.flatnonzero((many[u] > a) & (many[v] > b))
-                    p, q = first[u[x]] + a, first[v[x]] + b
-                    keep = (code[p] != code[q]) == across
-                    ea.append(p[keep])
-                    eb.append(q[keep])
-                    rank.append(x[keep])
-            e1, e2, r = (np.concatenate(z) if z else np.zeros(0, np.int64) for z in (ea, eb, rank))
-            o = np.argsort(r, kind="stable")
-            e1, e2, ed = e1[o], e2[o], d[r[o]]
+            e1, e2, r = _part_pairs(u, v, first, many, code, across)
+            ed = d[r]
         g1, g2 = np.concatenate([g1, e1]), np.concatenate([g2, e2])
         gd = np.concatenate([d0, np.asarray(ed, np.int64)])
         c2 = counts[g2]
@@ -196,45 +218,192 @@ class Matches:
             x, y = members[starts[g1[gid]] + a], members[starts[g2[gid]] + b]
             yield np.minimum(x, y), np.maximum(x, y), gd[gid]
 
+    def pick(self, split: np.ndarray | None = None, across: bool = False, limit: int | None = None,
+             chunk: int = CHUNK) -> EdgePick:
+        """A fold that picks, from the edges given to its `add`, those `chunks(chunk, split, across, limit)`
+        needs: the edges that make a pair asked for (across splits, or within one, with `split`), and with a
+        `limit` only the first `limit + chunk` of them by (d, u, v), the most that the chunks up to the one
+        passing the limit can hold (each edge makes a pair at least). Memory: O(limit + chunk) edges."""
+        asked = None
+        split = None if split is None else np.asarray(split, np.int64)
+        if split is not None and int(split.max(initial=0)) < 64:  # each distinct hash's splits as bits
+            bits = np.zeros(len(self.counts), np.uint64)
+            np.bitwise_or.at(bits, self.inverse, np.uint64(1) << split.astype(np.uint64))
+            alone = np.bitwise_count(bits) == 1
+            if across:  # unless both lie in one split, the same
+                asked = (lambda u, v: ~(alone[u] & alone[v] & (bits[u] == bits[v])))
+            else:  # a split that holds both
+                asked = (lambda u, v: (bits[u] & bits[v]) != 0)
+        elif split is not None:
+            _, _, _, value, code = _parts(self.inverse, split)
+            first = np.searchsorted(value, np.arange(len(self.counts)))
+            many = np.bincount(value, minlength=len(self.counts))
+
+            def asked(u, v):
+                wanted = np.zeros(len(u), bool)
+                wanted[_part_pairs(u, v, first, many, code, across, ordered=False)[2]] = True
+                return wanted
+
+        return EdgePick(len(self.counts), None if limit is None else limit + chunk, asked)
+
     def pairs(self, limit: int | None = None, where: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
-              split: np.ndarray | None = None, across: bool = False) -> Pairs:
+              split: np.ndarray | None = None, across: bool = False, picked: EdgePick | None = None) -> Pairs:
         """The sample pairs, sorted by (distance, i, j). `split`, `across`: as for `chunks` (only the pairs
         across splits, or only those within one, are made). `where(i, j)`: a boolean mask of the pairs to
-        keep, applied to those made. `limit`: at most that many, the closest (complete=False when cut)."""
-        parts, n, complete = [], 0, True
-        for i, j, d in self.chunks(split=split, across=across):
-            if where is not None:
-                keep = np.asarray(where(i, j), bool)
-                i, j, d = i[keep], j[keep], d[keep]
-            if limit is not None and n + len(i) > limit:
-                # the chunk is of one distance or rising distances: keep its closest, then stop
-                o = np.lexsort((j, i, d))[: limit - n]
-                parts.append((i[o], j[o], d[o]))
-                complete = False
-                break
-            parts.append((i, j, d))
-            n += len(i)
-        if not parts:
-            e = np.zeros(0, np.int64)
-            return Pairs(e, e.copy(), e.copy(), complete)
-        i, j, d = (np.concatenate(x) for x in zip(*parts))
-        o = np.lexsort((j, i, d))
-        return Pairs(i[o], j[o], d[o], complete)
+        keep, applied to those made. `limit`: at most that many, the closest (complete=False when cut).
+        `picked`: as for `chunks`, made with the same split, across and limit (no `where`)."""
+        return take(self.chunks(split=split, across=across, limit=limit if where is None else None, picked=picked), limit, where)
 
     def groups(self) -> np.ndarray:
         """A group id per sample: samples joined by a chain of pairs share one (connected components);
         ids are 0, 1, ... in the order of each group's first sample."""
-        label = _components(len(self.counts), self.u, self.v)
-        per_sample = label[self.inverse]
-        _, first, compact = np.unique(per_sample, return_index=True, return_inverse=True)
-        rank = np.empty(len(first), np.int64)
-        rank[np.argsort(first, kind="stable")] = np.arange(len(first))
-        return rank[compact]
+        return group_ids(self.label[self.inverse])
 
 
-def find_matches(hashes, max_distance: int, search: str = "auto") -> Matches:
-    """Every pair of samples whose hashes are within `max_distance` bits (0 <= D <= 32). `search`: "auto"
-    (the cost model picks), "index" (multi-index hashing always) or "brute" (all against all)."""
+def take(chunks: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]], limit: int | None = None,
+         where: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> Pairs:
+    """Pairs (i, j, distance) from `chunks` (each of one distance or of rising distances, the chunks in
+    rising order), sorted by (distance, i, j): at most `limit`, the closest of the chunk that passes it
+    (complete=False when cut); `where(i, j)`: a mask of the pairs to keep."""
+    parts, n, complete = [], 0, True
+    for i, j, d in chunks:
+        if where is not None:
+            keep = np.asarray(where(i, j), bool)
+            i, j, d = i[keep], j[keep], d[keep]
+        if limit is not None and n + len(i) > limit:
+            # the chunk is of one distance or rising distances: keep its closest, then stop
+            o = _closest(i, j, d, limit - n)
+            parts.append((i[o], j[o], d[o]))
+            complete = False
+            break
+        parts.append((i, j, d))
+        n += len(i)
+    if not parts:
+        e = np.zeros(0, np.int64)
+        return Pairs(e, e.copy(), e.copy(), complete)
+    i, j, d = (np.concatenate(x) for x in zip(*parts))
+    o = np.lexsort((j, i, d))
+    return Pairs(i[o], j[o], d[o], complete)
+
+
+def _closest(i: np.ndarray, j: np.ndarray, d: np.ndarray, k: int) -> np.ndarray:
+    """The positions of the first k pairs by (d, i, j), in that order (pairs distinct)."""
+    if k <= 0:
+        return np.zeros(0, np.int64)
+    bits = max(1, int(max(int(i.max(initial=0)), int(j.max(initial=0)))).bit_length())
+    if k >= len(i) or 6 + 2 * bits > 64:
+        return np.lexsort((j, i, d))[:k]
+    key = (d.astype(np.uint64) << np.uint64(2 * bits)) | (i.astype(np.uint64) << np.uint64(bits)) | j.astype(np.uint64)
+    o = np.argpartition(key, k - 1)[:k]  # a chunk of a million pairs cut to a few: no full sort
+    return o[np.argsort(key[o])]
+
+
+def group_ids(label: np.ndarray) -> np.ndarray:
+    """Labels (any integers, one per sample) as ids 0, 1, ... in the order of each label's first sample."""
+    _, first, compact = np.unique(label, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    return rank[compact.reshape(-1)]
+
+
+class Components:
+    """Connected components grown a chunk of edges at a time, in memory O(nodes): `label[x]` is the
+    smallest node joined to x by the edges added so far (what `_components` gives for all of them at once)."""
+
+    def __init__(self, n: int, label: np.ndarray | None = None):
+        self.label = np.arange(n, dtype=np.int64) if label is None else np.array(label, np.int64)
+
+    def add(self, u: np.ndarray, v: np.ndarray) -> None:
+        """Join the ends of each edge (u[k], v[k])."""
+        a, b = self.label[u], self.label[v]
+        apart = a != b
+        if not apart.any():
+            return
+        a, b = a[apart], b[apart]
+        roots, local = np.unique(np.concatenate([a, b]), return_inverse=True)
+        joined = roots[_components(len(roots), local[:len(a)], local[len(a):])]  # roots sorted: the smallest stays
+        remap = np.arange(len(self.label), dtype=np.int64)
+        remap[roots] = joined
+        self.label = remap[self.label]
+
+
+class EdgePick:
+    """The edges a listing needs, picked as they come (a fold over Matches.edges: `add` each chunk, then
+    `result`): those `asked(u, v)` marks (all when None), and of them the first `keep` by (d, u, v) (all
+    when None). Memory: about 2 * keep + a chunk of edges, 8 bytes each, whatever the edges given."""
+
+    def __init__(self, nodes: int, keep: int | None = None, asked: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None):
+        self.keep, self.asked = keep, asked
+        self.bits = max(1, int(nodes - 1).bit_length())
+        self.packed = 6 + 2 * self.bits <= 64  # (d, u, v) in one uint64: d <= 32 takes 6 bits
+        self.parts: list[tuple[np.ndarray, ...]] = []
+        self.size = 0
+        self.top: np.uint64 | None = None  # past a cut: the last key kept; a larger one never gets in
+
+    def add(self, u: np.ndarray, v: np.ndarray, d: np.ndarray) -> None:
+        key = None
+        if self.packed:
+            key = (d.astype(np.uint64) << np.uint64(2 * self.bits)) | (u.astype(np.uint64) << np.uint64(self.bits)) | v.astype(np.uint64)
+            if self.top is not None:  # past a cut, most edges are dropped here, before `asked` looks at them
+                sel = key <= self.top
+                u, v, key = u[sel], v[sel], key[sel]
+        if self.asked is not None:
+            sel = self.asked(u, v)
+            if key is None:
+                u, v, d = u[sel], v[sel], d[sel]
+            else:
+                key = key[sel]
+        part: tuple[np.ndarray, ...] = (u, v, d) if key is None else (key,)
+        self.parts.append(part)
+        self.size += len(part[0])
+        if self.keep is not None and self.size > 2 * self.keep:
+            self.parts = [self._first(ordered=False)]
+            self.size = len(self.parts[0][0])
+
+    def _first(self, ordered: bool = True) -> tuple[np.ndarray, ...]:
+        """The parts joined and cut to the first `keep`, sorted when `ordered`."""
+        z = [np.concatenate(x) for x in zip(*self.parts)] if self.parts else [np.zeros(0, np.uint64)] * (1 if self.packed else 3)
+        if not self.packed:
+            return _first_edges(z[0], z[1], z[2], self.keep)
+        key = z[0]
+        if self.keep is not None and len(key) > self.keep:
+            key = np.partition(key, self.keep - 1)[: self.keep] if self.keep else key[:0]
+            self.top = key.max(initial=np.uint64(0))
+        return (np.sort(key) if ordered else key,)
+
+    def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The edges picked, sorted by (d, u, v)."""
+        z = self._first()
+        if not self.packed:
+            return z[0], z[1], z[2]
+        key, mask = z[0], np.uint64((1 << self.bits) - 1)
+        return ((key >> np.uint64(self.bits)) & mask).astype(np.int64), (key & mask).astype(np.int64), \
+            (key >> np.uint64(2 * self.bits)).astype(np.int64)
+
+
+def feed(chunks: Iterable[tuple[np.ndarray, ...]], *folds: Callable[..., None]) -> None:
+    """One pass over `chunks` (Matches.edges, MirrorClasses.edges), each chunk given to every fold in turn."""
+    for c in chunks:
+        for f in folds:
+            f(*c)
+
+
+def find_matches(hashes, max_distance: int, search: str = "auto",
+                 folds: Callable[[Matches], Sequence[Callable[..., None]]] | None = None) -> Matches:
+    """Every pair of samples whose hashes are within `max_distance` bits (0 <= D <= 32).
+
+    Args:
+        hashes: one per sample (integers, uint64).
+        max_distance: the most bits two hashes of a pair differ by.
+        search: "auto" (the cost model picks), "index" (multi-index hashing always) or "brute" (all
+            against all).
+        folds: given the matches before the search (their distinct hashes, inverse and counts; nothing
+            the search finds), the folds to feed with each chunk of edges as the search finds them: what
+            they make costs no pass of its own (report.audit makes every figure so).
+
+    Returns:
+        The matches. Memory is O(N) plus at most MAX_EDGES edges, whatever the hashes (Matches.edges).
+    """
     h = np.asarray(hashes)
     if h.ndim != 1:
         raise ValueError(f"hashes must be one uint64 per sample, got shape {h.shape}")
@@ -244,14 +413,38 @@ def find_matches(hashes, max_distance: int, search: str = "auto") -> Matches:
         h = h.astype(np.uint64)
     if isinstance(max_distance, bool) or not isinstance(max_distance, (int, np.integer)) or not 0 <= max_distance <= MAX_DISTANCE:
         raise ValueError(f"max_distance must be an integer from 0 to {MAX_DISTANCE}, got {max_distance!r}")
+    if search not in SEARCHES:
+        raise ValueError(f"unknown search {search!r}; choose one of {list(SEARCHES)}")
     D = int(max_distance)
     uniq, inverse, counts = np.unique(h, return_inverse=True, return_counts=True)
     inverse = inverse.reshape(-1).astype(np.int64)
-    u, v, d, checked = _near_distinct(uniq, D, search)
+    counts = counts.astype(np.int64)
     members = np.argsort(inverse, kind="stable")
     starts = np.zeros(len(uniq) + 1, np.int64)
     np.cumsum(counts, out=starts[1:])
-    return Matches(D, uniq, inverse, counts.astype(np.int64), u, v, d, checked, members, starts)
+    before = Matches(D, uniq, inverse, counts, 0, 0, np.arange(len(uniq), dtype=np.int64), 0, search, None, members, starts)
+    extra = list(folds(before)) if folds is not None else []
+    checked = [0]
+    comp = Components(len(uniq))
+    held: list[tuple[np.ndarray, np.ndarray, np.ndarray]] | None = []
+    n_edges = near = 0
+    for u, v, d in _batched(_search(uniq, D, search, checked)):  # folded as they come: nothing O(edges) kept
+        for f in extra:
+            f(u, v, d)
+        comp.add(u, v)
+        n_edges += len(u)
+        near += int((counts[u] * counts[v]).sum())
+        if held is not None and n_edges <= MAX_EDGES:
+            held.append((u, v, d))
+        else:
+            held = None
+    kept = None
+    if held is not None:
+        e = np.zeros(0, np.int64)
+        u, v, d = (np.concatenate(z) for z in zip(*held)) if held else (e, e.copy(), e.copy())
+        o = np.lexsort((v, u))
+        kept = (u[o], v[o], d[o])
+    return replace(before, edge_count=n_edges, near_total=near, label=comp.label, candidates=checked[0], _held=kept)
 
 
 def near_pairs(hashes, max_distance: int, limit: int | None = None) -> Pairs:
@@ -287,35 +480,124 @@ def brute_force_pairs(hashes, max_distance: int, rows: int = 256) -> Pairs:
 
 
 # -- the search over distinct hashes ---------------------------------------------------------------
-def _near_distinct(h: np.ndarray, D: int, search: str):
-    """Pairs (u < v) of distinct sorted hashes within D, their distances, and the candidates checked."""
-    n = len(h)
-    e = np.zeros(0, np.int64)
-    blocks = plan(n, D, search)
+def _search(h: np.ndarray, D: int, search: str, checked: list[int] | None = None
+            ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Pairs (u < v) of distinct sorted hashes within D and their distances, in chunks of at most CHUNK,
+    each pair once; `checked[0]` grows by the candidates checked. The same input gives the same chunks."""
+    blocks = _choose(h, D, search)
     if blocks == []:
-        return e, e.copy(), e.copy(), 0
+        return
     if blocks is None:
-        p = brute_force_pairs(h, D)
-        return p.i, p.j, p.distance, n * (n - 1) // 2
-    out, checked = [], 0
+        yield from _brute(h, D, checked)
+        return
     for k, bl in enumerate(blocks):
         if bl.radius < 0:
             continue
         earlier = [b for b in blocks[:k] if b.radius >= 0]
         for x, y in _block_candidates(h, bl):
-            checked += len(x)
+            if checked is not None:
+                checked[0] += len(x)
             x, y = np.minimum(x, y), np.maximum(x, y)
             xor = h[x] ^ h[y]
             dist = np.bitwise_count(xor)
             keep = dist <= D
             for b in earlier:  # found there already
                 keep &= np.bitwise_count(xor & b.mask) > b.radius
-            out.append((x[keep], y[keep], dist[keep].astype(np.int64)))
-    if not out:
-        return e, e.copy(), e.copy(), checked
-    u, v, d = (np.concatenate(z) for z in zip(*out))
-    o = np.lexsort((v, u))
-    return u[o], v[o], d[o], checked
+            if keep.any():
+                yield x[keep].astype(np.int64), y[keep].astype(np.int64), dist[keep].astype(np.int64)
+
+
+SAMPLE = 256  # hashes whose candidates are counted to check the plan (_choose)
+
+
+def _choose(h: np.ndarray, D: int, search: str) -> list[Block] | None:
+    """`plan`'s blocks for the distinct sorted hashes `h`, or None (all against all). With search="auto"
+    the plan's candidates are also counted on a sample of the hashes: the plan assumes random hashes, and
+    hashes that agree on most bits (frames of one video, a few bits apart) put most of them in one bucket
+    of every block, so each pair is a candidate of several blocks; where the count says the blocks cost
+    more than twice comparing all against all, all against all it is."""
+    n = len(h)
+    blocks = plan(n, D, search)
+    if search != "auto" or not blocks:
+        return blocks
+    pick = np.unique((np.arange(min(n, SAMPLE), dtype=np.int64) * n) // min(n, SAMPLE))
+    found = 0
+    for bl in blocks:
+        if bl.radius < 0:
+            continue
+        keys = np.sort(bl.keys(h))
+        flips = np.array([sum(1 << q for q in c) for r in range(bl.radius + 1) for c in combinations(range(bl.bits), r)], np.int64)
+        target = (bl.keys(h[pick])[:, None] ^ flips[None, :]).ravel()
+        found += int((np.searchsorted(keys, target, "right") - np.searchsorted(keys, target, "left")).sum()) - len(pick)
+    candidates = found / len(pick) * n / 2  # each pair is found from both of its ends
+    probes = sum(bl.probes for bl in blocks if bl.radius >= 0)
+    return None if 0.5 * n * probes + 3.0 * candidates > n * n else blocks
+
+
+def _brute(h: np.ndarray, D: int, checked: list[int] | None = None) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Every pair of distinct hashes compared, in bands of rows that make at most about CHUNK comparisons."""
+    n = len(h)
+    if checked is not None:
+        checked[0] += n * (n - 1) // 2
+    rows = max(1, min(256, CHUNK // max(n, 1)))
+    for s in range(0, n - 1, rows):
+        top = min(n, s + rows)
+        dist = np.bitwise_count(h[s:top, None] ^ h[None, s:])  # against the hashes from s on: j > i below
+        ii, jj = np.nonzero(dist <= D)
+        up = jj > ii
+        ii, jj = ii[up], jj[up]
+        if len(ii):
+            yield ii + s, jj + s, dist[ii, jj].astype(np.int64)
+
+
+def _batched(chunks: Iterable[tuple[np.ndarray, ...]], size: int | None = None) -> Iterator[tuple[np.ndarray, ...]]:
+    """The chunks cut and joined into chunks of `size` [FOLD] (the last may be smaller), in order: what
+    folds them does work per chunk, the search makes many small ones, and all against all large ones."""
+    size = FOLD if size is None else size
+    buf: list[tuple[np.ndarray, ...]] = []
+    n = 0
+    for c in chunks:
+        while len(c[0]):
+            take = min(size - n, len(c[0]))
+            buf.append(tuple(x[:take] for x in c))
+            c = tuple(x[take:] for x in c)
+            n += take
+            if n == size:
+                yield tuple(np.concatenate(z) for z in zip(*buf)) if len(buf) > 1 else buf[0]
+                buf, n = [], 0
+    if buf:
+        yield tuple(np.concatenate(z) for z in zip(*buf)) if len(buf) > 1 else buf[0]
+
+
+def _first_edges(u: np.ndarray, v: np.ndarray, d: np.ndarray, keep: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The edges sorted by (d, u, v), the first `keep` of them (all when None)."""
+    o = np.lexsort((v, u, d))
+    if keep is not None:
+        o = o[:keep]
+    return u[o], v[o], d[o]
+
+
+def _part_pairs(u: np.ndarray, v: np.ndarray, first: np.ndarray, many: np.ndarray, code: np.ndarray,
+                across: bool, ordered: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For edges (u, v) between distinct hashes: the pairs of parts (p, q: a part of u, a part of v) whose
+    splits differ (`across`) or agree (not `across`), and the edge each comes from (r); `ordered`: by
+    edge, then part of u, then part of v. Parts as _parts gives them: a distinct hash's are first .. first
+    + many - 1."""
+    ea, eb, rank = [], [], []
+    top = int(many.max(initial=0))
+    for a in range(top):
+        for b in range(top):
+            x = np.flatnonzero((many[u] > a) & (many[v] > b))
+            p, q = first[u[x]] + a, first[v[x]] + b
+            keep = (code[p] != code[q]) == across
+            ea.append(p[keep])
+            eb.append(q[keep])
+            rank.append(x[keep])
+    e1, e2, r = (np.concatenate(z) if z else np.zeros(0, np.int64) for z in (ea, eb, rank))
+    if not ordered:
+        return e1, e2, r
+    o = np.argsort(r, kind="stable")
+    return e1[o], e2[o], r[o]
 
 
 def _block_candidates(h: np.ndarray, bl: Block) -> Iterator[tuple[np.ndarray, np.ndarray]]:

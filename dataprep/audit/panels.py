@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from ..errors import UsageError
-from .index import Matches
+from .index import Matches, feed
 
 if TYPE_CHECKING:
     from .report import MirrorClasses
@@ -56,48 +56,77 @@ def check_panels(panels) -> int:
     return int(panels)
 
 
-def closest_twins(split: np.ndarray, twins: np.ndarray, ref: int, m: Matches, mc: MirrorClasses | None = None) -> Twins:
-    """The leaking samples: those outside split `ref` whose bits in `twins` (report.twin_splits) hold
-    `ref`, each with its closest twin in `ref` (the lowest sample at the smallest distance; a direct twin
-    before a mirror one at equal distance). Made over the distinct hashes (and mirror classes) and the
-    edges between them: k equal hashes cost O(k)."""
+class Closest:
+    """A fold over edges between nodes (distinct hashes, or mirror classes): per node, its closest reference
+    sample through one edge (`lowest[y]`: node y's lowest sample in the reference split, n for none), the
+    lowest at equal distance; with `own`, a node holding a reference sample is at distance 0 from it.
+    Each node keeps (distance, sample) as one integer, distance * (n + 1) + sample, and the smallest wins."""
+
+    def __init__(self, lowest: np.ndarray, n: int, own: bool):
+        self.lowest, self.n = lowest, n
+        self.best = np.where(lowest < n, lowest, NONE) if own else np.full(len(lowest), NONE)
+
+    def add(self, u: np.ndarray, v: np.ndarray, d: np.ndarray) -> None:
+        for x, y in ((u, v), (v, u)):
+            ok = self.lowest[y] < self.n
+            np.minimum.at(self.best, x[ok], d[ok] * (self.n + 1) + self.lowest[y[ok]])
+
+    def add_mirror(self, lo: np.ndarray, hi: np.ndarray, d: np.ndarray, direct: np.ndarray) -> None:
+        """Pairs of mirror classes (MirrorClasses.edges): those near only through a mirror."""
+        self.add(lo[~direct], hi[~direct], d[~direct])
+
+    @property
+    def d(self) -> np.ndarray:
+        """Per node: the distance to its closest reference sample (NONE: none)."""
+        return np.where(self.best < NONE, self.best // (self.n + 1), NONE)
+
+    @property
+    def y(self) -> np.ndarray:
+        """Per node: that sample (n: none)."""
+        return np.where(self.best < NONE, self.best % (self.n + 1), self.n)
+
+
+def closest_folds(split: np.ndarray, ref: int, m: Matches, mc: MirrorClasses | None = None) -> tuple[Closest, Closest | None]:
+    """The folds `closest_twins` needs fed: the first with `m.edges()` (`add`), the second with
+    `mc.edges()` (`add_mirror`; None without mirror classes)."""
     n = len(split)
     is_ref = split == ref
     lowest = np.full(len(m.counts), n, np.int64)  # per distinct hash: its lowest sample in ref (n: none)
     np.minimum.at(lowest, m.inverse[is_ref], np.flatnonzero(is_ref))
-    best_d = np.where(lowest < n, 0, NONE)
-    best_y = lowest.copy()
-    _closer(best_d, best_y, np.concatenate([m.u, m.v]), np.concatenate([m.v, m.u]), np.concatenate([m.d, m.d]), lowest, n)
-    d, y = best_d[m.inverse], best_y[m.inverse]
+    return Closest(lowest, n, own=True), None if mc is None else mirror_closest(split, ref, mc)
+
+
+def mirror_closest(split: np.ndarray, ref: int, mc: MirrorClasses) -> Closest:
+    """closest_folds' second: over pairs of mirror classes, a class's lowest sample standing for it."""
+    n = len(split)
+    return Closest(np.where(mc.split == ref, mc.first, n), n, own=False)
+
+
+def closest_twins(split: np.ndarray, twins: np.ndarray, ref: int, m: Matches, mc: MirrorClasses | None = None,
+                  folded: tuple[Closest, Closest | None] | None = None) -> Twins:
+    """The leaking samples: those outside split `ref` whose bits in `twins` (report.twin_splits) hold
+    `ref`, each with its closest twin in `ref` (the lowest sample at the smallest distance; a direct twin
+    before a mirror one at equal distance). Made over the distinct hashes (and mirror classes) and the
+    edges between them: k equal hashes cost O(k). `folded`: `closest_folds(split, ref, m, mc)` fed with
+    the edges already (by a pass that feeds others too); else a pass over them is made here."""
+    n = len(split)
+    if folded is None:
+        folded = closest_folds(split, ref, m, mc)
+        feed(m.edges(), folded[0].add)
+        if mc is not None and folded[1] is not None:
+            feed(mc.edges(), folded[1].add_mirror)
+    near, mirror = folded
+    d, y = near.d[m.inverse], near.y[m.inverse]
     flip = np.zeros(n, bool)
-    if mc is not None:  # twins only through a mirror: pairs of classes, a class's lowest sample standing for it
+    if mc is not None and mirror is not None:
         k = len(mc.size)
-        keep = ~mc.direct
-        cd, cy = np.full(k, NONE), np.full(k, n, np.int64)
-        ref_first = np.where(mc.split == ref, mc.first, n)
-        lo, hi = mc.lo[keep], mc.hi[keep]
-        _closer(cd, cy, np.concatenate([lo, hi]), np.concatenate([hi, lo]), np.concatenate([mc.d[keep]] * 2), ref_first, n)
         cls = np.empty(n, np.int64)
         cls[mc.members] = np.repeat(np.arange(k), mc.size)
-        better = cd[cls] < d  # strictly: a direct twin wins a tie
-        d, y, flip = np.where(better, cd[cls], d), np.where(better, cy[cls], y), better
+        better = mirror.d[cls] < d  # strictly: a direct twin wins a tie
+        d, y, flip = np.where(better, mirror.d[cls], d), np.where(better, mirror.y[cls], y), better
+    is_ref = split == ref
     x = np.flatnonzero(~is_ref & ((twins >> np.uint64(ref)) & np.uint64(1) != 0) & (y < n))
     return Twins(x, y[x], d[x], flip[x])
-
-
-def _closer(best_d: np.ndarray, best_y: np.ndarray, x: np.ndarray, y: np.ndarray, d: np.ndarray, lowest: np.ndarray, n: int) -> None:
-    """Per node x, through the edges (x, y, d): the closest y holding a reference sample (`lowest[y]` <
-    n), the lowest sample at equal distance, where closer than `best_d[x]` already; in place."""
-    ok = lowest[y] < n
-    x, d, cand = x[ok], d[ok], lowest[y[ok]]
-    o = np.lexsort((cand, d, x))
-    x, d, cand = x[o], d[o], cand[o]
-    first = np.ones(len(x), bool)
-    first[1:] = x[1:] != x[:-1]
-    x, d, cand = x[first], d[first], cand[first]
-    upd = d < best_d[x]
-    best_d[x[upd]] = d[upd]
-    best_y[x[upd]] = cand[upd]
 
 
 def choose(t: Twins, group: np.ndarray, i: np.ndarray, j: np.ndarray, d: np.ndarray, flip: np.ndarray, panels: int) -> Shown:

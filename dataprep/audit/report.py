@@ -11,18 +11,20 @@ every leaking sample first, then one pair a group in turn, and the summary says 
 from __future__ import annotations
 
 import unicodedata
-from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from . import index as idx
 from .hashes import DIGEST_BYTES, HASH_NAME
-from .index import Matches, Pairs, _components, _parts, _spans, find_matches
-from .panels import PANELS, Shown, check_panels, choose, closest_twins
+from .index import CHUNK, Components, EdgePick, Matches, Pairs, _parts, _spans, feed, find_matches, group_ids, take
+from .panels import PANELS, Closest, Shown, check_panels, choose, closest_folds, closest_twins, mirror_closest
 
 DEFAULT_MAX_DISTANCE = 10  # measured on the shared corpus (docs/audit.md); distances are even, so 10 = 11
 MAX_PAIRS = 1_000_000  # pairs listed at most; the counts in the summary stay exact past it
 TRAIN = "train"
+SPLIT_TABLE = 1 << 23  # entries (8 bytes each) of SplitJoin's table of parts by split and distinct hash, at most
 
 
 @dataclass(frozen=True)
@@ -74,25 +76,47 @@ class Samples:
 
 
 # -- twins across splits, exact from the matches ------------------------------------------------------
-def twin_splits(samples: Samples, m: Matches, flips: Matches | None = None) -> np.ndarray:
-    """Per sample: a bit per split other than its own that holds a sample within the distance of it (with
-    `flips`, the matches of hashes [0, n) and flipped hashes [n, 2n): a mirror twin counts too)."""
+# Everything below that is made from the edges between distinct hashes is a fold: an object fed the edges
+# a chunk at a time (index.feed), so that audit feeds them all in one pass, and edges that are not held
+# (index.MAX_EDGES) cost one search again, not one for each figure.
+class SplitBits:
+    """A fold over a Matches' edges: per distinct hash, the splits with a sample there (`bits`, from the
+    samples `at` it), OR-ed with those of every distinct hash within the distance (`near`)."""
+
+    def __init__(self, m: Matches, at: np.ndarray, own: np.ndarray):
+        self.bits = np.zeros(len(m.counts), np.uint64)
+        np.bitwise_or.at(self.bits, at, own)
+        self.near = self.bits.copy()
+
+    def add(self, u: np.ndarray, v: np.ndarray, d: np.ndarray) -> None:
+        np.bitwise_or.at(self.near, u, self.bits[v])
+        np.bitwise_or.at(self.near, v, self.bits[u])
+
+
+def twin_folds(samples: Samples, m: Matches, flips: Matches | None = None) -> tuple[SplitBits, SplitBits | None]:
+    """The folds `twin_splits` needs fed: the first with `m.edges()`, the second with `flips.edges()`."""
     n = len(samples)
     own = np.uint64(1) << samples.split.astype(np.uint64)
-    bits = np.zeros(len(m.counts), np.uint64)  # per distinct hash: the splits with a sample there
-    np.bitwise_or.at(bits, m.inverse, own)
-    near = bits.copy()
-    np.bitwise_or.at(near, m.u, bits[m.v])
-    np.bitwise_or.at(near, m.v, bits[m.u])
-    out = near[m.inverse]
-    if flips is not None:  # a mirror twin of x: a sample y whose flipped hash is near x's hash
-        fbits = np.zeros(len(flips.counts), np.uint64)
-        np.bitwise_or.at(fbits, flips.inverse[n:], own)
-        fnear = fbits.copy()
-        np.bitwise_or.at(fnear, flips.u, fbits[flips.v])
-        np.bitwise_or.at(fnear, flips.v, fbits[flips.u])
-        out |= fnear[flips.inverse[:n]]
-    return out & ~own
+    # a mirror twin of x: a sample y whose flipped hash (flips' [n, 2n)) is near x's hash
+    return SplitBits(m, m.inverse, own), (None if flips is None else SplitBits(flips, flips.inverse[n:], own))
+
+
+def twin_splits(samples: Samples, m: Matches, flips: Matches | None = None,
+                folded: tuple[SplitBits, SplitBits | None] | None = None) -> np.ndarray:
+    """Per sample: a bit per split other than its own that holds a sample within the distance of it (with
+    `flips`, the matches of hashes [0, n) and flipped hashes [n, 2n): a mirror twin counts too).
+    `folded`: `twin_folds(samples, m, flips)` fed already; else the edges are passed over here."""
+    n = len(samples)
+    if folded is None:
+        folded = twin_folds(samples, m, flips)
+        feed(m.edges(), folded[0].add)
+        if flips is not None and folded[1] is not None:
+            feed(flips.edges(), folded[1].add)
+    direct, mirror = folded
+    out = direct.near[m.inverse]
+    if flips is not None and mirror is not None:
+        out |= mirror.near[flips.inverse[:n]]
+    return out & ~(np.uint64(1) << samples.split.astype(np.uint64))
 
 
 def leak_mask(samples: Samples, m: Matches, split: str, against: Sequence[str] | None = None,
@@ -108,50 +132,78 @@ def leak_mask(samples: Samples, m: Matches, split: str, against: Sequence[str] |
     return (t[samples.split == k] & want) != 0
 
 
-def drop_indices(samples: Samples, m: Matches, flips: Matches | None = None, mirrors: MirrorClasses | None = None) -> dict[str, np.ndarray]:
+class SplitJoin:
+    """A fold: the samples of each split joined by chains of pairs inside that split (the drop rule's
+    groups), made over the parts (a distinct hash's samples in one split, which are joined already) and
+    the edges between them, never over the pairs: k equal hashes cost O(k), not k(k-1)/2. `add` takes
+    the edges of the samples' Matches, `add_mirror` those of `mc` (MirrorClasses.edges)."""
+
+    def __init__(self, samples: Samples, m: Matches, mc: MirrorClasses | None = None):
+        members, _, counts, value, code = _parts(m.inverse, samples.split)
+        self.part = np.empty(len(samples), np.int64)
+        self.part[members] = np.repeat(np.arange(len(counts)), counts)
+        self.S = S = len(samples.splits)
+        self.key = value * S + code  # the parts' keys, sorted
+        self.table = None  # [split, distinct hash]: its part there (-1: none), where small enough to hold
+        if len(m.counts) * S <= SPLIT_TABLE:
+            self.table = np.full((S, len(m.counts)), -1, np.int64)
+            self.table[code, value] = np.arange(len(counts))
+        self.comp = Components(len(counts))
+        self.mc = mc
+
+    def add(self, u: np.ndarray, v: np.ndarray, d: np.ndarray) -> None:
+        key = self.key
+        for k in range(self.S):  # the near distinct hashes that both have samples in split k
+            if self.table is not None:
+                ia, ib = self.table[k, u], self.table[k, v]
+                ok = (ia >= 0) & (ib >= 0)
+            else:
+                a_, b_ = u * self.S + k, v * self.S + k
+                ia, ib = np.searchsorted(key, a_), np.searchsorted(key, b_)
+                ia, ib = np.minimum(ia, len(key) - 1), np.minimum(ib, len(key) - 1)
+                ok = (key[ia] == a_) & (key[ib] == b_)
+            self.comp.add(ia[ok], ib[ok])
+
+    def add_mirror(self, lo: np.ndarray, hi: np.ndarray, d: np.ndarray, direct: np.ndarray) -> None:
+        mc = self.mc
+        assert mc is not None
+        same = mc.split[lo] == mc.split[hi]  # mirror twins within one split
+        self.comp.add(self.part[mc.first[lo[same]]], self.part[mc.first[hi[same]]])
+
+    def later_copies(self) -> np.ndarray:
+        """Per sample: whether a lower sample of its split is joined to it (the smallest of each stays)."""
+        n = len(self.part)
+        label = self.comp.label[self.part]
+        lowest = np.full(len(self.comp.label), n, np.int64)
+        np.minimum.at(lowest, label, np.arange(n, dtype=np.int64))
+        return lowest[label] != np.arange(n)
+
+
+def drop_indices(samples: Samples, m: Matches, flips: Matches | None = None, mirrors: MirrorClasses | None = None,
+                 twins: np.ndarray | None = None, joined: SplitJoin | None = None) -> dict[str, np.ndarray]:
     """Per split, the indices a --drop-duplicates build leaves out. The rule: splits are ranked train
     first, then in their order; a sample with a near twin in a split ranked before its own is dropped (a
     val or test sample with a twin in train leaves val or test; train keeps it); within a split, of each
     group of samples joined by chains of pairs inside that split, the first (lowest index) is kept and the
     rest are dropped. A dropped sample is thus within the distance of a kept one, or linked to one by a
-    chain of such near copies. `mirrors`: `flips`' mirror pairs by class, when made already.
-
-    Made over the parts (a distinct hash's samples in one split, which are joined already) and the edges
-    between them, never over the pairs: k equal hashes cost O(k), not k(k-1)/2."""
+    chain of such near copies. `mirrors`: `flips`' mirror pairs by class, when made already; `twins`:
+    `twin_splits(samples, m, flips)`, and `joined`: a SplitJoin fed with the edges, when made already.
+    Memory: O(samples) and a chunk of edges (SplitJoin), whatever the pairs."""
     order = sorted(range(len(samples.splits)), key=lambda k: (samples.splits[k] != TRAIN, k))
     rank = np.empty(len(order), np.int64)
     rank[order] = np.arange(len(order))
-    t = twin_splits(samples, m, flips)
+    t = twin_splits(samples, m, flips) if twins is None else twins
     earlier_bits = np.zeros(len(samples.splits), np.uint64)
     for k in range(len(samples.splits)):
         earlier_bits[k] = np.uint64(sum(1 << j for j in range(len(samples.splits)) if rank[j] < rank[k]))
     leak = (t & earlier_bits[samples.split]) != 0
-    # within a split: components of the pairs whose ends share a split
-    members, starts, counts, value, code = _parts(m.inverse, samples.split)
-    part = np.empty(len(samples), np.int64)
-    part[members] = np.repeat(np.arange(len(counts)), counts)
-    S = len(samples.splits)
-    eu, ev = [], []
-    if len(m.u):
-        key = value * S + code  # the parts' keys, sorted
-        for k in range(S):  # the near distinct hashes that both have samples in split k
-            a_, b_ = m.u * S + k, m.v * S + k
-            ia, ib = np.searchsorted(key, a_), np.searchsorted(key, b_)
-            ia, ib = np.minimum(ia, len(key) - 1), np.minimum(ib, len(key) - 1)
-            ok = (key[ia] == a_) & (key[ib] == b_)
-            eu.append(ia[ok])
-            ev.append(ib[ok])
-    if flips is not None:
-        mc = mirrors if mirrors is not None else _mirror_classes(samples, flips, m.max_distance)
-        same = mc.split[mc.lo] == mc.split[mc.hi]  # mirror twins within one split
-        eu.append(part[mc.first[mc.lo[same]]])
-        ev.append(part[mc.first[mc.hi[same]]])
-    cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))
-    label = _components(len(counts), cat(eu), cat(ev))[part]
-    # the smallest sample of each component is kept
-    lowest = np.full(len(counts), len(samples), np.int64)
-    np.minimum.at(lowest, label, np.arange(len(samples), dtype=np.int64))
-    dup = lowest[label] != np.arange(len(samples))
+    if joined is None:
+        mc = None if flips is None else mirrors if mirrors is not None else _mirror_classes(samples, flips, m.max_distance)
+        joined = SplitJoin(samples, m, mc)
+        feed(m.edges(), joined.add)
+        if mc is not None:
+            feed(mc.edges(), joined.add_mirror)
+    dup = joined.later_copies()
     out = {}
     for k, name in enumerate(samples.splits):
         sel = samples.split == k
@@ -160,21 +212,38 @@ def drop_indices(samples: Samples, m: Matches, flips: Matches | None = None, mir
 
 
 # -- the report ---------------------------------------------------------------------------------------
-def _pair_counts(samples: Samples, m: Matches) -> dict[tuple[int, int], int]:
-    """Exact sample-pair counts by (split, split) with the first <= the second, from the matches."""
-    S = len(samples.splits)
-    H = np.zeros((len(m.counts), S), np.int64)
-    np.add.at(H, (m.inverse, samples.split), 1)
-    out = {}
-    for a in range(S):
-        for b in range(a, S):
-            if a == b:
-                c = int((H[:, a] * (H[:, a] - 1) // 2).sum() + (H[m.u, a] * H[m.v, a]).sum())
+class PairCounts:
+    """A fold over the edges: exact sample-pair counts by (split, split) with the first <= the second
+    (`result`), from each distinct hash's samples by split."""
+
+    def __init__(self, samples: Samples, m: Matches):
+        self.S = S = len(samples.splits)
+        self.H = np.zeros((len(m.counts), S), np.int64)
+        np.add.at(self.H, (m.inverse, samples.split), 1)
+        self.near = np.zeros((S, S), object)  # [a, b]: pairs of a sample in split a at u and one in b at v
+        self.step = max(1, CHUNK // max(S, 1))
+        # float64 products are exact while a chunk's sums stay below 2**53 (at most N**2 pairs)
+        self.F = self.H.astype(np.float64) if len(samples) ** 2 < 2 ** 53 else None
+
+    def add(self, u: np.ndarray, v: np.ndarray, d: np.ndarray) -> None:
+        for s in range(0, len(u), self.step):
+            a, b = u[s:s + self.step], v[s:s + self.step]
+            if self.F is not None:  # a matrix product of floats runs on BLAS
+                self.near += np.rint(self.F[a].T @ self.F[b]).astype(np.int64).astype(object)
             else:
-                c = int((H[:, a] * H[:, b]).sum() + (H[m.u, a] * H[m.v, b]).sum() + (H[m.u, b] * H[m.v, a]).sum())
-            if c:
-                out[(a, b)] = c
-    return out
+                self.near += (self.H[a].T @ self.H[b]).astype(object)
+
+    def result(self) -> dict[tuple[int, int], int]:
+        H, near, out = self.H, self.near, {}
+        for a in range(self.S):
+            for b in range(a, self.S):
+                if a == b:
+                    c = int((H[:, a] * (H[:, a] - 1) // 2).sum()) + int(near[a, a])
+                else:
+                    c = int((H[:, a] * H[:, b]).sum()) + int(near[a, b]) + int(near[b, a])
+                if c:
+                    out[(a, b)] = c
+        return out
 
 
 def audit(samples: Samples, max_distance: int = DEFAULT_MAX_DISTANCE, flips: bool = False, max_pairs: int = MAX_PAIRS,
@@ -206,32 +275,83 @@ def audit(samples: Samples, max_distance: int = DEFAULT_MAX_DISTANCE, flips: boo
     if max_pairs < 0:
         raise ValueError(f"max_pairs must be >= 0, got {max_pairs}")
     panels = check_panels(panels)
-    m = find_matches(samples.hashes, max_distance, search)
-    fm = find_matches(np.concatenate([samples.hashes, samples.flipped]), max_distance, search) if flips else None
-    mc = _mirror_classes(samples, fm, m.max_distance) if fm is not None else None
-    group = _groups(samples, m, mc)
+    ref = _reference(samples)
+    fig = _Figures(samples, samples.splits.index(ref) if ref is not None else -1, max_pairs)
+    m = find_matches(samples.hashes, max_distance, search, folds=fig.direct)
+    fm = find_matches(np.concatenate([samples.hashes, samples.flipped]), max_distance, search, folds=fig.flipped) if flips else None
+    comp = fig.comp = Components(len(m.counts), m.label)  # groups: mirror pairs join them too
+    mc = _mirror_classes(samples, fm, m.max_distance, folds=lambda pre: fig.mirrors(pre, m)) if fm is not None else None
+    joined, picks, mirror_pick = fig.joined, fig.picks, fig.mirror_pick
+    group = group_ids(comp.label[m.inverse])
     listed: list[tuple[Pairs, bool]] = []
     room = max_pairs
-    for across in (True, False):  # only the pairs asked for are made: k equal hashes cost their listed pairs
-        p = m.pairs(room, split=samples.split, across=across)
+    for across, pick in zip((True, False), picks):  # only the pairs asked for are made: k equal hashes cost their listed pairs
+        p = m.pairs(room, split=samples.split, across=across, picked=pick)
         listed.append((p, False))
         room -= len(p.i)
     flip_total = 0
     if mc is not None:
         flip_total = mc.total
-        listed.append((mc.pairs(room), True))
+        listed.append((mc.pairs(room, picked=mirror_pick), True))
     i, j, d = (np.concatenate([getattr(p, k) for p, _ in listed]) for k in ("i", "j", "distance"))
     flip = np.concatenate([np.full(len(p.i), f) for p, f in listed])
     pairs, exact_n = _rows(samples, i, j, d, flip, group)
     complete = all(p.complete for p, _ in listed)
-    twins = twin_splits(samples, m, fm)
-    ref = _reference(samples)
-    t = closest_twins(samples.split, twins, samples.splits.index(ref), m, mc) if ref is not None else None
+    twins = twin_splits(samples, m, fm, folded=(fig.twins, fig.mirror_twins))
+    t = closest_twins(samples.split, twins, fig.ref, m, mc, folded=(fig.close, fig.mirror_close)) if fig.close is not None else None
     s = choose(t, group, i, j, d, flip, panels) if t is not None else None
     shown = [] if s is None else _rows(samples, s.i, s.j, s.d, s.flip, group)[0]
-    summary = _summary(samples, m, fm, mc, group, max_distance, flips, len(pairs), complete, exact_n, flip_total, twins)
+    dropped = drop_indices(samples, m, fm, mc, twins=twins, joined=joined)
+    summary = _summary(samples, m, group, max_distance, flips, len(pairs), complete, exact_n, flip_total, twins, fig.counts, dropped)
     summary["shown"] = _shown_counts(samples, summary, mc, s, panels, 0 if t is None else len(t.x))
     return {"pairs": pairs, "shown": shown, "summary": summary}
+
+
+class _Figures:
+    """What audit makes from the edges and the mirror pairs, fed to it as they are found (the folds that
+    index.find_matches and _mirror_classes are given): one pass of the search for everything."""
+
+    def __init__(self, samples: Samples, ref: int, max_pairs: int):
+        self.samples, self.ref, self.max_pairs = samples, ref, max_pairs  # ref: the reference split's code, -1 for none
+        self.own = np.uint64(1) << samples.split.astype(np.uint64)
+        self.mirror_twins: SplitBits | None = None
+        self.mirror_pick: EdgePick | None = None
+        self.mirror_close: Closest | None = None
+        self.comp: Components | None = None  # set before the mirror pairs: the groups of the direct pairs
+
+    def direct(self, m: Matches) -> list[Callable[..., None]]:
+        """The folds of the samples' own matches (twin splits, pair counts, the drop rule's components,
+        the closest twins, the pairs to list across and within splits)."""
+        s = self.samples
+        self.twins, self.counts, self.joined = SplitBits(m, m.inverse, self.own), PairCounts(s, m), SplitJoin(s, m)
+        self.close = closest_folds(s.split, self.ref, m)[0] if self.ref >= 0 else None
+        self.picks = [m.pick(s.split, across, self.max_pairs) for across in (True, False)]
+        return [self.twins.add, self.counts.add, self.joined.add, *(p.add for p in self.picks),
+                *([self.close.add] if self.close is not None else [])]
+
+    def flipped(self, fm: Matches) -> list[Callable[..., None]]:
+        """The fold of the matches of hashes and flipped hashes: mirror twins' splits."""
+        self.mirror_twins = SplitBits(fm, fm.inverse[len(self.samples):], self.own)
+        return [self.mirror_twins.add]
+
+    def mirrors(self, mc: MirrorClasses, m: Matches) -> list[Callable[..., None]]:
+        """The folds of the pairs of mirror classes: the drop rule's and the groups' components, the
+        mirror pairs to list, the closest mirror twins."""
+        comp = self.comp
+        assert comp is not None
+        self.joined.mc = mc
+        self.mirror_pick = mc.pick(self.max_pairs)
+        folds = [self.joined.add_mirror, _unless_direct(self.mirror_pick.add),
+                 lambda lo, hi, *_: comp.add(m.inverse[mc.first[lo]], m.inverse[mc.first[hi]])]
+        if self.ref >= 0:
+            self.mirror_close = mirror_closest(self.samples.split, self.ref, mc)
+            folds.append(self.mirror_close.add_mirror)
+        return folds
+
+
+def _unless_direct(fold: Callable[[np.ndarray, np.ndarray, np.ndarray], None]) -> Callable[..., None]:
+    """A fold of edges (u, v, d) fed with the pairs of mirror classes (lo, hi, d, direct) near only through a mirror."""
+    return lambda lo, hi, d, direct: fold(lo[~direct], hi[~direct], d[~direct])
 
 
 def _rows(samples: Samples, i: np.ndarray, j: np.ndarray, d: np.ndarray, flip: np.ndarray,
@@ -260,11 +380,8 @@ def _shown_counts(samples: Samples, summary: Mapping[str, Any], mc: MirrorClasse
     across = sum(summary["pairs_across"].values())
     within = sum(summary["pairs_within"].values())
     if mc is not None:
-        keep = ~mc.direct
-        n = mc.size[mc.lo[keep]] * mc.size[mc.hi[keep]]
-        cross = mc.split[mc.lo[keep]] != mc.split[mc.hi[keep]]
-        across += int(n[cross].sum())
-        within += int(n[~cross].sum())
+        across += mc.across
+        within += mc.total - mc.across
     shown_leaking = 0 if s is None else s.leaking
     shown_across = 0 if s is None else int((samples.split[s.i] != samples.split[s.j]).sum())
     shown_within = 0 if s is None else len(s.i) - shown_across
@@ -283,58 +400,66 @@ def _exact(samples: Samples, p: Pairs) -> np.ndarray:
 @dataclass(frozen=True)
 class MirrorClasses:
     """The pairs found through a mirror, held by class: a class is the samples that share a hash, a flipped
-    hash and a split (so any two of them are a direct pair, at distance 0); (lo, hi) are the pairs of classes
-    (lo < hi) with one's hash within the distance of the other's flipped hash, `d` the closer of the two ways,
-    `direct` whether their unmirrored hashes are near as well. A pair of classes stands for size[lo] *
-    size[hi] pairs of samples, so k equal images make one class and no pairs to hold."""
+    hash and a split (so any two of them are a direct pair, at distance 0); `edges()` gives the pairs of
+    classes (lo < hi) with one's hash within the distance of the other's flipped hash, `d` the closer of
+    the two ways, `direct` whether their unmirrored hashes are near as well. A pair of classes stands for
+    size[lo] * size[hi] pairs of samples, so k equal images make one class and no pairs to hold; the pairs
+    of classes themselves are held only up to index.MAX_EDGES, and made again from the matches past it."""
 
     members: np.ndarray  # samples ordered by class
     start: np.ndarray  # each class's first position in members
     size: np.ndarray
     split: np.ndarray  # each class's split code
-    lo: np.ndarray
-    hi: np.ndarray
-    d: np.ndarray
-    direct: np.ndarray
+    count: int  # pairs of classes
+    total: int  # pairs of samples near only through a mirror
+    across: int  # ... of them with their ends in different splits
+    _make: Callable[[], Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]] = field(repr=False)
+    _held: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
     @property
     def first(self) -> np.ndarray:
         """Each class's lowest sample."""
         return self.members[self.start]
 
-    @property
-    def total(self) -> int:
-        """Pairs of samples near only through a mirror."""
-        keep = ~self.direct
-        return int((self.size[self.lo[keep]] * self.size[self.hi[keep]]).sum())
+    def edges(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """The pairs of classes as (lo, hi, d, direct) chunks: the held ones by (lo, hi), or made again."""
+        if self._held is None:
+            yield from self._make()
+            return
+        lo, hi, d, direct = self._held
+        for s in range(0, len(lo), idx.FOLD):
+            yield lo[s:s + idx.FOLD], hi[s:s + idx.FOLD], d[s:s + idx.FOLD], direct[s:s + idx.FOLD]
 
-    def pairs(self, limit: int | None = None) -> Pairs:
+    def pick(self, limit: int | None = None) -> EdgePick:
+        """A fold picking what `pairs(limit)` needs from the pairs of classes near only through a mirror
+        (feed it `edges()` through report._unless_direct): the first `limit + CHUNK` by (d, lo, hi)."""
+        return EdgePick(len(self.size), None if limit is None else limit + CHUNK)
+
+    def pairs(self, limit: int | None = None, picked: EdgePick | None = None) -> Pairs:
         """The pairs of samples near only through a mirror, sorted by (distance, i, j), the closest
-        `limit` of them (complete=False when cut)."""
-        keep = np.flatnonzero(~self.direct)
-        o = keep[np.argsort(self.d[keep], kind="stable")]
-        n = self.size[self.lo[o]] * self.size[self.hi[o]]
-        complete = limit is None or int(n.sum()) <= limit
-        if not complete:
-            cum = np.cumsum(n)
-            o = o[: int(np.searchsorted(cum, limit, side="left")) + 1]
-            n = n[: len(o)]
-        parts = []
-        for gid, local in _spans(n, 1 << 20):
-            a, b = np.divmod(local, self.size[self.hi[o[gid]]])
-            x = self.members[self.start[self.lo[o[gid]]] + a]
-            y = self.members[self.start[self.hi[o[gid]]] + b]
-            parts.append((np.minimum(x, y), np.maximum(x, y), self.d[o[gid]]))
-        if not parts:
-            e = np.zeros(0, np.int64)
-            return Pairs(e, e.copy(), e.copy(), complete)
-        i, j, d = (np.concatenate(z) for z in zip(*parts))
-        r = np.lexsort((j, i, d))[:limit]
-        return Pairs(i[r], j[r], d[r].astype(np.int64), complete)
+        `limit` of them (complete=False when cut), cut as Matches.pairs cuts. `picked`: `pick(limit)`
+        fed already."""
+        if picked is None:
+            picked = self.pick(limit)
+            feed(self.edges(), _unless_direct(picked.add))
+        lo, hi, d = picked.result()
+        n = self.size[lo] * self.size[hi]
+
+        def chunks():
+            for gid, local in _spans(n, CHUNK):
+                a, b = np.divmod(local, self.size[hi[gid]])
+                x = self.members[self.start[lo[gid]] + a]
+                y = self.members[self.start[hi[gid]] + b]
+                yield np.minimum(x, y), np.maximum(x, y), d[gid]
+
+        return take(chunks(), limit)
 
 
-def _mirror_classes(samples: Samples, fm: Matches, D: int) -> MirrorClasses:
-    """The mirror pairs of `fm` (the matches of hashes [0, n) and flipped hashes [n, 2n)) by class."""
+def _mirror_classes(samples: Samples, fm: Matches, D: int,
+                    folds: Callable[[MirrorClasses], Sequence[Callable[..., None]]] | None = None) -> MirrorClasses:
+    """The mirror pairs of `fm` (the matches of hashes [0, n) and flipped hashes [n, 2n)) by class.
+    `folds`: given the classes before their pairs are made, the folds to feed with the pairs as they are
+    made (as index.find_matches' folds)."""
     n = len(samples)
     h, f, sp = samples.hashes, samples.flipped, samples.split
     members = np.lexsort((np.arange(n), sp, f, h))
@@ -344,32 +469,60 @@ def _mirror_classes(samples: Samples, fm: Matches, D: int) -> MirrorClasses:
     start = np.flatnonzero(new).astype(np.int64)
     size = np.diff(np.append(start, n)).astype(np.int64)
     first = members[start]
+    ch, cf = h[first], f[first]  # each class's hash and flipped hash
     V = len(fm.counts)
-    xh, xf = fm.inverse[:n][first], fm.inverse[n:][first]  # each class's hash and flipped hash, as fm's distinct ones
+    xh, xf = fm.inverse[:n][first], fm.inverse[n:][first]  # ... as fm's distinct ones
     by_h, by_f = np.argsort(xh, kind="stable"), np.argsort(xf, kind="stable")
     nh, nf = np.bincount(xh, minlength=V), np.bincount(xf, minlength=V)
     sh, sf = np.concatenate([[0], np.cumsum(nh)]), np.concatenate([[0], np.cumsum(nf)])
-    # (hash side, flipped side) pairs of distinct values: equal, or near either way
-    vx = np.concatenate([np.arange(V), fm.u, fm.v])
-    vy = np.concatenate([np.arange(V), fm.v, fm.u])
-    vd = np.concatenate([np.zeros(V, np.int64), fm.d, fm.d])
-    cnt = nh[vx] * nf[vy]
-    ok = np.flatnonzero(cnt)
-    vx, vy, vd, cnt = vx[ok], vy[ok], vd[ok], cnt[ok]
-    gid = np.repeat(np.arange(len(cnt)), cnt)
-    local = np.arange(int(cnt.sum()), dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-    a, b = np.divmod(local, nf[vy][gid])
-    c1, c2, d = by_h[sh[vx][gid] + a], by_f[sf[vy][gid] + b], vd[gid]
-    keep = c1 != c2  # a class with itself: direct pairs (equal hashes)
-    c1, c2, d = c1[keep], c2[keep], d[keep]
-    lo, hi = np.minimum(c1, c2), np.maximum(c1, c2)
-    o = np.lexsort((d, hi, lo))
-    lo, hi, d = lo[o], hi[o], d[o]
-    one = np.ones(len(lo), bool)
-    one[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])  # found both ways: the closer
-    lo, hi, d = lo[one], hi[one], d[one]
-    direct = np.bitwise_count(h[first[lo]] ^ h[first[hi]]) <= D
-    return MirrorClasses(members, start, size, ss[start], lo, hi, d.astype(np.int64), direct)
+
+    def ways() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """(hash side, flipped side) pairs of distinct values: equal, or near either way, a chunk at a time."""
+        ident = np.arange(V, dtype=np.int64)
+        yield ident, ident, np.zeros(V, np.int64)
+        for u, v, d in fm.edges():
+            yield u, v, d
+            yield v, u, d
+
+    def make() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        for vx, vy, vd in ways():
+            cnt = nh[vx] * nf[vy]
+            ok = np.flatnonzero(cnt)
+            vx, vy, vd, cnt = vx[ok], vy[ok], vd[ok], cnt[ok]
+            for gid, local in _spans(cnt, idx.FOLD):
+                a, b = np.divmod(local, nf[vy[gid]])
+                c1, c2, d = by_h[sh[vx[gid]] + a], by_f[sf[vy[gid]] + b], vd[gid]
+                # a pair of classes is found from each way within the distance: kept from the closer (c1 < c2 on a tie)
+                d2 = np.bitwise_count(ch[c2] ^ cf[c1])
+                keep = (c1 != c2) & ((d2 > D) | (d < d2) | ((d == d2) & (c1 < c2)))  # c1 == c2: direct pairs
+                c1, c2, d = c1[keep], c2[keep], d[keep]
+                lo, hi = np.minimum(c1, c2), np.maximum(c1, c2)
+                yield lo, hi, d.astype(np.int64), np.bitwise_count(ch[lo] ^ ch[hi]) <= D
+
+    split = ss[start]
+    before = MirrorClasses(members, start, size, split, 0, 0, 0, make, None)
+    extra = list(folds(before)) if folds is not None else []
+    held: list[tuple[np.ndarray, ...]] | None = []
+    count = total = across = 0
+    for lo, hi, d, direct in make():
+        for fold in extra:
+            fold(lo, hi, d, direct)
+        count += len(lo)
+        lo_, hi_ = lo[~direct], hi[~direct]
+        pairs = size[lo_] * size[hi_]
+        total += int(pairs.sum())
+        across += int(pairs[split[lo_] != split[hi_]].sum())
+        if held is not None and count <= idx.MAX_EDGES:
+            held.append((lo, hi, d, direct))
+        else:
+            held = None
+    kept = None
+    if held is not None:
+        e = np.zeros(0, np.int64)
+        lo, hi, d, direct = (np.concatenate(z) for z in zip(*held)) if held else (e, e, e, np.zeros(0, bool))
+        o = np.lexsort((hi, lo))
+        kept = (lo[o], hi[o], d[o], direct[o])
+    return replace(before, count=count, total=total, across=across, _held=kept)
 
 
 def _groups(samples: Samples, m: Matches, mc: MirrorClasses | None) -> np.ndarray:
@@ -377,17 +530,12 @@ def _groups(samples: Samples, m: Matches, mc: MirrorClasses | None) -> np.ndarra
     the distinct hashes and the edges between them."""
     if mc is None:
         return m.groups()
-    first = mc.first
-    u = np.concatenate([m.u, m.inverse[first[mc.lo]]])
-    v = np.concatenate([m.v, m.inverse[first[mc.hi]]])
-    label = _components(len(m.counts), u, v)[m.inverse]
-    _, firsts, compact = np.unique(label, return_index=True, return_inverse=True)
-    rank = np.empty(len(firsts), np.int64)
-    rank[np.argsort(firsts, kind="stable")] = np.arange(len(firsts))
-    return rank[compact.reshape(-1)]
+    comp = Components(len(m.counts), m.label)
+    feed(mc.edges(), lambda lo, hi, *_: comp.add(m.inverse[mc.first[lo]], m.inverse[mc.first[hi]]))
+    return group_ids(comp.label[m.inverse])
 
 
-def _summary(samples, m, fm, mc, group, D, flips, listed, complete, exact_n, flip_total, t) -> dict[str, Any]:
+def _summary(samples, m, group, D, flips, listed, complete, exact_n, flip_total, t, pair_counts, dropped) -> dict[str, Any]:
     names = samples.splits
     counts = {names[k]: int((samples.split == k).sum()) for k in range(len(names))}
     ref = _reference(samples)
@@ -400,9 +548,8 @@ def _summary(samples, m, fm, mc, group, D, flips, listed, complete, exact_n, fli
         anywhere = int((t[sel] != 0).sum())
         leaks[name] = {"with_twin_in": ref, "samples": in_ref, "of": counts[name],
                        "fraction": round(in_ref / counts[name], 6) if counts[name] else 0.0, "with_twin_in_any_other_split": anywhere}
-    pc = _pair_counts(samples, m)
+    pc = pair_counts.result()
     sizes = np.bincount(group) if len(group) else np.zeros(0, np.int64)
-    dropped = drop_indices(samples, m, fm, mc)
     return {
         "hash": HASH_NAME, "max_distance": int(D), "flips": bool(flips), "samples": counts,
         "leaks": leaks,
