@@ -25,6 +25,9 @@ a file between a check and its use. So:
   descriptor (fstat), never the path.
 - `atomic_write(path, data)`: a whole file replaced atomically: an O_EXCL temporary beside it,
   fsync, rename over the final name, fsync of the directory.
+- `check_file(path, what)`, `write_file(path, data, what)`: a single file a user names as an output (a
+  contact sheet): written only as a regular file of ours, never through a symlink, never into a FIFO,
+  in a folder others cannot swap it in; then replaced atomically.
 """
 from __future__ import annotations
 
@@ -225,3 +228,79 @@ def atomic_write(path: str | os.PathLike, data: bytes, mode: int = 0o644) -> Pat
     finally:
         os.close(dfd)
     return final
+
+
+class UnsafeFile(DataprepError):
+    """A file dataprep was asked to write that it will not: a symlink, not a regular file, another user's,
+    or in a folder other users could swap it in."""
+
+
+def check_file(path: str | os.PathLike, what: str = "file", *, group_ok: bool = False) -> Path:
+    """`path` if dataprep may write a file of its own there, replacing what the name holds; else
+    UnsafeFile (or UnsafeDirectory) naming it and why. The directories above it pass `check_links`; its
+    folder exists, and it and each folder above it is sticky or not writable by other users (in /tmp,
+    what we create cannot be replaced by others); the name itself, if taken, is a regular file of ours:
+    a symlink is never written through (one planted in a shared folder would redirect the write onto a
+    file of the victim's), and a FIFO, a device or a directory is refused, not opened (a FIFO would block
+    the write forever).
+
+    Args:
+        path: the file to write.
+        what: what it is, for the message ("contact sheet").
+        group_ok: trust a directory the group can write (as DATAPREP_TRUST_GROUP=1 does).
+
+    Returns:
+        `path` as given.
+    """
+    p = Path(path)
+    folder = Path(os.path.abspath(p)).parent
+    check_links(folder, f"folder of this {what}", group_ok=group_ok)
+    try:
+        fst = os.stat(folder)
+    except OSError as e:
+        raise UnsafeFile(f"{p}: cannot write this {what}: no folder {folder} ({e.strerror or e})") from None
+    if not stat.S_ISDIR(fst.st_mode):
+        raise UnsafeFile(f"{p}: cannot write this {what}: {folder} is not a directory")
+    _check_parents(p, folder.resolve(), what, group_ok)
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        return p
+    except OSError as e:
+        raise UnsafeFile(f"{p}: cannot check this {what} ({e.strerror or e})") from None
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = os.readlink(p)
+        except OSError:
+            target = "?"
+        raise UnsafeFile(f"{p}: this {what} is a symlink (to {target}), and dataprep never writes through one (another "
+                         "user may have planted it to point at a file of yours); remove it or give the real path")
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a directory" if stat.S_ISDIR(st.st_mode)
+                else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device")
+        raise UnsafeFile(f"{p}: this {what} is {kind}, not a regular file, and dataprep writes only regular files; "
+                         "remove it or choose another name")
+    uid = os.geteuid()
+    if st.st_uid != uid:
+        raise UnsafeFile(f"{p}: this {what} belongs to uid {st.st_uid}, not to you (uid {uid}), and dataprep does not "
+                         "replace another user's file; choose another name")
+    return p
+
+
+def write_file(path: str | os.PathLike, data: bytes, what: str = "file", mode: int = 0o644, *, group_ok: bool = False) -> Path:
+    """`data` written as a file output of dataprep's: `path` checked as `check_file` does, then replaced
+    atomically (`atomic_write`: an O_EXCL | O_NOFOLLOW temporary beside it, renamed over the name, so a
+    symlink planted there since the check is replaced, never written through).
+
+    Args:
+        path: the file to write.
+        data: its bytes.
+        what: what it is, for messages ("contact sheet").
+        mode: the new file's permission bits (less the umask).
+        group_ok: trust a directory the group can write (as DATAPREP_TRUST_GROUP=1 does).
+
+    Returns:
+        `path` as a Path.
+    """
+    check_file(path, what, group_ok=group_ok)
+    return atomic_write(path, data, mode)

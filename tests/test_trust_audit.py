@@ -1,15 +1,21 @@
 """dataprep audit under attack: hashes that defeat the search's assumptions (thousands of near-identical
 frames, a million equal hashes) in bounded time and memory, with the figures they had when the edges were
-held; each bound beside a size where the code before it exceeded it (the commit bodies give the figures)."""
+held; each bound beside a size where the code before it exceeded it (the commit bodies give the figures);
+and a --sheet path that is a symlink planted in a shared folder, a FIFO, another user's file or in a folder
+others can write, refused without being written through or opened."""
 import json
+import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
 
 from dataprep.audit import index as X
 from dataprep.audit.report import Samples, audit, drop_indices
+from dataprep.audit.sheet import contact_sheet
+from dataprep.safe_paths import UnsafeFile
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from test_audit_core import _messy, flooded  # noqa: E402
@@ -142,3 +148,104 @@ def test_hashes_alike_on_most_bits_are_compared_all_against_all():
     assert idx.candidates > 2 * m.candidates and idx.total == m.total  # the index: more candidates, same pairs
     rnd = np.random.default_rng(0).integers(0, 2**63, 20_000, dtype=np.uint64)
     assert X.find_matches(rnd, 10).candidates < 20_000 * 19_999 // 20  # random hashes keep the index
+
+
+# -- the contact sheet is written as outputs are written -------------------------------------------------
+from test_audit_pack import cli, pack, tree  # noqa: E402,F401 - the small planted pack and its CLI runner
+
+
+def _within(seconds, fn):
+    """fn() in a daemon thread: what it returns, or a failure when it has not returned in `seconds` (a
+    write that blocks would otherwise hang the test run)."""
+    out = {}
+
+    def run():
+        try:
+            out["r"] = fn()
+        except BaseException as e:  # noqa: BLE001 - raised again below, in the test's thread
+            out["e"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"still blocked after {seconds} s"
+    if "e" in out:
+        raise out["e"]
+    return out["r"]
+
+
+def _shared(tmp_path):
+    """A folder every user may write, sticky as /tmp is; another user's when we are root (so that the
+    kernel's protected_symlinks, where on, would follow a link of theirs in it too)."""
+    d = tmp_path / "shared"
+    d.mkdir()
+    os.chmod(d, 0o1777)
+    if os.geteuid() == 0:
+        os.chown(d, OTHER, OTHER)
+    return d
+
+
+OTHER = 4242  # another user's uid (files are given to it only when the tests run as root)
+
+
+def _planted(folder, name, target):
+    link = folder / name
+    os.symlink(target, link)
+    if os.geteuid() == 0:
+        os.lchown(link, OTHER, OTHER)
+    return link
+
+
+def test_the_sheet_is_never_written_through_a_symlink_planted_in_a_shared_folder(pack, tmp_path):  # noqa: F811
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the victim's own file")
+    link = _planted(_shared(tmp_path), "sheet.png", victim)
+    r = cli("audit", pack, "--sheet", link)
+    assert r.exit_code == 2 and "symlink" in r.stderr and str(link) in r.stderr, r.output
+    assert len(r.stderr.strip().splitlines()) == 1  # refused before the audit: one line
+    assert victim.read_text() == "the victim's own file" and os.path.islink(link)
+    with pytest.raises(UnsafeFile, match="symlink"):  # the Python API too
+        contact_sheet([], lambda side: None, link)
+    assert victim.read_text() == "the victim's own file"
+
+
+def test_a_symlink_planted_after_the_check_is_replaced_not_followed(tmp_path, monkeypatch):
+    """The race: the name is free when checked and a link by the time of the write. The sheet goes to a
+    temporary made with O_EXCL | O_NOFOLLOW and is renamed over the name: the link goes, its target stays."""
+    import dataprep.safe_paths as sp
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the victim's own file")
+    path = _shared(tmp_path) / "sheet.png"
+    real = sp.check_file
+    monkeypatch.setattr(sp, "check_file", lambda p, *a, **k: (real(p, *a, **k), _planted(path.parent, path.name, victim))[0])
+    lay = contact_sheet([], lambda side: None, path)
+    assert victim.read_text() == "the victim's own file"
+    assert not os.path.islink(path) and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and lay.width > 0
+
+
+def test_a_fifo_named_as_the_sheet_is_refused_not_opened(pack, tmp_path):  # noqa: F811
+    fifo = tmp_path / "s.png"
+    os.mkfifo(fifo)
+    r = _within(60, lambda: cli("audit", pack, "--sheet", fifo))
+    assert r.exit_code == 2 and "FIFO" in r.stderr and str(fifo) in r.stderr, r.output
+    with pytest.raises(UnsafeFile, match="FIFO"):
+        _within(60, lambda: contact_sheet([], lambda side: None, fifo))
+
+
+def test_the_sheet_goes_only_where_others_cannot_swap_it_nor_over_their_file(pack, tmp_path):  # noqa: F811
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    os.chmod(open_dir, 0o777)  # writable by all, not sticky: anyone could replace the sheet or plant one
+    r = cli("audit", pack, "--sheet", open_dir / "s.png")
+    assert r.exit_code == 2 and "other users" in r.stderr and not (open_dir / "s.png").exists(), r.output
+    if os.geteuid() == 0:  # another user's file in a shared folder: theirs, not ours to replace
+        theirs = _shared(tmp_path) / "theirs.png"
+        theirs.write_bytes(b"theirs")
+        os.chown(theirs, OTHER, OTHER)
+        r = cli("audit", pack, "--sheet", theirs)
+        assert r.exit_code == 2 and f"uid {OTHER}" in r.stderr and theirs.read_bytes() == b"theirs", r.output
+    mine = tmp_path / "mine.png"  # our own file in our own folder: replaced, as before
+    mine.write_bytes(b"old")
+    r = cli("audit", pack, "--sheet", mine)
+    assert r.exit_code == 1 and mine.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", r.output

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ..safe_paths import write_file
 from .panels import MAX_PANELS
 
 THUMB = 160  # each image is fitted into THUMB x THUMB
@@ -56,7 +57,9 @@ def contact_sheet(pairs: Sequence[Mapping[str, Any]], load_image: Callable[[Mapp
     """Draw the first `max_pairs` of `pairs` (the report's rows: "a", "b", "distance", "exact"; pass its
     "shown", which audit chose for panels) to the PNG at `path`; `load_image(side)` gives a side's pixels
     (HW or HWC uint8, RGB) from its split, index and source. An image that cannot be loaded is drawn as a
-    grey square marked so. Returns the layout."""
+    grey square marked so. `path` is written as dataprep writes its outputs (safe_paths.write_file): a
+    symlink, a FIFO or another user's file there is refused (UnsafeFile), never written through. Returns
+    the layout."""
     import cv2
 
     shown = list(pairs[:max_pairs])
@@ -76,8 +79,7 @@ def contact_sheet(pairs: Sequence[Mapping[str, Any]], load_image: Callable[[Mapp
     ok, png = cv2.imencode(".png", sheet[:, :, ::-1])
     if not ok:
         raise OSError(f"cannot encode the contact sheet ({lay.width}x{lay.height}) as PNG")
-    with open(path, "wb") as f:
-        f.write(png.tobytes())
+    write_file(path, png.tobytes(), "contact sheet")  # as dataprep writes outputs: never through a symlink or into a FIFO
     return lay
 
 

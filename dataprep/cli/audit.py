@@ -47,10 +47,17 @@ def audit(ctx, pack, as_json, max_distance, flips, sheet, panels, progress):
 
     from ..errors import DataprepError
 
-    if sheet:  # before the audit, not after it: the sheet's folder must be there
+    if sheet:  # before the audit, not after it: the sheet's folder must be there, its name free or a file of ours
+        from ..safe_paths import check_file
+
         where = Path(sheet).expanduser().resolve().parent
         if not where.is_dir():
             click.echo(f"Error: cannot write the contact sheet {sheet}: no folder {where}", err=True)
+            ctx.exit(UNREADABLE)
+        try:
+            check_file(Path(sheet).expanduser(), "contact sheet")
+        except DataprepError as e:
+            click.echo(f"Error: cannot write the contact sheet: {e}", err=True)
             ctx.exit(UNREADABLE)
     try:
         with opened(pack, needs, progress=shown(progress)) as (local, name), _open(PackSamples, local, name) as ps:
@@ -111,7 +118,11 @@ def _sheet(ps, shown, path):
         key = (side["split"], int(side["index"]))
         return ps.decode(stored[key], f"{key[0]} sample {key[1]}")
 
+    from ..errors import DataprepError
+
     try:
-        return contact_sheet(shown, load, path, max_pairs=len(shown))
+        return contact_sheet(shown, load, Path(path).expanduser(), max_pairs=len(shown))
+    except DataprepError as e:  # safe_paths: what the name holds now is not ours to replace
+        raise SheetError(f"cannot write the contact sheet: {e}") from None
     except OSError as e:
         raise SheetError(f"cannot write the contact sheet {path}: {e.strerror or e}") from None
