@@ -1,8 +1,10 @@
 """dataprep audit under attack: hashes that defeat the search's assumptions (thousands of near-identical
 frames, a million equal hashes) in bounded time and memory, with the figures they had when the edges were
 held; each bound beside a size where the code before it exceeded it (the commit bodies give the figures);
-and a --sheet path that is a symlink planted in a shared folder, a FIFO, another user's file or in a folder
-others can write, refused without being written through or opened."""
+a --sheet path that is a symlink planted in a shared folder, a FIFO, another user's file or in a folder
+others can write, refused without being written through or opened; hash arrays of the wrong dtype, shape
+or length refused naming the split, never cast into other samples (a pack's hash file that lies is refused
+by the pack's readers already, naming the file)."""
 import json
 import os
 import subprocess
@@ -15,6 +17,7 @@ import pytest
 from dataprep.audit import index as X
 from dataprep.audit.report import Samples, audit, drop_indices
 from dataprep.audit.sheet import contact_sheet
+from dataprep.errors import UsageError
 from dataprep.safe_paths import UnsafeFile
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
@@ -249,3 +252,35 @@ def test_the_sheet_goes_only_where_others_cannot_swap_it_nor_over_their_file(pac
     mine.write_bytes(b"old")
     r = cli("audit", pack, "--sheet", mine)
     assert r.exit_code == 1 and mine.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", r.output
+
+
+# -- hash arrays of the wrong dtype, shape or length -----------------------------------------------------
+@pytest.mark.parametrize("bad, says", [
+    (np.array([1.5, 2.7]), "integers"), ([1.5, 2], "1.5"), (np.array([np.nan, 1.0]), "integers"),
+    (np.array([-1, 5], np.int64), "negative"), ([-1, 5], "-1"), ([2**64, 1], "18446744073709551616"),
+    (np.array([True, False]), "integers"), (np.array(["12", "13"]), "integers"), ([[1, 2], [3]], "[1, 2]"),
+    (np.arange(4, dtype=np.uint64).reshape(2, 2), "1-D"), ([[1, 2], [3, 4]], "1-D")])
+def test_hashes_that_are_not_one_unsigned_integer_a_sample_are_refused_naming_the_split(bad, says):
+    """Cast, they were other samples: 1.5 became 1, -1 a hash of 64 ones, NaN 2**63, a (2, 2) array four
+    samples; now each is a UsageError naming the split and what is wrong."""
+    with pytest.raises(UsageError, match=r"split 'val': hashes") as e:
+        Samples.from_splits({"train": {"hashes": [1, 2]}, "val": {"hashes": bad}})
+    assert says in str(e.value)
+    with pytest.raises(UsageError):
+        X.find_matches(bad, 4)
+
+
+def test_flipped_hashes_digests_and_sources_must_match_the_hashes():
+    h = np.array([1, 2], np.uint64)
+    for extra, says in (({"flipped": h[:1]}, "1 flipped"), ({"flipped": np.array([0.5, 1.0])}, "flipped hashes must be integers"),
+                        ({"digests": np.zeros((2, 8), np.uint8)}, "16 bytes"), ({"digests": np.zeros((2, 16))}, "bytes (uint8)"),
+                        ({"digests": np.full((2, 16), 300)}, "past 0..255"), ({"sources": ["a", "b", "c"]}, "3 sources")):
+        with pytest.raises(UsageError, match="split 'train'") as e:
+            Samples.from_splits({"train": {"hashes": h, **extra}})
+        assert says in str(e.value), str(e.value)
+    # what is right is taken: Python ints up to 2**64 - 1, int64 without negatives, uint32, an empty list, flat digests
+    s = Samples.from_splits({"a": {"hashes": [2**64 - 1, 0], "digests": np.zeros(32, np.uint8)},
+                             "b": {"hashes": np.array([3], np.int64), "digests": np.zeros((1, 16), np.uint8)},
+                             "c": {"hashes": np.array([], np.uint32), "digests": np.zeros((0, 16), np.uint8)}})
+    assert s.hashes.tolist() == [2**64 - 1, 0, 3] and s.digests.shape == (3, 16)
+

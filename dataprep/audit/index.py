@@ -35,6 +35,8 @@ from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
+from ..errors import UsageError
+
 HASH_BITS = 64
 CHUNK = 1 << 20  # candidates or listed pairs made at once
 MAX_EDGES = 1 << 21  # pairs of distinct hashes held by Matches at most (24 bytes each); past it they are searched again
@@ -388,6 +390,37 @@ def feed(chunks: Iterable[tuple[np.ndarray, ...]], *folds: Callable[..., None]) 
             f(*c)
 
 
+def as_hashes(values, what: str = "hashes") -> np.ndarray:
+    """`values` as a 1-D uint64 array, one hash a sample, or a UsageError naming `what` and why. Taken:
+    any unsigned integers, signed ones without negatives, Python ints in [0, 2**64), an empty list. Refused
+    rather than cast: floats (1.5 would become 1, NaN anything), booleans, strings, negative values (a
+    wrapped -1 is a hash of 64 ones) and more than one dimension (a flattened (N, 2) is 2N samples)."""
+    try:
+        # a list is read as Python objects: numpy would make [2**64 - 1, 0] floats and [1.5] a float array
+        a = np.asarray(values, dtype=object) if isinstance(values, (list, tuple)) else np.asarray(values)
+        if a.dtype == object:  # each checked, then made uint64
+            for k, x in enumerate(a.reshape(-1)):
+                if not (isinstance(x, (int, np.integer)) and not isinstance(x, bool) and 0 <= x < 2 ** 64):
+                    raise UsageError(f"{what} must be integers from 0 to 2**64 - 1 (uint64 hashes); "
+                                     f"the first that is not, at {k}: {x!r:.40} ({type(x).__name__})")
+            a = a.astype(np.uint64)
+    except (OverflowError, ValueError, TypeError) as e:
+        if isinstance(e, UsageError):
+            raise
+        raise UsageError(f"{what} must be one uint64 hash per sample: {e}") from None
+    if a.size == 0:
+        return np.zeros(0, np.uint64)
+    if a.ndim != 1:
+        raise UsageError(f"{what} must be one uint64 hash per sample (1-D), got shape {a.shape}")
+    if a.dtype == np.bool_ or not np.issubdtype(a.dtype, np.integer):
+        raise UsageError(f"{what} must be integers (uint64 hashes), got {a.dtype}")
+    if np.issubdtype(a.dtype, np.signedinteger) and (a < 0).any():
+        k = int(np.argmax(a < 0))
+        raise UsageError(f"{what} must not be negative (uint64 hashes): {int((a < 0).sum())} are, the first at {k} ({int(a[k])}); "
+                         "hashes stored as int64 are read back with .view(np.uint64)")
+    return a.astype(np.uint64, copy=False)
+
+
 def find_matches(hashes, max_distance: int, search: str = "auto",
                  folds: Callable[[Matches], Sequence[Callable[..., None]]] | None = None) -> Matches:
     """Every pair of samples whose hashes are within `max_distance` bits (0 <= D <= 32).
@@ -404,13 +437,7 @@ def find_matches(hashes, max_distance: int, search: str = "auto",
     Returns:
         The matches. Memory is O(N) plus at most MAX_EDGES edges, whatever the hashes (Matches.edges).
     """
-    h = np.asarray(hashes)
-    if h.ndim != 1:
-        raise ValueError(f"hashes must be one uint64 per sample, got shape {h.shape}")
-    if h.dtype != np.uint64:
-        if not np.issubdtype(h.dtype, np.integer) and len(h):
-            raise ValueError(f"hashes must be integers (uint64), got {h.dtype}")
-        h = h.astype(np.uint64)
+    h = as_hashes(hashes)
     if isinstance(max_distance, bool) or not isinstance(max_distance, (int, np.integer)) or not 0 <= max_distance <= MAX_DISTANCE:
         raise ValueError(f"max_distance must be an integer from 0 to {MAX_DISTANCE}, got {max_distance!r}")
     if search not in SEARCHES:
@@ -454,7 +481,7 @@ def near_pairs(hashes, max_distance: int, limit: int | None = None) -> Pairs:
 
 def cross_pairs(queries, references, max_distance: int, limit: int | None = None) -> Pairs:
     """Every (query i, reference j) within `max_distance` (i indexes `queries`, j `references`)."""
-    q, r = np.asarray(queries, np.uint64), np.asarray(references, np.uint64)
+    q, r = as_hashes(queries, "queries"), as_hashes(references, "references")
     nq = len(q)
     side = (np.arange(nq + len(r)) >= nq).astype(np.int64)  # 0: a query, 1: a reference; i < j puts the query first
     p = find_matches(np.concatenate([q, r]), max_distance).pairs(limit, split=side, across=True)
@@ -463,7 +490,7 @@ def cross_pairs(queries, references, max_distance: int, limit: int | None = None
 
 def brute_force_pairs(hashes, max_distance: int, rows: int = 256) -> Pairs:
     """The reference: every pair compared (in bands of `rows`), sorted by (distance, i, j). O(N^2)."""
-    h = np.asarray(hashes, np.uint64)
+    h = as_hashes(hashes)
     out = []
     for s in range(0, len(h), rows):
         dist = np.bitwise_count(h[s:s + rows, None] ^ h[None, :])
