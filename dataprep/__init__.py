@@ -4,11 +4,10 @@ Importing the package is cheap: torch, OpenCV and Pillow load only when a name t
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from typing import TYPE_CHECKING
 
 from .errors import DataprepError, PackError, UsageError  # light: no heavy imports
+from .version import __version__
 
 _LAZY = {
     "InMemoryImageDataset": ("dataprep.images.dataset", "InMemoryImageDataset"),

@@ -21,7 +21,6 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from . import __version__
 from .engine import Engine, LocalEngine
 from .errors import NothingStored, PackExistsError, option
 from .pack.backends import is_pack
@@ -30,6 +29,7 @@ from .pack.names import check_name, inside
 from .pack.shard import remove_temporaries, reusable_shard, shard_name, write_shard
 from .safe_paths import check_dir, check_links, make_dir
 from .settings import BuildSettings
+from .version import __version__
 
 
 def task_fingerprint(head: list, rows: Iterable[tuple]) -> str:

@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import __version__
 from ..driver import prepare_output
 from ..pack.manifest import write_manifest
 from ..pack.shard import shard_name, write_shard
+from ..version import __version__
 from .columns import VOCAB_FILE, TableSettings, convert
 from .read import read_tables
 

@@ -26,7 +26,6 @@ from typing import Any, Callable, Collection, Iterable, Iterator
 
 import numpy as np
 
-from .. import __version__
 from ..driver import TASK_RECORDS, nothing_stored, prepare_output, remove_entry, task_fingerprint
 from ..errors import DataprepError
 from ..pack.manifest import attachment_record, write_attachment, write_manifest
@@ -35,6 +34,7 @@ from ..safe_paths import open_nofollow
 from ..text import check_ids as _check_ids  # noqa: F401 (token_dtype re-exported)
 from ..text import encode, token_dtype
 from ..text import tokenizer_file as _tokenizer_file
+from ..version import __version__
 from .field import TOKENIZER_FILE, TokensField, tokenizer_from_json
 from .read import PIECE_CHARS, ReadStats, documents, pieces
 
