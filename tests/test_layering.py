@@ -34,12 +34,13 @@ def _run_time_nodes(tree: ast.AST):
                 stack.append(child)
 
 
-def imports(path: Path) -> set[str]:
-    """Every dataprep module `path` imports at run time, wherever in the file the import stands."""
+def imports(path: Path, source: str | None = None) -> set[str]:
+    """Every dataprep module `path` (or `source` read as if it stood there) imports at run time, wherever in
+    the file the import stands."""
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = set()
-    for node in _run_time_nodes(ast.parse(path.read_text())):
+    for node in _run_time_nodes(ast.parse(path.read_text() if source is None else source)):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names if a.name.startswith("dataprep")}
         elif isinstance(node, ast.ImportFrom):
@@ -52,13 +53,14 @@ def imports(path: Path) -> set[str]:
             if not mod.startswith("dataprep"):
                 continue
             # `from pkg import sub` imports the module pkg.sub when there is one
-            subs = [f"{mod}.{a.name}" for a in node.names if f"{mod}.{a.name}" in MODULES]
+            subs = [f"{mod}.{a.name}" for a in node.names if f"{mod}.{a.name}" in MODULES or f"{mod}.{a.name}" in COMPILED]
             out |= set(subs) if subs and len(subs) == len(node.names) else {mod, *subs}
     out.discard(name)
     return {m for m in out if m in MODULES}
 
 
 MODULES = {module_name(p): p for p in ROOT.rglob("*.py")}
+COMPILED = {module_name(p.with_suffix(".py")) for p in ROOT.rglob("*.c")}  # C extensions: `from . import _jpegseg` is a submodule
 GRAPH = {m: imports(p) for m, p in MODULES.items()}
 
 
@@ -92,6 +94,28 @@ def test_no_import_circles():
         if m not in state:
             visit(m, [m])
     assert not cycles, "import circles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def back_arrows(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Imports of a package that holds the importer (`from .. import name` where the name lives in an
+    `__init__.py`): code below a package reaching back up into it, where circles start."""
+    return sorted((m, n) for m, deps in graph.items() for n in deps if m.startswith(n + "."))
+
+
+def test_no_import_runs_back_up_to_a_package_that_holds_it():
+    assert not back_arrows(GRAPH), back_arrows(GRAPH)
+    assert not GRAPH["dataprep.version"]  # a leaf: what records the version imports nothing else through it
+
+
+def test_a_back_arrow_is_caught():
+    """Negative control: the version read from the package root, as the builds once did, is a back-arrow;
+    a sibling submodule read through the package (`from .. import build`) and a C extension are not."""
+    below = MODULES["dataprep.tables.build"]
+    assert imports(below, "from .. import __version__\n") == {"dataprep"}
+    assert imports(below, "from .. import build\n") == {"dataprep.build"}
+    assert imports(MODULES["dataprep.images.codec"], "from . import _jpegseg\n") == set()
+    planted = {**GRAPH, "dataprep.tables.build": GRAPH["dataprep.tables.build"] | {"dataprep"}}
+    assert back_arrows(planted) == [("dataprep.tables.build", "dataprep")]
 
 
 @pytest.mark.parametrize("layer", KIND_FREE)
