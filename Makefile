@@ -17,7 +17,7 @@ EXTRAS ?= $(if $(filter Linux-x86_64,$(shell uname -s)-$(shell uname -m)),test$(
 comma  := ,
 EXTRA_STAMPS = $(addprefix $(STAMP)-,$(subst $(comma), ,$(EXTRAS)))
 
-.PHONY: install demo test bench fuzz clean
+.PHONY: install demo test bench docs fuzz clean
 .NOTPARALLEL:  # the pip steps share one venv
 
 install: $(STAMP) $(EXTRA_STAMPS)
@@ -46,6 +46,12 @@ test: $(STAMP) $(EXTRA_STAMPS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_core.py
+
+# The API reference, generated from the docstrings of the public names (pdoc, the docs extra) into DOCS_OUT;
+# any warning, pdoc's or a docstring's whose Args name no parameter, fails it (scripts/api_docs.py).
+DOCS_OUT ?= build/api
+docs: $(STAMP) $(STAMP)-docs
+	$(PY) scripts/api_docs.py $(DOCS_OUT)
 
 # The compiled part (dataprep/images/_jpegseg.c) under libFuzzer, AddressSanitizer and UndefinedBehaviorSanitizer
 # for FUZZ_SECONDS, every input also held to the Python path (fuzz/run.py says how; it needs clang). The corpus

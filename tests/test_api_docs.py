@@ -1,0 +1,120 @@
+"""The API reference builds clean and says what each public name takes and gives: `make docs` runs
+scripts/api_docs.py, which turns the docstrings of `dataprep.__all__`, `dataprep.build` and
+`dataprep.lightning` into pages with pdoc, every public name an anchor and no warning; the public
+docstrings name only real parameters, and those in COMPLIANT have a summary, Args and Returns."""
+import importlib.util
+import inspect
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "api_docs.py"
+
+# The public names whose docstrings have a summary, `Args:` where they take arguments and `Returns:` where
+# they are functions that return something. A name joins when its docstring is written so.
+COMPLIANT = [
+    "dataprep.detection_collate",
+]
+
+
+def api_docs():
+    spec = importlib.util.spec_from_file_location("api_docs", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_make_docs_installs_the_docs_extra_and_runs_the_reference_build(tmp_path):
+    if shutil.which("make") is None:
+        pytest.skip("needs make")
+    out = subprocess.run(["make", "--no-print-directory", "-n", "docs", f"STAMP={tmp_path / '.installed'}", "DOCS_OUT=somewhere"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert [ln for ln in lines if ".[" in ln] == ['.venv/bin/python -m pip install -q -e ".[docs]"']  # that extra alone
+    assert lines[-1] == ".venv/bin/python scripts/api_docs.py somewhere"
+
+
+def test_the_reference_builds_without_warnings_and_has_every_public_name(tmp_path):
+    pytest.importorskip("pdoc", reason="needs pdoc (pip install 'dataprep[docs]'; the test extra has it)")
+    out = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "api")], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Warning" not in out.stdout + out.stderr, out.stdout + out.stderr
+    import dataprep
+    from dataprep import build
+
+    page = (tmp_path / "api" / "dataprep.html").read_text()
+    submodules = [n for n in dataprep.__all__ if inspect.ismodule(getattr(dataprep, n))]
+    assert sorted(submodules) == ["build", "gpu"]  # a page each, linked from the package's
+    assert [n for n in submodules if f'href="dataprep/{n}.html"' not in page or not (tmp_path / "api" / "dataprep" / f"{n}.html").is_file()] == []
+    assert [n for n in dataprep.__all__ if n not in submodules and f'id="{n}"' not in page] == []
+    front_door = (tmp_path / "api" / "dataprep" / "build.html").read_text()
+    functions = [n for n in build.__all__ if inspect.isfunction(getattr(build, n))]
+    assert len(functions) >= 10 and [n for n in functions if f'id="{n}"' not in front_door] == []
+    if importlib.util.find_spec("lightning") is not None:
+        assert (tmp_path / "api" / "dataprep" / "lightning.html").is_file()
+
+
+def test_no_public_docstring_names_a_parameter_it_does_not_have():
+    mod = api_docs()
+    assert [p for name, obj in mod.public() for p in mod.format_problems(name, obj)] == []
+
+
+def test_the_format_check_sees_a_stale_entry_and_an_empty_section():
+    """Negative control: an Args entry for a parameter that was renamed, and a Returns with nothing in it."""
+    mod = api_docs()
+
+    def crop(image, size):
+        """Crop.
+
+        Args:
+            image: The image.
+            sizes: The side.
+
+        Returns:
+        """
+
+    problems = mod.format_problems("crop", crop)
+    assert len(problems) == 2 and "'sizes'" in problems[1] and "Returns" in problems[0], problems
+
+
+@pytest.mark.parametrize("name", COMPLIANT)
+def test_a_compliant_public_name_has_a_summary_args_and_returns(name):
+    mod = api_docs()
+    obj = dict(mod.public())[name]
+    assert mod.missing_sections(obj) == [], f"{name}: {inspect.getdoc(obj)}"
+
+
+def test_the_section_check_sees_what_is_missing():
+    """Negative control: a function without Args or Returns, a class without Args, a docstring that is only a
+    section; and what needs no section: a function of no arguments returning None."""
+    mod = api_docs()
+
+    def scale(x: float, by: float) -> float:
+        """Multiply."""
+        return x * by
+
+    class Box:
+        """A box."""
+
+        def __init__(self, side: int) -> None:
+            self.side = side
+
+    def reset() -> None:
+        """Forget everything."""
+
+    def only(x):
+        """Args:
+            x: A value.
+        """
+
+    assert mod.missing_sections(scale) == ["Args", "Returns"]
+    assert mod.missing_sections(Box) == ["Args"]
+    assert mod.missing_sections(reset) == []
+    assert mod.missing_sections(only) == ["summary", "Returns"]
