@@ -204,9 +204,22 @@ def _paths(given, what: str) -> builtins.list[str]:
 
 def imagenet(src: str | os.PathLike, out: str | os.PathLike, *, splits: Sequence[str] | str | None = None,
              val_labels: str | os.PathLike | None = None, allow_empty_classes: bool = False, **options) -> BuildSummary:
-    """Pack an ImageNet tree: SRC/train/<wnid>/*.JPEG, SRC/val/ in class folders or flat with a labels file
-    (`val_labels`, else found beside SRC). Labels are the sorted train folders' indices (torchvision's
-    ImageFolder order). `options`: IMAGE_OPTIONS."""
+    """Pack an ImageNet tree: SRC/train/<wnid>/*.JPEG and SRC/val/.
+
+    Labels are the indices of the sorted train folders (torchvision's ImageFolder order). SRC/val/ is in
+    class folders, or flat with a labels file.
+
+    Args:
+        src: The ImageNet folder.
+        out: The pack's folder.
+        splits: The splits to pack ("train,val" or a sequence); None packs every split found.
+        val_labels: The labels file of a flat val/; None looks beside SRC.
+        allow_empty_classes: Keep a class folder that holds no image.
+        **options: The image options (IMAGE_OPTIONS), as the command takes them: `size`, `mode`, `workers`, ...
+
+    Returns:
+        The build's summary; `.lines()` is what the CLI prints.
+    """
     from .sources import scan_imagenet
 
     o = {**_options(options, IMAGE_OPTIONS, "imagenet"), "out": out}
@@ -222,7 +235,20 @@ def imagenet(src: str | os.PathLike, out: str | os.PathLike, *, splits: Sequence
 
 def folder(src: str | os.PathLike, out: str | os.PathLike, *, split: str = "train", allow_empty_classes: bool = False,
            allow_split_named_classes: bool = False, **options) -> BuildSummary:
-    """Pack any class-folder tree: SRC/<class>/**/<image files>. `options`: IMAGE_OPTIONS."""
+    """Pack a class-folder tree: SRC/<class>/**/<image files>.
+
+    Args:
+        src: The folder of class folders.
+        out: The pack's folder.
+        split: The split's name.
+        allow_empty_classes: Keep a class folder that holds no image.
+        allow_split_named_classes: Take class folders all named like splits (train, val) as classes; without
+            it such a root is refused.
+        **options: The image options (IMAGE_OPTIONS), as the command takes them: `size`, `mode`, `workers`, ...
+
+    Returns:
+        The build's summary; `.lines()` is what the CLI prints.
+    """
     from .sources import scan_folder
 
     o = {**_options(options, IMAGE_OPTIONS, "folder"), "out": out}
@@ -232,9 +258,20 @@ def folder(src: str | os.PathLike, out: str | os.PathLike, *, split: str = "trai
 def webdataset(tars: Sequence[str | os.PathLike] | str | os.PathLike, out: str | os.PathLike, *, split: str = "train",
                label_field: str | None = None, caption_field: str | None = None, tokenize: str | os.PathLike | None = None,
                **options) -> BuildSummary:
-    """Pack WebDataset tar shards: files, globs or brace patterns ('shards/train-{000000..000127}.tar'),
-    plain or compressed; labels from `label_field` of the .json (over any .cls), else .cls; captions from
-    `caption_field`, else .txt, tokenized too with `tokenize`. `options`: IMAGE_OPTIONS."""
+    """Pack WebDataset tar shards, plain or compressed.
+
+    Args:
+        tars: Files, globs or brace patterns ('shards/train-{000000..000127}.tar').
+        out: The pack's folder.
+        split: The split's name.
+        label_field: The label's field in each sample's .json (it wins over .cls); None reads .cls.
+        caption_field: The caption's field in the .json; None reads .txt.
+        tokenize: A tokenizer JSON file; the captions are tokenized with it too.
+        **options: The image options (IMAGE_OPTIONS), as the command takes them: `size`, `mode`, `workers`, ...
+
+    Returns:
+        The build's summary; `.lines()` is what the CLI prints.
+    """
     from .sources.webdataset import scan_webdataset
 
     o = {**_options(options, IMAGE_OPTIONS, "webdataset"), "out": out}
@@ -245,8 +282,21 @@ def webdataset(tars: Sequence[str | os.PathLike] | str | os.PathLike, out: str |
 def parquet(files: Sequence[str | os.PathLike] | str | os.PathLike, out: str | os.PathLike, *, image_column: str = "image",
             label_column: str | None = None, caption_column: str | None = None, split: str = "train",
             tokenize: str | os.PathLike | None = None, **options) -> BuildSummary:
-    """Pack tables with an image column: Parquet files, Arrow IPC files or streams, globs of them, or
-    datasets' save_to_disk folders (`split` picks a DatasetDict's split). `options`: IMAGE_OPTIONS."""
+    """Pack tables with an image column.
+
+    Args:
+        files: Parquet files, Arrow IPC files or streams, globs of them, or `datasets` save_to_disk folders.
+        out: The pack's folder.
+        image_column: The column of encoded images.
+        label_column: The column of labels; None for none.
+        caption_column: The column of captions; None for none.
+        split: The split's name; it also picks a DatasetDict's split.
+        tokenize: A tokenizer JSON file; the captions are tokenized with it too.
+        **options: The image options (IMAGE_OPTIONS), as the command takes them: `size`, `mode`, `workers`, ...
+
+    Returns:
+        The build's summary; `.lines()` is what the CLI prints.
+    """
     from .sources.parquet import scan_parquet
 
     o = {**_options(options, IMAGE_OPTIONS, "parquet"), "out": out}
@@ -257,9 +307,22 @@ def parquet(files: Sequence[str | os.PathLike] | str | os.PathLike, out: str | o
 
 def list(csv_file: str | os.PathLike, out: str | os.PathLike, *, root: str | os.PathLike | None = None, split: str = "train",  # noqa: A001
          tokenize: str | os.PathLike | None = None, **options) -> BuildSummary:
-    """Pack the files a CSV lists: path,label[,caption] rows, paths relative to `root` (the CSV's folder by
-    default); rows whose path leaves the root or names no file are skipped with their reasons. `options`:
-    IMAGE_OPTIONS. (Named for `dataprep build list`; inside this module the builtin is builtins.list.)"""
+    """Pack the files a CSV lists, one `path,label[,caption]` row each.
+
+    A row whose path leaves the root or names no file is skipped, with its reason. The name is the
+    command's, `dataprep build list`; inside this module the builtin is builtins.list.
+
+    Args:
+        csv_file: The CSV.
+        out: The pack's folder.
+        root: The folder the paths are relative to; None is the CSV's folder.
+        split: The split's name.
+        tokenize: A tokenizer JSON file; the captions are tokenized with it too.
+        **options: The image options (IMAGE_OPTIONS), as the command takes them: `size`, `mode`, `workers`, ...
+
+    Returns:
+        The build's summary; `.lines()` is what the CLI prints.
+    """
     from .sources.pathlist import scan_list
 
     o = {**_options(options, IMAGE_OPTIONS, "list"), "out": out}
@@ -270,9 +333,28 @@ def segmentation(images: str | os.PathLike, masks: str | os.PathLike, out: str |
                  pairs: str | os.PathLike | None = None, image_suffix: str = "", mask_suffix: str = "", split: str = "train",
                  labels: str | os.PathLike | None = None, mask_dtype: str = "auto", num_classes: int | None = None,
                  **options) -> BuildSummary:
-    """Pack image/mask pairs for semantic segmentation (masks resized nearest, never interpolated): pairs by
-    relative path and stem (less the suffixes), or listed in a `pairs` CSV; `labels` a label map YAML.
-    `options`: IMAGE_OPTIONS."""
+    """Pack image/mask pairs for semantic segmentation.
+
+    Masks are resized nearest, never interpolated. Pairs match by relative path and stem (less the
+    suffixes), or are listed in a CSV.
+
+    Args:
+        images: The folder of images.
+        masks: The folder of masks.
+        out: The pack's folder.
+        pairs: A CSV of image,mask pairs; None pairs by stem.
+        image_suffix: What image stems end with, dropped to pair them (e.g. "_leftImg8bit").
+        mask_suffix: What mask stems end with, dropped to pair them; masks without it are ignored.
+        split: The split's name when `images` has no train/val/test folders.
+        labels: A label map YAML: ids to stored ids, the ignore value, class names, colours.
+        mask_dtype: "uint8", "uint16" or "auto" (uint8 unless a mask holds values above 255).
+        num_classes: Mask values at or above it (but the ignore value) are out of range; None takes it
+            from the label map.
+        **options: The image options (IMAGE_OPTIONS), as the command takes them: `size`, `mode`, `workers`, ...
+
+    Returns:
+        The build's summary; `.lines()` is what the CLI prints.
+    """
     from .segmentation.build import build_segmentation
     from .segmentation.masks import LabelMap
     from .segmentation.pairs import pair_by_stem, pair_from_file
@@ -289,11 +371,23 @@ def segmentation(images: str | os.PathLike, masks: str | os.PathLike, out: str |
 
 def coco(images: str | os.PathLike, out: str | os.PathLike, *, annotations: str | os.PathLike, split: str = "train",
          max_boxes: int = DETECTION_OPTIONS["max_boxes"], **options) -> BuildSummary:
-    """Pack images with boxes from a COCO instances file (`annotations`; images under the folder `images`):
-    category ids become contiguous labels in id order, their names the classes; crowd flags kept; boxes
-    clipped to their image, degenerate ones skipped and counted; images without annotations kept with no
-    boxes; an image with more than `max_boxes` boxes skipped ("too many boxes"). One split, named `split`.
-    `options`: IMAGE_OPTIONS (the boxes are moved with the images)."""
+    """Pack images with boxes from a COCO instances file.
+
+    Category ids become contiguous labels in id order, their names the classes. Crowd flags are kept.
+    Boxes are clipped to their image; degenerate ones are skipped and counted. An image without
+    annotations is kept with no boxes.
+
+    Args:
+        images: The folder of images.
+        out: The pack's folder.
+        annotations: The COCO instances JSON file.
+        split: The split's name.
+        max_boxes: An image with more boxes is skipped ("too many boxes").
+        **options: The image options (IMAGE_OPTIONS); the boxes move with the images.
+
+    Returns:
+        The build's summary; `.lines()` is what the CLI prints.
+    """
     from .sources.coco import scan_coco
 
     o = {**_options(options, IMAGE_OPTIONS, "coco"), "out": out}
@@ -303,10 +397,21 @@ def coco(images: str | os.PathLike, out: str | os.PathLike, *, annotations: str 
 
 def yolo(root: str | os.PathLike, out: str | os.PathLike, *, split: str = "train", max_boxes: int = DETECTION_OPTIONS["max_boxes"],
          **options) -> BuildSummary:
-    """Pack a YOLO dataset: ROOT/images and ROOT/labels/*.txt (normalised cx cy w h), flat or in split folders
-    (images/train, labels/train: `split` picks one, and names the pack's split); class names from
-    ROOT/classes.txt or ROOT/data.yaml; an image with more than `max_boxes` boxes skipped ("too many boxes").
-    `options`: IMAGE_OPTIONS (the boxes are moved with the images)."""
+    """Pack a YOLO dataset: ROOT/images and ROOT/labels/*.txt (normalised cx cy w h).
+
+    The folders are flat or in split folders (images/train, labels/train). Class names come from
+    ROOT/classes.txt or ROOT/data.yaml.
+
+    Args:
+        root: The dataset's folder.
+        out: The pack's folder.
+        split: The split folder to pack, and the pack's split name.
+        max_boxes: An image with more boxes is skipped ("too many boxes").
+        **options: The image options (IMAGE_OPTIONS); the boxes move with the images.
+
+    Returns:
+        The build's summary; `.lines()` is what the CLI prints.
+    """
     from .sources.yolo import scan_yolo
 
     o = {**_options(options, IMAGE_OPTIONS, "yolo"), "out": out}
@@ -349,8 +454,19 @@ def _triple(value, what: str, cast, n: int, example: str) -> tuple | None:
 
 
 def volumes(src: str | os.PathLike, out: str | os.PathLike, **options) -> BuildSummary:
-    """Pack 3-D volumes: SRC/<class>/**/*.npy|*.tif (labelled) or SRC/**/*.npy|*.tif, stored uint16 (or
-    uint8) with their shapes; `masks` a folder of label volumes paired by path. `options`: VOLUME_OPTIONS."""
+    """Pack 3-D volumes: SRC/<class>/**/*.npy|*.tif (labelled) or SRC/**/*.npy|*.tif.
+
+    Volumes are stored uint16 (or uint8) with their shapes.
+
+    Args:
+        src: The folder of volumes.
+        out: The pack's folder.
+        **options: The volume options (VOLUME_OPTIONS): `shape`, `window`, `masks` (a folder of label
+            volumes paired by path), ...
+
+    Returns:
+        The build's summary; `.lines()` is what the CLI prints.
+    """
     from .sources import scan_files
     from .volumes.build import VolumeSettings, build_volumes
     from .volumes.read import VOLUME_EXTENSIONS
@@ -389,10 +505,17 @@ class TokenizeSummary(dict):
 
 
 def tokenize(src: Sequence[str | os.PathLike] | str | os.PathLike, out: str | os.PathLike, **options) -> TokenizeSummary:
-    """Tokenize text (files, directories or globs of .txt, .jsonl, .csv, .parquet, ...) into a token pack of
-    uint16/uint32 token arrays with a document index: with `tokenizer` (a Hugging Face tokenizers JSON
-    file) or a byte-level BPE of `train_bpe` tokens trained first. `options`: TOKENIZE_OPTIONS, as
-    `dataprep tokenize` takes them."""
+    """Tokenize text into a token pack: uint16/uint32 token arrays with a document index.
+
+    Args:
+        src: Files, directories or globs of .txt, .jsonl, .csv, .parquet, ...
+        out: The pack's folder.
+        **options: The options of `dataprep tokenize` (TOKENIZE_OPTIONS): `tokenizer` (a Hugging Face
+            tokenizers JSON file) or `train_bpe` (a byte-level BPE of that many tokens, trained first), ...
+
+    Returns:
+        The summary; `.lines()` is what `dataprep tokenize` prints.
+    """
     from .tokens.read import expand
     from .tokens.tokenize import TokenizeSettings
     from .tokens.tokenize import tokenize as tokenize_files
@@ -445,9 +568,17 @@ def _names(value) -> tuple[str, ...]:
 
 
 def table(src: Sequence[str | os.PathLike] | str | os.PathLike, out: str | os.PathLike, *, target: str, **options) -> TableSummary:
-    """Convert tables (CSV, TSV, Parquet, JSON lines, Excel, ...) to typed arrays: floats, integer codes with
-    vocabularies, statistics and splits; `target` the target column (a name, or a position such as -1
-    without a header). `options`: TABLE_OPTIONS, as `dataprep table` takes them."""
+    """Convert tables to typed arrays: floats, integer codes with vocabularies, statistics and splits.
+
+    Args:
+        src: CSV, TSV, Parquet, JSON lines, Excel, ... files.
+        out: The pack's folder.
+        target: The target column: a name, or a position such as -1 without a header.
+        **options: The options of `dataprep table` (TABLE_OPTIONS).
+
+    Returns:
+        The summary; `.lines()` is what `dataprep table` prints.
+    """
     from .tables.build import build_table, input_bytes
     from .tables.columns import TableSettings
 

@@ -17,7 +17,32 @@ SCRIPT = ROOT / "scripts" / "api_docs.py"
 # The public names whose docstrings have a summary, `Args:` where they take arguments and `Returns:` where
 # they are functions that return something. A name joins when its docstring is written so.
 COMPLIANT = [
+    "dataprep.DataprepError",
+    "dataprep.PackError",
+    "dataprep.UsageError",
+    "dataprep.InMemoryImageDataset",
+    "dataprep.SegmentationDataset",
+    "dataprep.VolumeDataset",
+    "dataprep.DetectionDataset",
     "dataprep.detection_collate",
+    "dataprep.Loader",
+    "dataprep.Mixture",
+    "dataprep.DaliImageLoader",
+    "dataprep.TabularDataset",
+    "dataprep.TokenDataset",
+    "dataprep.Normalize",
+    "dataprep.tokenize",
+    "dataprep.build.coco",
+    "dataprep.build.folder",
+    "dataprep.build.imagenet",
+    "dataprep.build.list",
+    "dataprep.build.parquet",
+    "dataprep.build.segmentation",
+    "dataprep.build.table",
+    "dataprep.build.tokenize",
+    "dataprep.build.volumes",
+    "dataprep.build.webdataset",
+    "dataprep.build.yolo",
 ]
 
 
