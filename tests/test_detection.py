@@ -18,6 +18,7 @@ from dataprep.detection.dataset import trim
 from dataprep.detection.field import BoxesField
 from dataprep.detection.scenes import NAMES, PALETTE, colour_check, write_scenes
 from dataprep.errors import DataprepError, SourceError
+from dataprep.images import geometry as shared
 from dataprep.images.resize import plan as resize_plan
 from dataprep.sources.coco import scan_coco
 from dataprep.sources.yolo import scan_yolo
@@ -109,14 +110,14 @@ def test_the_check_fails_for_wrong_box_geometry(packs, monkeypatch, wrong):
     """Negative controls: a wrong implementation (patched in; workers fork with it) is caught by the same check,
     the exemption for dropped boxes included (they are moved by the same wrong geometry)."""
     crop, flip = CROPS["random+flip"]
-    if wrong == "boxes not flipped":
-        monkeypatch.setattr(geometry, "flip", lambda b, w, which=None: b)
+    if wrong == "boxes not flipped":  # the moves shared with pixels and masks are images/geometry.py's
+        monkeypatch.setattr(shared, "flip_boxes", lambda b, w, which=None: b)
     elif wrong == "boxes not clipped":
         monkeypatch.setattr(geometry, "clip", lambda b, h, w: b)
     else:
         crop, flip = CROPS["center"]
-        real = geometry.crop_maps
-        monkeypatch.setattr(geometry, "crop_maps", lambda c, d, h, w, o: real(None, None, h, w, o))  # a window, not the resize
+        real = shared.crop_maps
+        monkeypatch.setattr(shared, "crop_maps", lambda c, d, h, w, o: real(None, None, h, w, o))  # a window, not the resize
     problems, _, _ = _served_problems(DetectionDataset(packs["raw"]), crop, flip, 0, epochs=1)
     assert len(problems) > 10
 

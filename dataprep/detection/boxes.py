@@ -9,24 +9,18 @@ of width and height inside, at least `min_visibility` of the area).
 Every move is one affine map per sample, X' = X * a + b (x and y each), written as the pixel stages map
 their pixels: OpenCV's resize maps the whole source [0, w) onto the whole output [0, ow), so a box's edges
 scale by ow / w, and a window cut at (top, left) moves them by (-left, -top). The maps are applied to every
-box of a batch at once (`affine`, one row per box, each row its sample's map). Pure numpy: no torch.
+box of a batch at once (`affine`, one row per box, each row its sample's map). The Loader's moves (`affine`,
+`crop_maps`, `flip`) are images/geometry.py's, shared with pixels and masks; this module names them beside the
+box-only steps. Pure numpy: no torch.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..images.crops import CenterCrop
+from ..images.geometry import affine, center_crop_maps, crop_maps
+from ..images.geometry import flip_boxes as flip  # noqa: F401  (box users read it here, beside clip and kept)
 from ..images.resize import Geometry
-
-
-def affine(boxes: np.ndarray, ax, bx, ay, by) -> np.ndarray:
-    """Boxes (K, 4) moved by X' = X * ax + bx, Y' = Y * ay + by; the four may be scalars or one value per box."""
-    out = np.empty(boxes.shape, np.float64)
-    out[:, 0] = boxes[:, 0] * ax + bx
-    out[:, 2] = boxes[:, 2] * ax + bx
-    out[:, 1] = boxes[:, 1] * ay + by
-    out[:, 3] = boxes[:, 3] * ay + by
-    return out
 
 
 def resize_map(geom: Geometry) -> tuple[float, float, float, float]:
@@ -45,36 +39,6 @@ def through_resize(boxes: np.ndarray, geom: Geometry) -> np.ndarray:
     return affine(boxes, *resize_map(geom))
 
 
-def crop_maps(crop, boxes_drawn: np.ndarray | None, heights, widths, out_hw: tuple[int, int]) -> tuple[np.ndarray, ...]:
-    """(ax, bx, ay, by), one value per sample, of what the Loader does to the stored pixels: a crop plan's box
-    (top, left, height, width) resized to the output (RandomResizedCrop), CenterCrop's resize and central cut,
-    or, for crop=(H, W) or no crop, the central window padded where smaller (resize.center_crop_into)."""
-    hh, ww = np.asarray(heights, np.float64), np.asarray(widths, np.float64)
-    oh, ow = out_hw
-    if isinstance(crop, CenterCrop):
-        return _center_crop_maps(crop, hh, ww, oh, ow)
-    if boxes_drawn is not None:
-        t, l, bh, bw = (np.asarray(boxes_drawn[:, k], np.float64) for k in range(4))
-        ax, ay = ow / bw, oh / bh
-        return ax, -l * ax, ay, -t * ay
-    hi, wi = hh.astype(np.int64), ww.astype(np.int64)
-    top, left = np.maximum(0, (hi - oh) // 2), np.maximum(0, (wi - ow) // 2)
-    ph, pw = np.minimum(oh, hi - top), np.minimum(ow, wi - left)
-    y, x = (oh - ph) // 2, (ow - pw) // 2
-    one = np.ones(len(hh))
-    return one, (x - left).astype(np.float64), one, (y - top).astype(np.float64)
-
-
-def _center_crop_maps(plan: CenterCrop, hh: np.ndarray, ww: np.ndarray, oh: int, ow: int) -> tuple[np.ndarray, ...]:
-    """CenterCrop as images/crops.apply does it: the shorter side resized to `plan.resize` (the other truncated,
-    torchvision's Resize(int)), then the window at round((resized - out) / 2) (half to even, as Python's round)."""
-    tall = hh > ww
-    rh = np.where(tall, np.floor(plan.resize * hh / ww), plan.resize)
-    rw = np.where(tall, plan.resize, np.floor(plan.resize * ww / hh))
-    top, left = np.round((rh - oh) / 2.0), np.round((rw - ow) / 2.0)
-    return rw / ww, -left, rh / hh, -top
-
-
 def through_crop(boxes: np.ndarray, crop_box, out_hw: tuple[int, int]) -> np.ndarray:
     """Boxes of a stored image in the output of a crop box (top, left, height, width) resized to out_hw."""
     maps = crop_maps(None, np.asarray([crop_box], np.float64), [0], [0], out_hw)
@@ -83,7 +47,7 @@ def through_crop(boxes: np.ndarray, crop_box, out_hw: tuple[int, int]) -> np.nda
 
 def through_center_crop(boxes: np.ndarray, plan: CenterCrop, hw: tuple[int, int]) -> np.ndarray:
     """Boxes of a stored image of size hw in CenterCrop `plan`'s output."""
-    maps = _center_crop_maps(plan, np.array([hw[0]], np.float64), np.array([hw[1]], np.float64), *plan.size)
+    maps = center_crop_maps(plan, np.array([hw[0]], np.float64), np.array([hw[1]], np.float64), *plan.size)
     return affine(boxes, *(float(m[0]) for m in maps))
 
 
@@ -116,17 +80,6 @@ def from_stored(boxes: np.ndarray, orientation: int, height: int, width: int) ->
     xa, ya = move(b[:, 0], b[:, 1], width, height)
     xb, yb = move(b[:, 2], b[:, 3], width, height)
     return np.stack([np.minimum(xa, xb), np.minimum(ya, yb), np.maximum(xa, xb), np.maximum(ya, yb)], 1).reshape(-1, 4)
-
-
-def flip(boxes: np.ndarray, width, which: np.ndarray | None = None) -> np.ndarray:
-    """Boxes mirrored in an image `width` wide (x -> width - x, so x1 and x2 swap roles); with `which` (one
-    bool per box), only those rows. In place; returns `boxes`."""
-    rows = slice(None) if which is None else which
-    w = width if np.isscalar(width) else np.asarray(width)[rows]
-    x1 = boxes[rows, 0].copy()
-    boxes[rows, 0] = w - boxes[rows, 2]
-    boxes[rows, 2] = w - x1
-    return boxes
 
 
 def clip(boxes: np.ndarray, height, width) -> np.ndarray:

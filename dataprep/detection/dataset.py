@@ -3,7 +3,7 @@
 
 Pixels are served as InMemoryImageDataset serves them (its crop plans cut each one, JPEG decoded at the scale the
 crop allows); the boxes of each sample go through the same crop box, output size and flip, drawn once for both
-from the request's (seed, epoch) and the sample's index (images/crops.py), then clipped to the output and kept
+from the request's (seed, epoch) and the sample's index (images/geometry.py), then clipped to the output and kept
 when at least `min_size` pixels of width and height (and `min_visibility` of the area) stay inside
 (detection/boxes.py). A batch holds boxes (B, M, 4) float32 in output pixels, labels (B, M) int64 padded with -1
 and counts (B,) int64. The Loader's buffers hold the most boxes any held sample has stored (counted from the
@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ..errors import DataprepError, PackError
-from ..images import crops
+from ..images import geometry as shared
 from ..images.dataset import InMemoryImageDataset
 from ..serve.request import Request
 from . import boxes as geometry
@@ -195,32 +195,23 @@ class DetectionDataset(InMemoryImageDataset):
         req = request or Request()
         images = out["images"]
         held, keys, at, row = self._place(idx, {"images": images}, req, rows)  # part, resolution; pixels only
-        crop = req.crop
-        plan = crop is not None and not isinstance(crop, (tuple, list))
-        key = (req.seed, req.epoch)
         heights, widths = self._shapes[held, 0], self._shapes[held, 1]
-        drawn = crop.boxes(heights, widths, key, keys) if plan else None
-        flipped = crops.flips(key, keys) if req.flip else None
-        self._pixels_into(held, images, at, row, crop, drawn)
-        if flipped is not None:
-            for k in np.flatnonzero(flipped):
-                crops.flip_into(images[row[k]])
-        self._boxes_into(held, out, np.asarray(list(row), np.int64), crop, drawn, flipped, heights, widths, images.shape[1:3])
+        drawn = shared.draw(req.crop, req.flip, (req.seed, req.epoch), keys, images.shape[1:3], heights, widths)
+        self._pixels_into(held, images, at, row, req.crop, drawn.boxes)
+        shared.flip_into(drawn, images, row)
+        self._boxes_into(held, out, np.asarray(list(row), np.int64), drawn)
 
-    def _boxes_into(self, held: np.ndarray, out: dict[str, np.ndarray], rows: np.ndarray, crop, drawn, flipped,
-                    heights, widths, out_hw) -> None:
-        """The samples' boxes moved as their pixels were (crop_maps: one affine map each), flipped, clipped to
-        the output, kept by min_size / min_visibility (crowd dropped with crowd="drop"), padded into their rows."""
+    def _boxes_into(self, held: np.ndarray, out: dict[str, np.ndarray], rows: np.ndarray, drawn: shared.Draws) -> None:
+        """The samples' boxes moved as their pixels were (images/geometry.py: the same draws' affine map and
+        flip), clipped to the output, kept by min_size / min_visibility (crowd dropped with crowd="drop"),
+        padded into their rows."""
         starts = np.asarray(self._box_offsets[held], np.int64)
         n_boxes = np.asarray(self._box_offsets[held + 1], np.int64) - starts
         sel = geometry.ranges(starts, n_boxes)
         owner = np.repeat(np.arange(len(held)), n_boxes)
-        oh, ow = (int(v) for v in out_hw)
-        maps = geometry.crop_maps(crop if not isinstance(crop, (tuple, list)) else None, drawn, heights, widths, (oh, ow))
+        oh, ow = drawn.out_hw
         stored = np.asarray(self._boxes[sel], np.float64).reshape(-1, 4)
-        whole = geometry.affine(stored, *(m[owner] for m in maps))
-        if flipped is not None:
-            geometry.flip(whole, ow, flipped[owner])
+        whole = shared.boxes_through(drawn, stored, owner)
         clipped = geometry.clip(whole.copy(), oh, ow)
         keep = geometry.kept(clipped, whole, self.min_size, self.min_visibility) & geometry.positive(stored)
         crowd = np.asarray(self._box_crowd[sel]).astype(bool)

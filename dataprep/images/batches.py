@@ -1,8 +1,8 @@
 """Batches for the Loader: takes an image dataset's cached split and a request (epoch, seed, resolution,
 crop, flip), gives its batch layout and fills batch rows: decoded packs by one gather, JPEG packs decoded
 one by one straight into their row (at a reduced DCT scale where the crop allows), cut by the crop plan
-and flipped by the request's draws. A mixin of InMemoryImageDataset (images/dataset.py), which holds the
-arrays.
+and flipped by the request's draws (images/geometry.py, which moves boxes and masks by the same). A mixin
+of InMemoryImageDataset (images/dataset.py), which holds the arrays.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import DataprepError, PackError
 from ..pack.arrays import take_rows
 from ..serve.request import Request
-from . import crops, resample
+from . import crops, geometry, resample
 from .captions import fill_caption_ids
 from .codec import decode_cv2_reduced, decode_fast, fast_decoding, jpeg_problem, region_of
 from .crops import CenterCrop, RandomResizedCrop
@@ -261,27 +261,27 @@ class BatchFilling:
     def fill_parts(parts, out: dict[str, np.ndarray]) -> None:
         """Image datasets' samples into their rows of one batch: parts of (dataset, idx, rows, request), as
         each dataset's fill_batch fills them (a Mixture's members, one request each: its epoch and seed,
-        one crop and flip for all), with every part's crop boxes and flips drawn in one pass: a draw costs
-        numpy's overhead per call, so it is paid once a batch, not once per member in it."""
+        one crop and flip for all), with every part's crop boxes and flips drawn in one pass (geometry.draw):
+        a draw costs numpy's overhead per call, so it is paid once a batch, not once per member in it."""
         crop, flip = parts[0][3].crop, parts[0][3].flip
         placed = [d._place(idx, out, req, rows) for d, idx, rows, req in parts]  # (idx, keys, at, row)
-        plan = crop is not None and not isinstance(crop, (tuple, list))
+        plan = geometry.plan_of(crop) is not None
+        drawn = None
         if plan or flip:
             keys = [(req.seed, req.epoch) for *_, req in parts]
             which = np.repeat(np.arange(len(parts)), [len(p[0]) for p in placed]) if len(parts) > 1 else None
-            key = keys if which is not None else keys[0]
-            drawn = np.concatenate([p[1] for p in placed])
-        if plan:
-            heights = np.concatenate([d._shapes[p[0], 0] for (d, *_), p in zip(parts, placed)])
-            widths = np.concatenate([d._shapes[p[0], 1] for (d, *_), p in zip(parts, placed)])
-            boxes = crop.boxes(heights, widths, key, drawn) if which is None else crop.boxes(heights, widths, key, drawn, which)
-        flipped = crops.flips(key, drawn, which) if flip else None
+            heights = widths = None
+            if plan:
+                heights = np.concatenate([d._shapes[p[0], 0] for (d, *_), p in zip(parts, placed)])
+                widths = np.concatenate([d._shapes[p[0], 1] for (d, *_), p in zip(parts, placed)])
+            drawn = geometry.draw(crop, flip, keys if which is not None else keys[0], np.concatenate([p[1] for p in placed]),
+                                  out["images"].shape[1:3], heights, widths, which)
         start = 0
         for (d, *_), (idx, _, at, row) in zip(parts, placed):
-            d._pixels_into(idx, out["images"], at, row, crop, boxes[start : start + len(idx)] if plan else None)
-            if flip:
-                for k in np.flatnonzero(flipped[start : start + len(idx)]):
-                    crops.flip_into(out["images"][row[k]])
+            part = drawn.part(start, start + len(idx)) if drawn is not None else None
+            d._pixels_into(idx, out["images"], at, row, crop, part.boxes if part is not None else None)
+            if part is not None:
+                geometry.flip_into(part, out["images"], row)
             start += len(idx)
 
     def _place(self, idx, out: dict[str, np.ndarray], request: Request, rows):
