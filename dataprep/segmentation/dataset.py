@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 from ..errors import DataprepError, PackError
+from ..images import geometry
 from ..images.dataset import InMemoryImageDataset
-from ..images.resize import center_crop_into
 from ..pack.arrays import take_rows
 from ..serve.request import Request
 from .field import mask_key, served_fields
@@ -110,11 +110,8 @@ class SegmentationDataset(InMemoryImageDataset):
 
     # -- the batch-fetch protocol of the fast Loader ---------------------------------------------
     def batch_layout(self, request: Request | None = None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-        """{"images": ((H, W, C), dtype), "masks": ((H, W), mask dtype)}; variable-size packs need crop=(H, W)."""
-        request = request or Request()
-        if (request.crop is not None and not isinstance(request.crop, (tuple, list))) or request.flip:
-            raise DataprepError("the Loader serves image-mask pairs center-cropped (crop=(H, W)); random crops and flips "
-                                "of pairs are the joint transforms of segmentation/transforms.py (stock DataLoader)")
+        """{"images": ((H, W, C), dtype), "masks": ((H, W), mask dtype)}: the images' layout (a crop plan's output
+        size, or crop=(H, W); variable-size packs need one), the masks the same (H, W)."""
         images = super().batch_layout(request)["images"]
         return {"images": images, "masks": (images[0][:2], self.mask_dtype)}
 
@@ -125,21 +122,28 @@ class SegmentationDataset(InMemoryImageDataset):
     fill_parts = None  # the image kind's fills images only: a Mixture fills pairs member by member, masks too
 
     def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray], request: Request | None = None) -> None:
-        """Write samples `idx` into `out`: fixed-size raw packs by two gathers, others one by one, each
-        center-cropped (images padded black, masks with the ignore value or 0)."""
+        """Write samples `idx` into `out`'s first rows: images as the image kind cuts them (a crop plan's box, or
+        the central window padded black), each mask through the same draws (images/geometry.py: the same box,
+        resized nearest, or the same window padded with the ignore value or 0), then both flipped together."""
         if self.joint is not None:
             raise DataprepError("the batch path serves the stored pairs; crop or flip the batch on the GPU")
-        request = request or Request()
-        if request.resolution is not None and request.resolution != self.resolution:
-            self.use(request.resolution)
-        idx = np.asarray(self._held_row(np.asarray(idx, np.int64), request.epoch), np.int64)  # positions -> held rows
-        images, masks, n = out["images"], out["masks"], len(idx)
+        req = request or Request()
+        images, masks = out["images"], out["masks"]
+        held, keys, at, row = self._place(idx, {"images": images}, req, None)  # resolution, held rows, draw keys
+        plan = geometry.plan_of(req.crop)
+        heights, widths = (self._shapes[held, 0], self._shapes[held, 1]) if plan is not None else (None, None)
+        drawn = geometry.draw(req.crop, req.flip, (req.seed, req.epoch), keys, images.shape[1:3], heights, widths)
+        self._pixels_into(held, images, at, row, req.crop, drawn.boxes)
         data = self._mask_arrays["masks"]
-        if self._pixels is not None and images.shape[1:] == self._pixels.shape[1:]:
-            take_rows(self._pixels, idx, images[:n])
-            take_rows(data, idx, masks[:n, :, :, None] if data.ndim == 4 else masks[:n])
-            return
-        fill = self.ignore_index or 0
-        for k, i in enumerate(idx):
-            center_crop_into(self.image(int(i)), images[k])
-            center_crop_into(self.mask(int(i))[:, :, None], masks[k][:, :, None], fill)
+        if plan is None and self._pixels is not None and images.shape[1:] == self._pixels.shape[1:]:
+            take_rows(data, held, masks[at, :, :, None] if data.ndim == 4 else masks[at])
+        else:
+            fill = self.ignore_index or 0
+            for k, i in enumerate(held.tolist()):
+                geometry.mask_into(drawn, k, self._mask_at(i), masks[row[k]], fill)
+        geometry.flip_into(drawn, images, row)
+        geometry.flip_into(drawn, masks, row)
+
+    def _mask_at(self, i: int) -> np.ndarray:
+        """Held row i's mask (H, W): a view where the pack stores masks raw, as every segmentation pack does."""
+        return self.mask_field.sample(self._mask_arrays, i)[..., 0]
