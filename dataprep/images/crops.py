@@ -36,11 +36,17 @@ def _interpolation(name: str) -> str:
 
 
 class RandomResizedCrop:
-    """Cut a random box (area fraction in `scale`, aspect ratio in `ratio`) and resize it to `size`.
+    """Cut a random box and resize it to `size`.
 
     "bilinear" is torchvision's antialiased bilinear (PIL's triangle filter, whose support grows with the
-    shrink), approximated in fewer operations than INTER_AREA's (see images/resample.py); "bicubic" enlarges bicubic
-    and shrinks by area averaging; "nearest" is nearest.
+    shrink), approximated in fewer operations than INTER_AREA's (see images/resample.py). "bicubic" enlarges
+    bicubic and shrinks by area averaging. "nearest" is nearest.
+
+    Args:
+        size: The output side, or (height, width).
+        scale: The box's area as a fraction of the image's: (low, high).
+        ratio: The box's aspect ratio (width / height): (low, high).
+        interpolation: "bilinear", "bicubic" or "nearest".
     """
 
     def __init__(self, size, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), interpolation: str = "bilinear"):
@@ -112,8 +118,13 @@ def _try_keys(key: tuple[int, ...]) -> np.ndarray:
 
 
 class CenterCrop:
-    """The evaluation transform: resize the shorter side to `resize` [default: size / 0.875, the standard
-    256 for 224], then cut the central `size` window."""
+    """The evaluation transform: resize the shorter side, then cut the central window.
+
+    Args:
+        size: The window's side, or (height, width).
+        resize: The shorter side after resizing; None is size / 0.875 (the standard 256 for 224).
+        interpolation: "bilinear", "bicubic" or "nearest", as RandomResizedCrop's.
+    """
 
     def __init__(self, size, resize: int | None = None, interpolation: str = "bilinear"):
         self.size = _size(size)

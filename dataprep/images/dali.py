@@ -55,10 +55,16 @@ def gpu_count() -> int:
 class DaliAugment:
     """What the pipeline does between decoding and the batch.
 
-    preset "train": fused decode + random-resized crop (`decoders.image_random_crop`, ROI decoding: only the
-    crop is decoded) with `area` (fraction of the image) and `aspect_ratio` ranges, resized to `size`, and a
-    random horizontal flip; "eval": decode, resize the shorter side to `resize` [default "auto": size *
-    256 / 224; None: no resize], center crop `size`. `size` is (H, W) or one int.
+    Preset "train" fuses decoding with a random-resized crop (`decoders.image_random_crop`, ROI decoding:
+    only the crop is decoded), resizes it to `size` and flips it at random. Preset "eval" decodes,
+    resizes the shorter side to `resize` and cuts the central `size` window.
+
+    Args:
+        preset: "train" or "eval".
+        size: The output side, or (height, width).
+        resize: The shorter side before an eval crop: "auto" is size * 256 / 224; None does not resize.
+        area: The train crop's area as a fraction of the image's: (low, high).
+        aspect_ratio: The train crop's aspect ratio: (low, high).
     """
 
     preset: str = "train"
@@ -92,9 +98,14 @@ class DaliAugment:
 
 @dataclass(frozen=True)
 class DaliNormalize:
-    """The end of the pipeline (`crop_mirror_normalize`): (x - mean) / std per channel in 0-255 units (one value
-    each for grayscale packs; ImageNet's by default, averaged for grayscale), as `dtype` (torch.float32,
-    torch.float16, or torch.uint8 with mean 0 and std 1 for the pixels themselves) in `layout` "nchw" or "nhwc"."""
+    """The end of the pipeline (`crop_mirror_normalize`): (x - mean) / std per channel, in 0-255 units.
+
+    Args:
+        mean: One value a channel (one for grayscale packs); ImageNet's by default, averaged for grayscale.
+        std: One value a channel, as `mean`.
+        dtype: torch.float32, torch.float16, or torch.uint8 (with mean 0 and std 1: the pixels themselves).
+        layout: "nchw" or "nhwc".
+    """
 
     mean: Sequence[float] = IMAGENET_MEAN
     std: Sequence[float] = IMAGENET_STD

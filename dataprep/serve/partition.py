@@ -29,7 +29,18 @@ from . import contract
 
 @dataclass(frozen=True)
 class Partition:
-    """Which node this process is on, of how many, and its rank among the node's processes."""
+    """Which node this process is on, of how many, and its rank among the node's processes.
+
+    `Partition.from_env()` reads them from torchrun's environment.
+
+    Args:
+        nodes: How many nodes share the pack.
+        node: This node's index, from 0.
+        seed: Draws the order in which shards are dealt into parts.
+        rotate_every: Every this many epochs each node takes the next node's part; 0 never moves them.
+        local_rank: This process's rank among the node's processes.
+        local_world: How many processes the node runs.
+    """
 
     nodes: int
     node: int

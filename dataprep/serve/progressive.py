@@ -19,10 +19,15 @@ from ..errors import DataprepError
 class Schedule:
     """Which resolution each epoch uses: a linear ramp or an explicit table, rounded to sizes that exist.
 
-    `Schedule.ramp(sizes, start=128, end=256, first_epoch=0, last_epoch=10)` goes from `start` at
-    `first_epoch` to `end` at `last_epoch` linearly, each epoch rounded to the nearest available size
-    (ties go to the smaller); `Schedule.table(sizes, {0: 128, 5: 192, 10: 256})` holds each entry until
-    the next.
+    Make one with `Schedule.ramp` or `Schedule.table`. `Schedule.ramp(sizes, start=128, end=256,
+    first_epoch=0, last_epoch=10)` goes linearly from `start` at `first_epoch` to `end` at `last_epoch`.
+    Each epoch is rounded to the nearest available size; ties go to the smaller.
+    `Schedule.table(sizes, {0: 128, 5: 192, 10: 256})` holds each entry until the next.
+
+    Args:
+        sizes: The resolutions the pack holds.
+        points: Epoch to resolution: the ramp's two ends, or the table.
+        ramp: Interpolate between the points (a ramp), or hold each (a table).
     """
 
     def __init__(self, sizes: Sequence[int], points: Mapping[int, float], ramp: bool):
@@ -61,8 +66,19 @@ class Schedule:
 
 
 class ResolutionBatchSampler:
-    """Batches of `(resolution, index)` pairs: this epoch's resolution from the schedule, indices shuffled
-    from (seed, epoch) or taken from any sampler (a DistributedSampler included). Call `set_epoch`."""
+    """Batches of `(resolution, index)` pairs, this epoch's resolution from the schedule.
+
+    Indices are shuffled from (seed, epoch), or taken from any sampler (a DistributedSampler included).
+    Call `set_epoch` before each epoch.
+
+    Args:
+        sampler_or_length: A sampler, or the dataset's length.
+        batch_size: Samples a batch.
+        schedule: The resolution of each epoch.
+        shuffle: Shuffle the indices (without a sampler).
+        seed: The shuffle's seed.
+        drop_last: Leave out a last, smaller batch.
+    """
 
     def __init__(self, sampler_or_length, batch_size: int, schedule: Schedule, shuffle: bool = True,
                  seed: int = 0, drop_last: bool = False):

@@ -124,10 +124,17 @@ class EpochStats:
 
 
 class DataWait:
-    """The consumer-side figures for any iterable of batches: `for batch in DataWait(DataLoader(...))`,
-    then `.stats()`. Each pass over it is an epoch; wait_s is the time spent in `next()`. The stock
-    DataLoader's workers report nothing, so worker_busy and decode_paths are not available here (the
-    Loader's `stats()` has them); `samples` counts the first dimension of each batch's first tensor."""
+    """The consumer-side figures for any iterable of batches.
+
+    Use `for batch in DataWait(DataLoader(...))`, then `.stats()`. Each pass over it is an epoch; wait_s
+    is the time spent in `next()`. The stock DataLoader's workers report nothing, so worker_busy and
+    decode_paths are not available here (the Loader's `stats()` has them). `samples` counts the first
+    dimension of each batch's first tensor.
+
+    Args:
+        batches: Any iterable of batches, such as a DataLoader or a Loader.
+        threshold: The share of the time spent waiting above which the verdict says data-bound.
+    """
 
     def __init__(self, batches: Iterable, threshold: float = DATA_BOUND):
         self.batches, self.threshold = batches, threshold

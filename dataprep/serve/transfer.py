@@ -55,8 +55,18 @@ class Normalize(torch.nn.Module):
 
 
 def to_device(batch: Any, device: torch.device | str, pin: bool = True) -> Any:
-    """Copy a batch (tensors in tuples, lists or dicts) to `device`; for CUDA through pinned memory with
-    non_blocking=True, so the copy overlaps with compute. On the CPU it returns the batch unchanged."""
+    """Copy a batch (tensors in tuples, lists or dicts) to `device`.
+
+    For CUDA the copy goes through pinned memory with non_blocking=True, so it overlaps with compute.
+
+    Args:
+        batch: A tensor, or tuples, lists and dicts of them.
+        device: The device to copy to.
+        pin: Pin CPU tensors first (for CUDA).
+
+    Returns:
+        The batch, of the same structure, on `device`; on the CPU the batch unchanged.
+    """
     device = torch.device(device)
     if isinstance(batch, torch.Tensor):
         if device.type == "cpu":

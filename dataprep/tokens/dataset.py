@@ -205,7 +205,15 @@ class TokenDataset(Dataset):
 
 
 class DocumentDataset(Dataset):
-    """One document's token ids per item (int64, without the end-of-text id that follows it in the pack)."""
+    """One document's token ids per item, int64.
+
+    The end-of-text id that follows each document in the pack is left out.
+
+    Args:
+        pack: The token pack's folder.
+        split: The split's name.
+        cache: Where the split is held: "ram", or another cache mode as TokenDataset takes.
+    """
 
     def __init__(self, pack, split: str = "train", cache: str = "ram"):
         self.pack, self.split, self.cache = pack, split, cache
