@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import cv2
@@ -501,3 +503,75 @@ def test_a_sheet_in_a_missing_folder_is_named_before_the_audit(pack, tmp_path):
     assert r.exit_code == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "contact sheet" in lines[0] and str(tmp_path / "nodir" / "x.png") in lines[0]
+
+
+# -- a forged pack -----------------------------------------------------------------------------------------
+_AUDITED = r"""
+import json, resource, sys, time
+from click.testing import CliRunner
+from dataprep.cli import main
+out = []
+for args in json.loads(sys.argv[1]):
+    t = time.perf_counter()
+    r = CliRunner().invoke(main, args + ["--no-progress"])
+    out.append({"code": r.exit_code, "stderr": r.stderr, "seconds": time.perf_counter() - t})
+print(json.dumps({"runs": out, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def _forged(pack: Path, tmp_path: Path, data: bytes, shape: tuple[int, int, int]) -> tuple[Path, int]:
+    """A copy of the pack whose train sample that the sheet shows first (in train's first shard) holds `data`
+    with its shape, offsets and checksums made to agree: (the copy, the sample)."""
+    from .test_trust_jpeg import forge
+
+    out = tmp_path / "forged"
+    shutil.copytree(pack, out)
+    i = next(p["a"]["index"] for p in _audit_json(pack)[1]["shown"] if p["a"]["split"] == "train")
+    assert i < json.loads((pack / "manifest.json").read_text())["splits"]["train"]["shards"][0]["count"]
+    forge(out, i, data, shape)
+    return out, i
+
+
+def test_a_633_byte_jpeg_declaring_32767_square_is_refused_by_every_audit_that_decodes(pack, tmp_path):
+    """--flips, a pack hashed on the fly and --sheet decode stored JPEGs: each refuses the forged frame from its
+    header (the audits with an error naming the sample, the sheet with a panel that says so), in bounded time
+    and memory. Before, each decoded it to 3.2 GB."""
+    from .test_trust_jpeg import declaring, photo, pil_jpeg
+
+    tiny = declaring(pil_jpeg(photo(8, 8, 0), quality=90), 32767, 32767)
+    forged, i = _forged(pack, tmp_path, tiny, (32767, 32767, 3))
+    unstored = tmp_path / "unstored"  # hashed on the fly: the manifest names another hash than the audit's
+    shutil.copytree(forged, unstored)
+    m = json.loads((unstored / "manifest.json").read_text())
+    m["audit"]["hash"] = "another-hash"
+    (unstored / "manifest.json").write_text(json.dumps(m))
+    runs = [["audit", str(forged), "--flips"], ["audit", str(unstored)], ["audit", str(forged), "--sheet", str(tmp_path / "s.png")]]
+    r = subprocess.run([sys.executable, "-c", _AUDITED, json.dumps(runs)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    for args, run in zip(runs[:2], got["runs"]):
+        assert run["code"] == 2, (args, run)
+        assert f"{args[1]}/train: sample {i} (" in run["stderr"], (args, run)
+        assert "bytes, fewer than a complete 32767x32767 JPEG holds" in run["stderr"], (args, run)
+    sheet = got["runs"][2]  # the sheet draws a sample it cannot load as such ("cannot load"), as it did
+    assert sheet["code"] == 1 and "sheet: " in sheet["stderr"] and (tmp_path / "s.png").exists(), sheet
+    assert max(run["seconds"] for run in got["runs"]) < 30, got
+    assert got["rss_mb"] < 600, got  # a decoder that allocated the frame: 3.2 GB
+    assert cli("audit", pack, "--flips").exit_code == 1  # the pack it was forged from audits (its leaks: exit 1)
+
+
+def test_a_complete_jpeg_over_what_the_build_makes_is_refused_by_the_audit(pack, tmp_path):
+    """A whole 200 x 300 JPEG in a pack built at 64 px (the shorter side at most 64): its bytes hold the frame,
+    the pack's caps do not."""
+    from dataprep.audit.pack import PackSamples
+    from dataprep.errors import PackError
+    from dataprep.images.field import fields_of
+
+    from .test_trust_jpeg import photo, pil_jpeg
+
+    forged, i = _forged(pack, tmp_path, pil_jpeg(photo(200, 300, 3), quality=90), (200, 300, 3))
+    r = cli("audit", forged, "--flips")
+    assert r.exit_code == 2 and f"{forged}/train: sample {i} (" in r.stderr, r.output
+    assert "is a 300x200 JPEG, larger than its build makes at 64 px (resize 'shorter')" in r.stderr, r.output
+    with PackSamples(forged, fields_of) as ps, pytest.raises(PackError, match=f"{forged}: train sample {i} at 64 px is a 300x200"):
+        ps.image("train", i)

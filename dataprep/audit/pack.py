@@ -5,9 +5,11 @@ leak mask of one split (what `exclude="leaks"` serves without).
 The stored fields (`phash`, `digest`: images/field.py) are read a shard at a time; a pack built before
 them, or hashed by another hash than this dataprep's (the manifest's "audit" entry names it), is hashed
 on the fly: every image decoded once at the smallest stored size, each digest taken of the sample as
-stored at the largest. --flips always decodes (packs store no mirrored hash). The caller gives the pack's
-fields (`fields_of(manifest, where)`: the CLI asks kinds.py, an image dataset its own kind), so this
-stays kind-free; any pack whose fields hold an image field of role "image" can be audited.
+stored at the largest. --flips always decodes (packs store no mirrored hash). A stored JPEG is decoded
+only once its frame header agrees with its recorded shape, its bytes and the pack's caps (the image
+field's `pixels`, as serving checks it): a forged pack cannot make the audit decode gigabytes. The caller
+gives the pack's fields (`fields_of(manifest, where)`: the CLI asks kinds.py, an image dataset its own
+kind), so this stays kind-free; any pack whose fields hold an image field of role "image" can be audited.
 Shards are read one at a time with their checksums checked: memory is one shard's arrays.
 """
 from __future__ import annotations
@@ -109,8 +111,9 @@ class PackSamples:
                 h = np.zeros(n, np.uint64)
                 f = np.zeros(n, np.uint64)
                 d = np.zeros((n, 16), np.uint8)
+                base = len(src) - n  # the shard's first sample in the split
                 for i in range(n):
-                    px = pixels_of(self.smallest, small, i, f"{self.shown}/{split}")
+                    px = self.pixels(self.smallest, small, i, f"{self.shown}/{split}: sample {base + i} ({src[base + i]})")
                     h[i], f[i] = hash_and_flipped(px) if flips else (perceptual_hash(px), 0)
                     if not self.stored:
                         d[i] = np.frombuffer(pixel_digest(self.largest.sample(large, i)), np.uint8)
@@ -131,13 +134,19 @@ class PackSamples:
     def samples(self, flips: bool = False, progress: Callable[[int], None] | None = None, splits=None) -> Samples:
         return Samples.from_splits({s: self.split_samples(s, flips, progress) for s in (splits or self.splits)})
 
+    def pixels(self, field, arrays: dict[str, Any], i: int, what: str) -> np.ndarray:
+        """Sample i of an image field's loaded arrays (one shard's) as pixels (HWC): `field.pixels` decodes a JPEG
+        once its header agrees with the recorded shape, its bytes and the pack's caps (a PackError naming `what`
+        otherwise), so a forged pack cannot make the audit decode more than its build made."""
+        return field.pixels(field.sample(arrays, i), arrays[field.keys[2]][i], self.manifest, what)
+
     def image(self, split: str, index: int) -> np.ndarray:
         """Sample `index` of `split` as served at the largest size, decoded (a contact sheet's picture)."""
         return self.decode(self.stored_images([(split, index)])[split, index], f"{split} sample {index}")
 
-    def stored_images(self, wanted) -> dict[tuple[str, int], np.ndarray]:
-        """The stored samples (copies: JPEG bytes or pixels, at the largest size) of every (split, index) in
-        `wanted`, each shard holding one read once (its checksums checked once)."""
+    def stored_images(self, wanted) -> dict[tuple[str, int], tuple[np.ndarray, tuple[int, ...]]]:
+        """The stored samples of every (split, index) in `wanted`, each with its recorded shape (copies: JPEG
+        bytes or pixels, at the largest size), each shard holding one read once (its checksums checked once)."""
         by_shard: dict[tuple[str, int], list[int]] = {}
         bounds = {}
         for split, index in set((str(a), int(b)) for a, b in wanted):
@@ -153,32 +162,16 @@ class PackSamples:
         out = {}
         for (split, k), indices in sorted(by_shard.items()):
             arrays = self._shard(split, self.manifest["splits"][split]["shards"][k], [self.largest])
+            shapes = arrays[self.largest.keys[2]]
             for index in indices:
-                out[split, index] = np.array(self.largest.sample(arrays, index - int(bounds[split][k])))
+                at = index - int(bounds[split][k])
+                out[split, index] = np.array(self.largest.sample(arrays, at)), tuple(int(v) for v in shapes[at])
         return out
 
-    def decode(self, stored: np.ndarray, what: str) -> np.ndarray:
-        """A stored sample of the largest size (`stored_images`) as pixels (HWC)."""
-        return decode_stored(self.largest, stored, f"{self.shown}: {what}")
-
-
-def pixels_of(field, arrays: dict[str, Any], i: int, where: str) -> np.ndarray:
-    """Sample i of an image field's loaded arrays as pixels (HWC), decoding a JPEG."""
-    return decode_stored(field, field.sample(arrays, i), f"{where}: sample {i}")
-
-
-def decode_stored(field, stored, what: str) -> np.ndarray:
-    """A sample as an image field stores it, as pixels (HWC): a JPEG decoded as the image kind does."""
-    if field.encoding == "raw":
-        return np.asarray(stored)
-    import cv2
-
-    # as the image kind decodes a pack's JPEGs (images/codec.py: decode_cv2): upright already, EXIF ignored
-    flags = (cv2.IMREAD_GRAYSCALE if field.channels == 1 else cv2.IMREAD_COLOR_RGB) | cv2.IMREAD_IGNORE_ORIENTATION
-    img = cv2.imdecode(np.asarray(stored), flags)
-    if img is None:
-        raise PackError(f"{what} does not decode as JPEG (dataprep verify --decode says more)")
-    return img
+    def decode(self, stored: tuple[np.ndarray, tuple[int, ...]], what: str) -> np.ndarray:
+        """A stored sample of the largest size and its shape (`stored_images`) as pixels (HWC), checked as
+        `pixels` checks one."""
+        return self.largest.pixels(*stored, self.manifest, f"{self.shown}: {what}")
 
 
 def hash_note(ps: PackSamples, flips: bool) -> str | None:

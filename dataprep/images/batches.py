@@ -16,10 +16,10 @@ from ..pack.arrays import take_rows
 from ..serve.request import Request
 from . import crops, geometry, resample
 from .captions import fill_caption_ids
-from .codec import decode_cv2_reduced, decode_fast, fast_decoding, jpeg_problem, region_of
+from .codec import decode_cv2_reduced, decode_fast, fast_decoding, region_of
 from .crops import CenterCrop, RandomResizedCrop
+from .field import jpeg_refusal
 from .resize import RESIZE_MODES, center_crop_into
-from .settings import ImageSettings
 
 _FAST = fast_decoding()  # simplejpeg imports (it is a dependency): else every crop decodes accurately
 
@@ -199,38 +199,18 @@ class BatchFilling:
         return how
 
     def _jpeg_at(self, store, i: int, res) -> np.ndarray:
-        """Sample i's JPEG bytes in a held resolution's store (a view), once every serving path may decode them:
-        its frame header agrees with the shape the store records, its bytes can hold that frame
-        (codec.jpeg_problem), and the frame is one the pack's build could have made (`_over_caps`). Read from
-        the header before a decoder allocates: a damaged or forged pack must not make a 633-byte sample decode
-        to gigabytes, whatever its shapes say."""
+        """Sample i's JPEG bytes in a held resolution's store (a view), once every serving path may decode them
+        (field.jpeg_refusal: its frame header, its bytes and the pack's caps). Read from the header before a
+        decoder allocates: a damaged or forged pack must not make a 633-byte sample decode to gigabytes,
+        whatever its shapes say."""
         a = store.arrays
         h, w = (int(v) for v in a["shapes"][i, :2])
         buf = a["images"][a["offsets"][i] : a["offsets"][i + 1]]
-        why = jpeg_problem(buf, h, w)
+        why = jpeg_refusal(buf, h, w, self.manifest, res)
         if why is not None:
-            raise PackError(f"{self.pack}/{self.split}: sample {i} ({self._sources[i]}) at {res} px holds {why}, but the pack "
-                            f"records {w}x{h}; not decoded (verify the pack, or rebuild it)")
-        why = self._over_caps(h, w, res)
-        if why is not None:
-            raise PackError(f"{self.pack}/{self.split}: sample {i} ({self._sources[i]}) at {res} px is a {w}x{h} JPEG, {why}; "
+            raise PackError(f"{self.pack}/{self.split}: sample {i} ({self._sources[i]}) at {res} px {why}; "
                             "not decoded (verify the pack, or rebuild it)")
         return buf
-
-    def _over_caps(self, h: int, w: int, res) -> str | None:
-        """Why an h x w image at `res` px is larger than the pack's build makes, by its recorded settings: more
-        pixels than `max_pixels` (the default where the record is missing or no positive count), or the side
-        its resize mode brings to the size beyond `res` (both sides for a square mode); None where it is not."""
-        image = (self.manifest.get("settings") or {}).get("image") or {}
-        cap = image.get("max_pixels")
-        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
-            cap = ImageSettings.max_pixels
-        if h * w > cap:
-            return f"{h * w:,} pixels, over the {cap:,} its build allows (max_pixels)"
-        mode = RESIZE_MODES.get(image.get("resize")) if isinstance(image.get("resize"), str) else None
-        if mode is not None and isinstance(res, int) and (max(h, w) if mode.square else mode.side(h, w)) > res:
-            return f"larger than its build makes at {res} px (resize {mode.name!r})"
-        return None
 
     def _decoded(self, store, field, i: int, factor: int, res) -> np.ndarray:
         """Sample i of a held resolution's store, decoded at 1/factor (JPEG) or as stored (raw)."""

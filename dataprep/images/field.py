@@ -132,6 +132,34 @@ class ImageField:
                 out.append((k, f"{name}: {why}"))
         return out
 
+    def pixels(self, stored, shape, manifest: dict[str, Any], what: str) -> np.ndarray:
+        """A stored sample as pixels (HWC), a JPEG decoded as the datasets decode it once every serving path
+        would (`jpeg_refusal`, from its header: nothing is decoded first).
+
+        Args:
+            stored: the sample as `sample` gives it (or a copy): pixels, or JPEG bytes.
+            shape: the sample's recorded shape (its row of the shapes array).
+            manifest: the pack's manifest, whose settings give the caps at this field's resolution.
+            what: the pack, split and sample, for the error.
+
+        Returns:
+            The pixels; a PackError naming `what` where the JPEG is refused or does not decode.
+        """
+        if self.encoding == "raw":
+            return np.asarray(stored)
+        from .codec import decode_cv2
+
+        h, w = int(shape[0]), int(shape[1])
+        res = int(self.suffix[2:]) if self.suffix else ((manifest.get("settings") or {}).get("image") or {}).get("size")
+        why = jpeg_refusal(stored, h, w, manifest, res)
+        if why is not None:
+            at = f" at {res} px" if isinstance(res, int) else ""
+            raise PackError(f"{what}{at} {why}; not decoded (verify the pack, or rebuild it)")
+        img = decode_cv2(np.asarray(stored), self.channels or 1)
+        if img is None:
+            raise PackError(f"{what} does not decode as JPEG (dataprep verify --decode says more)")
+        return img
+
     @property
     def shapes_name(self) -> str:
         """The stored array of every sample's shape."""
@@ -194,6 +222,25 @@ class ImageField:
         if self.encoding == "raw":
             return buf.view(self.np_dtype).reshape(arrays[shp_key][i])
         return buf
+
+
+def jpeg_refusal(buf, h: int, w: int, manifest: dict[str, Any], res) -> str | None:
+    """Why no path decodes `buf` as a JPEG recorded h x w at `res` px, read from its marker segments alone: a
+    frame header that disagrees with the record or bytes too few for the frame (codec.jpeg_problem), or a
+    frame larger than the pack's build makes (settings.over_caps). What serving and the audit ask before a
+    decoder sees a stored JPEG.
+
+    Returns:
+        The reason, worded to follow "sample i at R px"; None where it may be decoded.
+    """
+    from .codec import jpeg_problem
+    from .settings import over_caps
+
+    why = jpeg_problem(buf, h, w)
+    if why is not None:
+        return f"holds {why}, but the pack records {w}x{h}"
+    why = over_caps(manifest, h, w, res)
+    return None if why is None else f"is a {w}x{h} JPEG, {why}"
 
 
 @dataclass(frozen=True)

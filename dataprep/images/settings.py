@@ -79,3 +79,30 @@ class ImageSettings:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def over_caps(manifest: dict[str, Any], h: int, w: int, res) -> str | None:
+    """Why an h x w image at `res` px is larger than a pack's build makes, by the settings its manifest records.
+
+    Args:
+        manifest: the pack's manifest; its settings["image"] gives `max_pixels` and `resize`.
+        h, w: the image's recorded size.
+        res: the resolution it is stored at (an int; anything else checks `max_pixels` alone).
+
+    Returns:
+        What is over: more pixels than `max_pixels` (the default where the record is missing or no positive
+        count), or the side its resize mode brings to the size beyond `res` (both sides for a square mode);
+        None where nothing is.
+    """
+    from .resize import RESIZE_MODES
+
+    image = (manifest.get("settings") or {}).get("image") or {}
+    cap = image.get("max_pixels")
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+        cap = ImageSettings.max_pixels
+    if h * w > cap:
+        return f"{h * w:,} pixels, over the {cap:,} its build allows (max_pixels)"
+    mode = RESIZE_MODES.get(image.get("resize")) if isinstance(image.get("resize"), str) else None
+    if mode is not None and isinstance(res, int) and (max(h, w) if mode.square else mode.side(h, w)) > res:
+        return f"larger than its build makes at {res} px (resize {mode.name!r})"
+    return None
