@@ -236,9 +236,20 @@ def build_detection(
     engine=None,
     max_boxes: int = MAX_BOXES,
 ) -> BuildSummary:
-    """Build a detection pack from `source` (a listing whose splits are `sources.coco.BoxSplit`s) into `out`:
-    the images as `image` says, their boxes moved with them, an image listing more than `max_boxes` boxes
-    skipped ("too many boxes"); return the summary."""
+    """Build a detection pack from `source` into `out`: the images, their boxes moved with them.
+
+    Args:
+        source: A listing whose splits are `sources.coco.BoxSplit`s (the COCO and YOLO scans give it).
+        out: The pack's folder.
+        settings: The shard layout and how strict the build is (workers, limit, shard_size, ...).
+        image: The image stages: size, mode, quality, ...
+        progress: Told `progress(n)` of n more samples done; None for no progress.
+        engine: Runs the shards; None is a local pool of settings.workers processes.
+        max_boxes: An image listing more boxes is skipped ("too many boxes").
+
+    Returns:
+        The build's summary: splits, counts, skipped files and their reasons.
+    """
     out = Path(out)
     num_classes = len(source.classes)
     fingerprints = image_build.FINGERPRINTS

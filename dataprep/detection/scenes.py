@@ -44,9 +44,23 @@ def scene(seed: int, h: int, w: int, objects: int = 5, gap: int = 3) -> tuple[np
 
 def write_scenes(root: str | Path, n: int = 12, sizes: tuple[tuple[int, int], ...] = ((96, 128), (120, 90), (100, 100)),
                  ext: str = ".png", quality: int = 95, seed: int = 0) -> dict:
-    """n scenes as root/images/scene_NNNN{ext}, with root/instances.json (COCO: CATEGORY_IDS, their NAMES) and,
-    over the same images, a YOLO tree (root/labels/*.txt, root/classes.txt); gives {"images", "coco", "yolo",
-    "truth": {file name: (boxes, labels)}}."""
+    """Write generated detection scenes with their boxes as COCO and YOLO files.
+
+    The images are root/images/scene_NNNN{ext}. root/instances.json is their COCO file (CATEGORY_IDS, their
+    NAMES); root/labels/*.txt and root/classes.txt are the YOLO tree over the same images.
+
+    Args:
+        root: The folder to write into (made if absent).
+        n: How many scenes.
+        sizes: The (height, width) of the scenes, in turn.
+        ext: The images' extension: ".png", or ".jpg" / ".jpeg".
+        quality: The JPEG quality.
+        seed: The first scene's seed; scene k uses seed + k.
+
+    Returns:
+        {"images": the images' folder, "coco": the COCO file, "yolo": root, "truth": {file name: (boxes,
+        labels)}}.
+    """
     import cv2
 
     root = Path(root)

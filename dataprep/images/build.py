@@ -230,11 +230,22 @@ def build_images(
     tokenizer: str | os.PathLike | None = None,
     drop_duplicates: bool = False,
 ) -> BuildSummary:
-    """Build an image pack from `source` into `out` with the shard layout of `settings` and the image stages
-    of `image`; return the summary. `progress(n)` is told of n more images; `engine` runs the shards
-    (default: a local pool of settings.workers processes). `tokenizer`: a tokenizers JSON file; captions are
-    then also stored as its token ids (field caption_tokens), and the file is copied beside the manifest.
-    `drop_duplicates`: leave out the samples dataprep/audit's drop rule names (dataprep/audit/drop.py)."""
+    """Build an image pack from `source` into `out`.
+
+    Args:
+        source: The listing of the images, by split (dataprep.sources' scans give it).
+        out: The pack's folder.
+        settings: The shard layout and how strict the build is (workers, limit, shard_size, ...).
+        image: The image stages: size, mode (raw or encoded), quality, ...
+        progress: Told `progress(n)` of n more samples done; None for no progress.
+        engine: Runs the shards; None is a local pool of settings.workers processes.
+        tokenizer: A tokenizers JSON file. Captions are then also stored as its token ids (field
+            caption_tokens), and the file is copied beside the manifest.
+        drop_duplicates: Leave out the samples that the audit's drop rule names (dataprep/audit/drop.py).
+
+    Returns:
+        The build's summary: splits, counts, skipped files and their reasons.
+    """
     out = Path(out)
     fingerprints = FINGERPRINTS
     if drop_duplicates and not fingerprints:

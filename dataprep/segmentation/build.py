@@ -174,8 +174,24 @@ def build_segmentation(
     engine=None,
     drop_duplicates: bool = False,
 ) -> BuildSummary:
-    """Build a segmentation pack from image/mask pairs; `mask_dtype` ("uint8"/"uint16") overrides the choice;
-    `drop_duplicates` leaves out the pairs whose image the audit's drop rule names (dataprep/audit/drop.py)."""
+    """Build a segmentation pack from image/mask pairs.
+
+    Args:
+        source: The pairs, by split (segmentation/pairs.py gives them).
+        out: The pack's folder.
+        settings: The shard layout and how strict the build is (workers, limit, shard_size, ...).
+        image: The image stages; masks are resized nearest to the images' sizes.
+        labels: A label map (ids to stored ids, the ignore value, class names); None keeps the masks' values.
+        mask_dtype: "uint8" or "uint16"; None chooses uint8 unless a mask holds values above 255.
+        num_classes: Mask values at or above it (but the ignore value) are out of range; None takes it
+            from the label map.
+        progress: Told `progress(n)` of n more samples done; None for no progress.
+        engine: Runs the shards; None is a local pool of settings.workers processes.
+        drop_duplicates: Leave out the pairs whose image the audit's drop rule names (dataprep/audit/drop.py).
+
+    Returns:
+        The build's summary: splits, counts, skipped files and their reasons.
+    """
     out = Path(out)
     fingerprints = image_build.FINGERPRINTS
     unpaired = [u for s in source.splits for u in s.unpaired]

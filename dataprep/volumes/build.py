@@ -200,9 +200,22 @@ def _max_label(paths: list[str]) -> int:
 def build_volumes(source: Source, out: str | os.PathLike, settings: BuildSettings, volume: VolumeSettings,
                   progress: Callable[[int], None] | None = None, engine=None, masks: str | os.PathLike | None = None,
                   mask_dtype: str | None = None) -> BuildSummary:
-    """Build a volume pack with the shard layout of `settings` and the volume stages of `volume`. With `masks`, each
-    volume's label volume (same relative path and stem under `masks`) is stored beside it, uint8 unless a
-    value above 255 occurs (or `mask_dtype` "uint8"/"uint16")."""
+    """Build a volume pack from `source` into `out`.
+
+    Args:
+        source: The listing of the volumes, by split.
+        out: The pack's folder.
+        settings: The shard layout and how strict the build is (workers, limit, shard_size, ...).
+        volume: The volume stages: shape, depth, window, resampling.
+        progress: Told `progress(n)` of n more samples done; None for no progress.
+        engine: Runs the shards; None is a local pool of settings.workers processes.
+        masks: A folder of label volumes, each under the same relative path and stem as its volume; they
+            are stored beside the volumes.
+        mask_dtype: "uint8" or "uint16"; None chooses uint8 unless a value above 255 occurs.
+
+    Returns:
+        The build's summary: splits, counts, skipped files and their reasons.
+    """
     from ..engine import LocalEngine
 
     out = Path(out)

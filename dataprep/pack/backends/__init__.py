@@ -117,15 +117,31 @@ def _holds_images(d: Path, depth: int) -> bool:
 
 
 def read_manifest(pack: str | os.PathLike) -> dict[str, Any]:
-    """Read and check a pack's manifest, whatever its backend (npy directory, HDF5 file, Zarr group);
-    raise PackError naming the path and what is wrong."""
+    """Read and check a pack's manifest, whatever its backend (npy directory, HDF5 file, Zarr group).
+
+    Args:
+        pack: The pack's folder or file.
+
+    Returns:
+        The manifest, as a dict.
+
+    Raises:
+        PackError: The pack is missing or damaged; the message names the path and what is wrong.
+    """
     reader = open_reader(pack)
     reader.close()
     return reader.manifest
 
 
 def is_pack(pack_dir: str | os.PathLike) -> bool:
-    """Whether `pack_dir` holds a finished pack (of any backend)."""
+    """Whether `pack_dir` holds a finished pack, of any backend.
+
+    Args:
+        pack_dir: The folder or file to look at.
+
+    Returns:
+        True when a finished pack is there.
+    """
     p = Path(pack_dir)
     if (p / MANIFEST).is_file():
         return True
