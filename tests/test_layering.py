@@ -147,19 +147,41 @@ def test_kinds_reach_only_kind_free_layers_and_errors():
     assert not bad, bad
 
 
+def third_party(path: Path, source: str | None = None) -> set[str]:
+    """The top-level packages `path` (or `source` read as if it stood there) imports by absolute name,
+    anywhere in the file, `if TYPE_CHECKING:` included."""
+    tree = ast.parse(path.read_text() if source is None else source)
+    names = {a.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
+    return names | {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module and not node.level}
+
+
+def may_import_torch(m: str) -> bool:
+    """ARCHITECTURE.md's torch rule: a kind's dataset.py, transforms.py and dali.py (what serves batches),
+    serve/, gpu.py, lightning.py and bench/ (the serving benchmarks); building never."""
+    return (top(m) in KINDS and m.rsplit(".", 1)[-1] in {"dataset", "dali", "transforms"}) or top(m) in ("serve", "bench") \
+        or m in ("dataprep.gpu", "dataprep.lightning")
+
+
 def test_torch_is_imported_only_by_serving_modules():
-    """In a kind, dataset.py (and what serves batches from it) is where torch comes in; building never."""
-    serving = {"dataset", "dali", "transforms"}
-    bad = []
-    for m, p in MODULES.items():
-        if top(m) in KINDS and m.rsplit(".", 1)[-1] not in serving:
-            names = {a.name.split(".")[0] for node in ast.walk(ast.parse(p.read_text()))
-                     for a in getattr(node, "names", []) if isinstance(node, ast.Import)}
-            names |= {node.module.split(".")[0] for node in ast.walk(ast.parse(p.read_text()))
-                      if isinstance(node, ast.ImportFrom) and node.module and not node.level}
-            if "torch" in names:
-                bad.append(m)
-    assert not bad, bad
+    importers = {m for m, p in MODULES.items() if "torch" in third_party(p)}
+    assert sorted(m for m in importers if not may_import_torch(m)) == []
+    assert {"dataprep.images.dataset", "dataprep.serve.loader", "dataprep.gpu", "dataprep.lightning"} <= importers
+
+
+def test_fsspec_is_imported_only_by_remote_urls():
+    """remote/urls.py is where a missing backend is named with its extra; every other module reaches the
+    store through it."""
+    assert sorted(m for m, p in MODULES.items() if "fsspec" in third_party(p)) == ["dataprep.remote.urls"]
+
+
+def test_the_import_rules_can_fail():
+    """Negative control: an fsspec import inside a method, and torch imported by a build module or a
+    kind-free layer, are seen."""
+    store = MODULES["dataprep.remote.store"]
+    assert "fsspec" in third_party(store, "def f():\n    from fsspec.asyn import sync\n")
+    assert "torch" in third_party(MODULES["dataprep.images.build"], "import torch.nn.functional as F\n")
+    assert not may_import_torch("dataprep.images.build") and not may_import_torch("dataprep.remote.store")
+    assert not may_import_torch("dataprep.audit.pack") and may_import_torch("dataprep.volumes.transforms")
 
 
 BUILD_MODULES = sorted(m for m in MODULES if m.rsplit(".", 1)[-1] in ("build", "tokenize", "read", "columns", "pairs", "masks",

@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from .urls import RemoteError, RemoteNotFound, RemoteTimeout, open_store, redact, remote_error, safe
+from .urls import RemoteError, RemoteNotFound, RemoteTimeout, open_store, redact, remote_error, run_on_loop, safe
 
 DEADLINE_ENV = "DATAPREP_REMOTE_DEADLINE"
 DEADLINE = 300.0  # seconds one request (with its retries) may take, unless DATAPREP_REMOTE_DEADLINE says
@@ -99,13 +99,7 @@ class Store:
             raise late
         coro = getattr(self.fs, "_" + name, None)
         if getattr(self.fs, "async_impl", False) and coro is not None and inspect.iscoroutinefunction(coro):
-            from fsspec.asyn import sync
-            from fsspec.exceptions import FSTimeoutError
-
-            try:
-                return sync(self.fs.loop, coro, *args, timeout=t, **kw)
-            except FSTimeoutError:
-                raise late from None
+            return run_on_loop(self.fs, coro, *args, timeout=t, late=late, **kw)
         box: list = []
 
         def run():

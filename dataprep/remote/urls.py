@@ -118,6 +118,29 @@ def open_store(url: str, storage_options: dict | None = None):
     return fs, root.rstrip("/")
 
 
+def run_on_loop(fs, coro, *args, timeout: float, late: BaseException, **kw):
+    """An async filesystem's coroutine `coro(*args, **kw)` run on its event loop (fsspec's `sync`), `late`
+    raised when it has not finished within `timeout` seconds: its task is cancelled, so no thread is left
+    waiting on a store that hangs.
+
+    Args:
+        fs: the fsspec filesystem `open_store` gave (`async_impl` true).
+        coro: one of its coroutine methods (`fs._cat_file`, ...).
+        timeout: seconds the call may take.
+        late: the error raised when they pass (a RemoteTimeout naming the object).
+
+    Returns:
+        What the coroutine returns.
+    """
+    from fsspec.asyn import sync
+    from fsspec.exceptions import FSTimeoutError
+
+    try:
+        return sync(fs.loop, coro, *args, timeout=timeout, **kw)
+    except FSTimeoutError:
+        raise late from None
+
+
 def safe(e: BaseException, *urls: str) -> str:
     """An exception's message with the URLs' secrets taken out (user info, query strings)."""
     text = f"{type(e).__name__}: {e}"
