@@ -16,6 +16,7 @@ from dataprep import CenterCrop, DetectionDataset, Loader, Mixture, Partition, R
 from dataprep.detection.scenes import CATEGORY_IDS, NAMES, colour_check, write_scenes
 from dataprep.errors import DataprepError
 from dataprep.serve.mixture import ClassListsDiffer
+from dataprep.serve.ring import Ring
 
 OTHER = [(2, "cyan"), (4, "yellow"), (5, "blue"), (6, "red"), (9, "green"), (10, "magenta")]  # another pack's list
 
@@ -214,7 +215,7 @@ def test_a_held_batch_cut_to_its_largest_count_never_changes(crowded, workers):
 
 def test_without_the_hold_check_cut_batches_are_overwritten(crowded, monkeypatch):
     """Negative control: a Loader that refills slots regardless fails the check above, cut views included."""
-    monkeypatch.setattr(Loader, "_held", lambda self, slot: False)
+    monkeypatch.setattr(Ring, "held", lambda self, slot: False)
     kept, clones, _ = _held_views(crowded, 0)
     assert not all(torch.equal(b[1], c[1]) for b, c in zip(kept, clones))
 

@@ -14,6 +14,7 @@ import dataprep
 from dataprep.images.build import build_images
 from dataprep.images.settings import ImageSettings
 from dataprep.serve.loader import Loader
+from dataprep.serve.ring import Ring
 from dataprep.settings import BuildSettings
 from dataprep.sources import scan_imagenet
 from dataprep.synthetic import decode_index
@@ -61,7 +62,7 @@ def test_a_kept_epoch_never_changes_however_many_epochs_follow(pack, workers):
 @pytest.mark.parametrize("workers", [0, 2, "threads"])
 def test_without_the_hold_check_kept_batches_are_overwritten(pack, workers, monkeypatch):
     """Negative control: a Loader that refills slots regardless (the old ring) fails the check above."""
-    monkeypatch.setattr(Loader, "_held", lambda self, slot: False)
+    monkeypatch.setattr(Ring, "held", lambda self, slot: False)
     with loader(pack, workers) as ld:
         kept = list(ld)
         list(ld)

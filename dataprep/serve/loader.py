@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import atexit
 import math
-import mmap
 import multiprocessing as mp
 import sys
 import threading
@@ -50,19 +49,16 @@ import numpy as np
 import torch
 
 from ..errors import DataprepError
-from . import contract, processes
+from . import contract
 from .order import rank_and_world, rank_batch_count, rank_batches
+from .processes import WorkerProcesses, with_processes
 from .request import Request, as_run
 from .resume import check_state, loader_state
+from .ring import Ring
 from .stats import DATA_BOUND, EpochStats, decode_snapshot
 from .threads import ThreadFills, with_threads
-from .workers import rows
 
-SMALL_FIELD = 1024  # bytes a sample: fields this small are served as fresh tensors, not slot views
 HOLD_BYTES = 1 << 30  # default bytes of spare ring slots for batches a caller keeps (reserved, not touched)
-# Linux: the spare slots are address space only until written; MAP_NORESERVE keeps strict overcommit from
-# charging them up front (Python exposes the flag only from 3.13).
-_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") else 0)
 
 
 class Loader:
@@ -74,10 +70,15 @@ class Loader:
     Args:
         dataset: a dataprep dataset, or any that gives serve/contract.py's `Servable` (`__len__`,
             `batch_layout`, `fill_batch`; docs/datasets.md); one lacking any is refused here.
+        batch_size: samples a batch (a rank's, with rank sharding).
         shuffle, seed: a new permutation every epoch, drawn from (seed, epoch). Every `iter()` starts the
             next epoch; `set_epoch(e)` selects the one the next `iter()` serves (and is passed on to a
             sampler that has it, such as DistributedSampler).
+        num_workers: processes (or threads) that fill batches; 0 fills them in this process.
+        drop_last: leave out the epoch's last incomplete batch.
         sampler: any iterable of indices (e.g. DistributedSampler), instead of shuffle and rank sharding.
+        pin_memory: serve large fields in fresh pinned tensors, for `non_blocking` copies to the GPU.
+        layout: "nchw" (images (N, C, H, W) in channels-last memory) or "nhwc" ((N, H, W, C)).
         rank, world_size: this process's share of every epoch [default: from torch.distributed when it is
             initialised, else the whole epoch]. Every rank serves the same number of batches: with
             `drop_last` the epoch's last incomplete global batch is dropped; without it, that batch is
@@ -97,6 +98,7 @@ class Loader:
             slot); past them, batches are served as copies.
         indices: also yield each batch's sample indices (int64, last), e.g. for dataprep.gpu crops.
         prefetch: batches each worker may have in flight.
+        timeout: seconds to wait for the workers' part of a batch before a WorkerError.
         threads: fill batches with `num_workers` threads of this process instead of forked worker
             processes (serve/threads.py): no fork, no IPC, so it runs on Windows, on macOS and under the
             `spawn` start method; the dataset must allow concurrent fills (`fills_in_threads`: dataprep's
@@ -165,21 +167,13 @@ class Loader:
         self._resume: tuple[int, int] | None = None  # (epoch, samples consumed) a restored state starts from
         self._restart: tuple[int, int] | None = None  # (epoch, start) of a pass left early, served again next
         self._state = (0, 0)  # (epoch, samples of its order consumed), as state_dict reports it
-        self._capacity: dict[str, tuple[int, np.dtype]] = {}  # ring bytes per sample, by key
-        self._ring: dict[str, np.ndarray] | None = None
-        self._total = 0  # slots in the ring: those the pipeline cycles through plus the spare ones
-        self._handed: dict[int, list[np.ndarray]] = {}  # slot -> the views its last batch's tensors were made from
-        self._warned_hold = False
-        self._procs: list = []
-        self._pipes: list = []
-        self._outstanding: dict[tuple[int, int, int], tuple[int, np.ndarray]] = {}  # (gen, batch, worker) -> (slot, idx)
-        self._gen = 0
+        self.ring = Ring(batch_size, hold_bytes, copy, pin_memory, channels_first=layout == "nchw")
         self._prefetched = None  # (key, thread, result) of the next epoch's order, drawn in the background
         self._resumed_len = None  # len() while a restored epoch is served (see __len__)
         self.measure = bool(stats)
         self._filling: EpochStats | None = None  # the figures of the pass being served
         self._epoch_stats: dict[int, EpochStats] = {}  # epoch -> its figures (its last pass's), see stats()
-        self._gen_stats: dict[int, EpochStats] = {}  # worker generation -> the figures its parts count into
+        self._workers = WorkerProcesses(dataset, num_workers, timeout, self.measure)  # forked at the first pass
         self._latest = 0  # the epoch of the pass served last: what stats() describes by default
         # image packs' own attributes (no part of the contract): only for this warning
         if schedule is not None and num_workers and not self.threads and getattr(dataset, "cache", None) == "ram" \
@@ -312,10 +306,6 @@ class Loader:
         """Slots the pipeline cycles through: the batches in flight plus the one the caller is using."""
         return self.num_workers * self.prefetch + 1 if self.num_workers else 2
 
-    def _spare(self, slot_bytes: int) -> int:
-        """Extra slots for batches the caller keeps: as many as `hold_bytes` buys, at least one."""
-        return max(1, self.hold_bytes // max(slot_bytes, 1))
-
     def _layout(self, req: Request) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         return {k: (tuple(int(v) for v in shape), np.dtype(dt)) for k, (shape, dt) in self.dataset.batch_layout(req).items()}
 
@@ -336,92 +326,42 @@ class Loader:
         return need
 
     def _buffers(self, layout: dict, epoch: int) -> dict[str, np.ndarray]:
-        """The ring: (slots, batch x bytes a sample) per key, in one anonymous shared mapping, made once
-        for the largest layout the run will serve (remade, workers restarted, only if one outgrows it)."""
-        fits = self._ring is not None and all(
-            k in self._capacity and self._capacity[k][0] >= math.prod(shape) * dt.itemsize
-            for k, (shape, dt) in layout.items())
-        if not fits:
+        """The ring's buffer, made once for the largest layout the run will serve (serve/ring.py; remade,
+        workers restarted, only if one outgrows it)."""
+        ring = self.ring  # the Loader's options as they are now (a caller may have set batch_size, copy, ...)
+        ring.batch_size, ring.hold_bytes, ring.copy, ring.pin_memory = self.batch_size, self.hold_bytes, self.copy, self.pin_memory
+        ring.channels_first = self.layout == "nchw"
+        if not ring.fits(layout):
             if self._procs:
                 self.close()
-            self._capacity = self._largest(epoch)
+            capacity = self._largest(epoch)
             for k, (shape, dt) in layout.items():  # a layout the schedule did not foresee (ds.use(bigger))
                 nbytes = math.prod(shape) * dt.itemsize
-                if k not in self._capacity or self._capacity[k][0] < nbytes:
-                    self._capacity[k] = (nbytes, dt)
-            slot_bytes = sum(self.batch_size * nb for nb, _ in self._capacity.values())
-            slots = self._total = self._slots() + self._spare(slot_bytes)
-            sizes = {k: -(-slots * self.batch_size * nb // 4096) * 4096 for k, (nb, _) in self._capacity.items()}
-            size = max(sum(sizes.values()), 4096)
-            if self.threads:  # this process's own memory (no mapping to share: and Windows has no MAP_SHARED)
-                if self._fills is not None:
-                    self._fills.settle()  # no part still writes the old ring
-                buf = np.empty(size, np.uint8)
-            else:
-                buf = mmap.mmap(-1, size, flags=mmap.MAP_SHARED | _NORESERVE)
-            ring, pos = {}, 0
-            for k, (nb, _) in self._capacity.items():
-                ring[k] = np.frombuffer(buf, np.uint8, slots * self.batch_size * nb, pos).reshape(slots, -1)
-                pos += sizes[k]
-            self._ring, self._handed = ring, {}  # batches served from an old ring keep it alive themselves
-        return self._ring
+                if k not in capacity or capacity[k][0] < nbytes:
+                    capacity[k] = (nbytes, dt)
+            if self.threads and self._fills is not None:
+                self._fills.settle()  # no part still writes the old buffer
+            # threads and inline fills: this process's own memory (no mapping to share: Windows has no MAP_SHARED)
+            self.ring.make(capacity, self._slots(), shared=bool(self.num_workers) and not self.threads)
+        assert self.ring.buffers is not None
+        return self.ring.buffers
 
-    def _rows(self, layout: dict, slot: int, start: int, n: int) -> dict[str, np.ndarray]:
-        """Rows start..start+n of `slot`, shaped as `layout` says (contiguous: one batch is one block)."""
-        return rows(self._ring, layout, slot, start, n)
+    # what tests and tools read of the ring by its old names
+    @property
+    def _procs(self) -> list:
+        return self._workers.procs
 
-    def _view(self, layout: dict, slot: int, n: int) -> tuple[torch.Tensor, ...]:
-        """The batch in `slot`, one tensor per key of the dataset's batch layout (images in `layout`).
-        Large fields are views of the slot unless copying is asked for (`copy`, `pin_memory`) or the
-        spare slots are all held; the views are recorded so the slot is not refilled while any is alive."""
-        held = sum(1 for s in list(self._handed) if s != slot and self._held(s))
-        spill = held > self._total - self._slots()
-        if spill and not (self.copy or self.pin_memory) and not self._warned_hold:
-            self._warned_hold = True
-            warnings.warn(f"{held} served batches are still referenced (kept in a list, a cache, ...): the Loader keeps "
-                          "them intact and serves further batches as copies; pass copy=True to copy every batch, or "
-                          "raise hold_bytes to keep more in its ring", stacklevel=4)
-        out, views = [], []
-        for k, a in self._rows(layout, slot, 0, n).items():
-            t = torch.from_numpy(a)
-            shape, dt = layout[k]
-            small = math.prod(shape) * dt.itemsize <= SMALL_FIELD
-            if self.pin_memory:
-                t = t.pin_memory() if torch.cuda.is_available() else t.clone()
-            elif small or self.copy or spill:
-                t = t.clone()
-            else:
-                views.append(a)  # torch.from_numpy holds a reference to `a` for as long as any view of t lives
-            if k == "images" and self.layout == "nchw":
-                t = t.permute(0, 3, 1, 2)
-            out.append(t)
-        if views:
-            self._handed[slot] = views
-        else:
-            self._handed.pop(slot, None)
-        finish = contract.hook(self.dataset, "finish_batch")
-        if finish is not None:  # views of the tensors hold the slot as the tensors do (see _held)
-            done = finish(dict(zip(layout, out)))
-            out = [done[k] for k in layout]
-        return tuple(out)
+    @property
+    def _ring(self) -> dict[str, np.ndarray] | None:
+        return self.ring.buffers
 
-    def _held(self, slot: int) -> bool:
-        """Whether a tensor served from `slot` (or a view of one, or its storage) is still alive: each
-        recorded view is then referenced by its tensor's storage as well as by the record."""
-        views = self._handed.get(slot)
-        if views is None:
-            return False
-        if any(sys.getrefcount(views[i]) > 2 for i in range(len(views))):  # the list's and the call's own
-            return True
-        del self._handed[slot]
-        return False
+    @property
+    def _total(self) -> int:
+        return self.ring.total
 
-    def _free_slot(self, taken) -> int | None:
-        """The lowest slot that no batch in flight uses (`taken`) and no caller still holds."""
-        for s in range(self._total):
-            if s not in taken and not self._held(s):
-                return s
-        return None
+    @property
+    def _handed(self) -> dict[int, list[np.ndarray]]:
+        return self.ring.handed
 
     # -- how long the consumer waits ---------------------------------------------------------------------
     def stats(self, epoch: int | None = None, threshold: float = DATA_BOUND) -> dict[str, Any]:
@@ -497,19 +437,20 @@ class Loader:
         """The pass's batches; with `rec`, each next()'s time (from the consumer asking, `asked`, to the
         batch handed over: this generator runs only inside next()) counted into it (serve/stats.py)."""
         clock = time.perf_counter
-        ring = self._buffers(layout, epoch)
+        self._buffers(layout, epoch)
         runs = self._runs()
+        finish = contract.hook(self.dataset, "finish_batch")
         if not self.num_workers:
             if rec is not None:  # this process's decode counts, read against this start when asked (not per batch)
                 rec.paths_of, rec.paths_from = self.dataset, decode_snapshot(self.dataset)
             for b, idx in enumerate(batches):
-                slot = self._free_slot(())  # the caller holds at most all spare slots but one: never None
+                slot = self.ring.free_slot(())  # the caller holds at most all spare slots but one: never None
                 t0 = clock()
-                self.dataset.fill_batch(as_run(idx) if runs else idx, self._rows(layout, slot, 0, len(idx)), req)
+                self.dataset.fill_batch(as_run(idx) if runs else idx, self.ring.rows(layout, slot, 0, len(idx)), req)
                 self._served(epoch, after[b], b == len(batches) - 1)
                 if b == 0:
                     self._prefetch(epoch + 1)
-                view = self._view(layout, slot, len(idx)) + ((torch.from_numpy(idx.copy()),) if self.indices else ())
+                view = self.ring.view(layout, slot, len(idx), finish) + ((torch.from_numpy(idx.copy()),) if self.indices else ())
                 if rec is not None:  # inline: a per-batch cost where a batch can take tens of microseconds
                     now = clock()
                     rec.busy_s[0] += now - t0
@@ -521,9 +462,11 @@ class Loader:
             if self.threads:
                 if self._fills is None:
                     self._fills = ThreadFills(self.dataset, self.num_workers, self.timeout)
-                source = with_threads(self, self._fills, batches, req, layout, runs, rec)
+                source = with_threads(self._fills, self.ring, batches, req, layout, self._slots() - 1, runs, rec,
+                                      finish, on_error=self.close)
             else:
-                source = processes.with_processes(self, batches, ring, req, layout, runs)
+                source = with_processes(self._workers, self.ring, batches, req, layout, self._slots() - 1, runs, rec,
+                                        finish, on_error=self.close)
             for b, view in enumerate(source):
                 self._served(epoch, after[b], b == len(batches) - 1)
                 if b == 0:  # the workers are forked by now: a thread may run
@@ -551,9 +494,9 @@ class Loader:
         """Stop the workers, processes or threads (also done when the Loader is garbage-collected)."""
         if getattr(self, "_fills", None) is not None:
             if not self._fills.close():
-                self._ring = None  # a part that never returned may still write into it: the next pass gets a new ring
+                self.ring.drop()  # a part that never returned may still write into it: the next pass gets a new ring
             self._fills = None
-        processes.stop(self)
+        self._workers.stop()
 
     def __enter__(self) -> "Loader":
         return self
@@ -562,7 +505,8 @@ class Loader:
         self.close()
 
     def __del__(self):
-        if getattr(self, "_procs", None) or getattr(self, "_fills", None) is not None:
+        workers = getattr(self, "_workers", None)
+        if (workers is not None and workers.procs) or getattr(self, "_fills", None) is not None:
             self.close()
 
     def _runs(self) -> bool:

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from ..errors import DataprepError, WorkerError
 from . import contract
 from .request import split
+from .ring import Ring
 from .stats import decode_snapshot
 
 
@@ -84,28 +85,32 @@ def _fill(dataset, idx, out: dict[str, np.ndarray], req, w: int) -> tuple[int, f
     return w, time.perf_counter() - t0
 
 
-def with_threads(loader, fills: ThreadFills, batches: list[np.ndarray], req, layout: dict, runs: bool, rec: Any = None):
-    """The pass's batches as tensors (Loader._view), filled by the pool; at most the Loader's ring depth of
-    batches in flight. An exception in a fill is raised here, naming the batch and its first samples, once
-    the pool is shut (so is it on Ctrl-C or a timeout); a pass whose Loader was closed under it says so."""
+def with_threads(fills: ThreadFills, ring: Ring, batches: list[np.ndarray], req, layout: dict, depth: int, runs: bool,
+                 rec: Any = None, finish: Callable | None = None, on_error: Callable[[], None] | None = None):
+    """The pass's batches as tensors (Ring.view), filled by the pool; at most `depth` batches in flight.
+    An exception in a fill is raised here, naming the batch and its first samples, once the pool is shut by
+    `on_error` (the Loader's close; so is it on Ctrl-C or a timeout); a pass whose Loader was closed under it
+    says so."""
     try:
-        yield from _pass(loader, fills, batches, req, layout, runs, rec)
+        yield from _pass(fills, ring, batches, req, layout, depth, runs, rec, finish)
     except GeneratorExit:
         raise  # the consumer left the pass early: the pool stays; its parts are waited for before their slots are reused
     except BaseException:
-        if loader._fills is fills:
-            loader.close()  # its pool's threads joined now, not when the garbage collector finds the Loader
+        if not fills.closed and on_error is not None:
+            on_error()  # its pool's threads joined now, not when the garbage collector finds the Loader
         raise
 
 
-def _pass(loader, fills: ThreadFills, batches: list[np.ndarray], req, layout: dict, runs: bool, rec: Any = None):
+def _pass(fills: ThreadFills, ring: Ring, batches: list[np.ndarray], req, layout: dict, depth: int, runs: bool,
+          rec: Any = None, finish: Callable | None = None):
     """with_threads' pass, its errors left to the caller."""
     fills.settle()
+    dataset = fills.dataset
     if rec is not None:  # decode counts: this process's, read against this start (as with no workers)
-        rec.paths_of, rec.paths_from = loader.dataset, decode_snapshot(loader.dataset)
-    nw, depth = fills.workers, loader._slots() - 1
+        rec.paths_of, rec.paths_from = dataset, decode_snapshot(dataset)
+    nw = fills.workers
     key = req.but(epoch=0)
-    alone = key != fills.last or contract.attribute(loader.dataset, "partition") is not None
+    alone = key != fills.last or contract.attribute(dataset, "partition") is not None
     fills.last = key
     pending: dict[int, tuple[int, list[tuple[cf.Future, np.ndarray]]]] = {}  # batch -> (slot, its parts)
     sent = 0
@@ -113,21 +118,21 @@ def _pass(loader, fills: ThreadFills, batches: list[np.ndarray], req, layout: di
         if fills.closed:
             raise closed_during_pass()
         while sent < len(batches) and sent < want + depth:
-            slot = loader._free_slot(fills.busy() | {s for s, _ in pending.values()})
+            slot = ring.free_slot(fills.busy() | {s for s, _ in pending.values()})
             if slot is None:
                 break  # every other slot is held or in flight: the next wait frees one
             idx = batches[sent]
             parts = []
             for w, a, b, part in split(idx, nw, runs):
-                out = loader._rows(layout, slot, a, b - a)
+                out = ring.rows(layout, slot, a, b - a)
                 if alone and sent == 0 and not parts:  # the pass's first part, here: the dataset's state moves once
                     f: cf.Future = cf.Future()
                     try:
-                        f.set_result(_fill(loader.dataset, part, out, req, w))
+                        f.set_result(_fill(dataset, part, out, req, w))
                     except Exception as e:  # noqa: BLE001 - raised below, as a thread's would be
                         f.set_exception(e)
                 else:
-                    f = fills.pool.submit(_fill, loader.dataset, part, out, req, w)
+                    f = fills.pool.submit(_fill, dataset, part, out, req, w)
                 fills.inflight[f] = slot
                 parts.append((f, idx[a:b]))
             pending[sent] = (slot, parts)
@@ -150,7 +155,7 @@ def _pass(loader, fills: ThreadFills, batches: list[np.ndarray], req, layout: di
             fills.inflight.pop(f, None)
             if rec is not None:
                 rec.busy_s[w] += busy
-        yield loader._view(layout, slot, len(batches[want]))  # refilled only once the caller drops it
+        yield ring.view(layout, slot, len(batches[want]), finish)  # refilled only once the caller drops it
 
 
 def closed_during_pass() -> DataprepError:
