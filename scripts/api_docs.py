@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 SECTION = re.compile(r"^(Args|Arguments|Returns|Yields|Raises|Attributes|Example|Examples|Note|Notes):\s*$")
-ENTRY = re.compile(r"^(\*{0,2}\w+)(?:\s*\([^)]*\))?:(\s|$)")  # `name:` or `name (type):` under Args
+# An Args entry: `name:`, `name (type):`, or the house's `a, b: as for X` for parameters that share a meaning.
+ENTRY = re.compile(r"^(\*{0,2}\w+(?:,\s*\*{0,2}\w+)*)(?:\s*\([^)]*\))?:(\s|$)")
 
 
 def modules() -> list[str]:
@@ -98,14 +99,14 @@ def args_named(lines: list[str]) -> list[str]:
         lines: The section's lines.
 
     Returns:
-        The names, in order.
+        The names, in order; an entry `a, b: ...` gives both.
     """
     indents = [len(ln) - len(ln.lstrip()) for ln in lines if ln.strip()]
     if not indents:
         return []
     first = min(indents)
-    return [m.group(1) for ln in lines if ln.strip() and len(ln) - len(ln.lstrip()) == first
-            if (m := ENTRY.match(ln.strip()))]
+    return [name.strip() for ln in lines if ln.strip() and len(ln) - len(ln.lstrip()) == first
+            if (m := ENTRY.match(ln.strip())) for name in m.group(1).split(",")]
 
 
 def format_problems(name: str, obj: Any) -> list[str]:
@@ -130,14 +131,15 @@ def format_problems(name: str, obj: Any) -> list[str]:
 
 
 def missing_sections(obj: Any) -> list[str]:
-    """The sections the docstring of `obj` lacks: a one-line summary, `Args:` where it takes arguments,
-    `Returns:` (or `Yields:`) where it is a function that returns something.
+    """What the docstring of `obj` lacks: a one-line summary, `Args:` naming each parameter where it takes
+    arguments, `Returns:` (or `Yields:`) where it is a function that returns something.
 
     Args:
         obj: A public function or class.
 
     Returns:
-        The missing parts by name (`summary`, `Args`, `Returns`); empty when none is.
+        The missing parts: `summary`, `Args`, `Args: NAME` for a parameter left out, `Returns`; empty when
+        none is.
     """
     doc = inspect.getdoc(obj) or ""
     found = sections(doc)
@@ -145,6 +147,9 @@ def missing_sections(obj: Any) -> list[str]:
     params = parameters(obj)
     if params and "Args" not in found:
         missing.append("Args")
+    elif params:
+        named = set(args_named(found["Args"]))
+        missing += [f"Args: {p}" for p in params if p not in named and p.lstrip("*") not in named]
     if inspect.isfunction(obj):
         returns = inspect.signature(obj).return_annotation
         if returns not in (None, "None") and not {"Returns", "Yields"} & found.keys():

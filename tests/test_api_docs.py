@@ -1,7 +1,8 @@
 """The API reference builds clean and says what each public name takes and gives: `make docs` runs
 scripts/api_docs.py, which turns the docstrings of `dataprep.__all__`, `dataprep.build` and
-`dataprep.lightning` into pages with pdoc, every public name an anchor and no warning; the public
-docstrings name only real parameters, and those in COMPLIANT have a summary, Args and Returns."""
+`dataprep.lightning` into pages with pdoc, every public name an anchor and no warning; every public
+function and class (`dataprep.__all__`, the `dataprep.build` functions) has a summary line, each of its
+parameters under Args (and none that it lacks) and, where it returns something, Returns."""
 import importlib.util
 import inspect
 import shutil
@@ -13,55 +14,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "api_docs.py"
-
-# The public names whose docstrings have a summary, `Args:` where they take arguments and `Returns:` where
-# they are functions that return something. A name joins when its docstring is written so.
-COMPLIANT = [
-    "dataprep.DataprepError",
-    "dataprep.PackError",
-    "dataprep.UsageError",
-    "dataprep.InMemoryImageDataset",
-    "dataprep.SegmentationDataset",
-    "dataprep.VolumeDataset",
-    "dataprep.DetectionDataset",
-    "dataprep.detection_collate",
-    "dataprep.Loader",
-    "dataprep.Mixture",
-    "dataprep.DaliImageLoader",
-    "dataprep.TabularDataset",
-    "dataprep.TokenDataset",
-    "dataprep.Normalize",
-    "dataprep.Partition",
-    "dataprep.RandomResizedCrop",
-    "dataprep.CenterCrop",
-    "dataprep.DaliAugment",
-    "dataprep.DaliNormalize",
-    "dataprep.DocumentDataset",
-    "dataprep.Schedule",
-    "dataprep.DataWait",
-    "dataprep.to_device",
-    "dataprep.ResolutionBatchSampler",
-    "dataprep.build_images",
-    "dataprep.build_segmentation",
-    "dataprep.build_volumes",
-    "dataprep.build_detection",
-    "dataprep.write_scenes",
-    "dataprep.read_manifest",
-    "dataprep.is_pack",
-    "dataprep.tokenize",
-    "dataprep.build.coco",
-    "dataprep.build.folder",
-    "dataprep.build.imagenet",
-    "dataprep.build.list",
-    "dataprep.build.parquet",
-    "dataprep.build.segmentation",
-    "dataprep.build.table",
-    "dataprep.build.tokenize",
-    "dataprep.build.volumes",
-    "dataprep.build.webdataset",
-    "dataprep.build.yolo",
-]
-
 
 def api_docs():
     spec = importlib.util.spec_from_file_location("api_docs", SCRIPT)
@@ -126,11 +78,11 @@ def test_the_format_check_sees_a_stale_entry_and_an_empty_section():
     assert len(problems) == 2 and "'sizes'" in problems[1] and "Returns" in problems[0], problems
 
 
-@pytest.mark.parametrize("name", COMPLIANT)
-def test_a_compliant_public_name_has_a_summary_args_and_returns(name):
+def test_every_public_name_has_a_summary_args_and_returns():
     mod = api_docs()
-    obj = dict(mod.public())[name]
-    assert mod.missing_sections(obj) == [], f"{name}: {inspect.getdoc(obj)}"
+    missing = {name: mod.missing_sections(obj) for name, obj in mod.public() if callable(obj) and not inspect.ismodule(obj)}
+    assert len(missing) >= 40
+    assert {name: m for name, m in missing.items() if m} == {}
 
 
 def test_the_section_check_sees_what_is_missing():
@@ -156,7 +108,19 @@ def test_the_section_check_sees_what_is_missing():
             x: A value.
         """
 
+    def half(x: float, y: float) -> float:
+        """Halve.
+
+        Args:
+            x: A value.
+
+        Returns:
+            Half of it.
+        """
+        return x / 2
+
     assert mod.missing_sections(scale) == ["Args", "Returns"]
+    assert mod.missing_sections(half) == ["Args: y"]
     assert mod.missing_sections(Box) == ["Args"]
     assert mod.missing_sections(reset) == []
-    assert mod.missing_sections(only) == ["summary", "Returns"]
+    assert mod.missing_sections(only) == ["summary", "Args: x", "Returns"]  # x is not indented under it

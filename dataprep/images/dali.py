@@ -145,12 +145,14 @@ class DaliImageLoader:
         normalize: a `DaliNormalize` [default: ImageNet's mean and std, float32, NCHW].
         device_id: the GPU; None (or no GPU present: a warning) runs the same pipeline on the CPU.
         shuffle: a new order every epoch from `seed` and the epoch number [default: for "train"].
+        seed: the shuffle's seed.
         shard_id, num_shards: this rank's part of every epoch (rank k takes order[k::num_shards]: disjoint,
             and together every sample once).
         last_batch: "drop" an incomplete last batch; "pad" it to full size by repeating this epoch's first
             samples; "partial": yield it smaller. With "drop" and "pad" every rank gets the same number of
             batches; with "partial" ranks can differ by one.
         num_threads, prefetch: DALI's CPU threads and prefetch queue depth.
+        split, cache: the split and cache mode when `dataset` is a pack path, as for InMemoryImageDataset.
 
     Iterating gives `(images, labels)`: images (N, C, H, W) (or NHWC) of the normalisation's dtype on the
     device, labels int64 (N,). `len(loader)` is batches per epoch; `samples_per_epoch` the samples a rank sees.

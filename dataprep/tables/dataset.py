@@ -27,6 +27,8 @@ class TabularDataset(Dataset):
     """A table pack's split.
 
     Args:
+        pack: The table pack's folder (or URL).
+        split: The split's name.
         categorical: "separate" serves the categorical codes as their own tensor, for embedding layers;
             "features" appends them to the features as floats; "none" leaves them out.
         cache: "ram" (read into memory) or "mmap" (map the files; one copy in the page cache).

@@ -48,12 +48,18 @@ class _TokenSplit:
 class TokenDataset(Dataset):
     """(x, y) windows of `context` tokens, y shifted by one, over the split's concatenated documents.
 
-    Args:
-        mode: "sequential" (non-overlapping windows in order) or "random" (each window's start drawn from
-            (seed, epoch, index): the Loader's epoch, or `set_epoch`'s for indexing; `samples` sets how
-            many windows an epoch has [default: as many as fit without overlap]).
-        dtype: "int64" for embedding lookups, or "stored" (uint16/uint32) to convert on the GPU.
     `dataset[[i, j, ...]]` and `__getitems__` gather a whole batch with one vectorised index.
+
+    Args:
+        pack: The token pack's folder (or URL).
+        context: Tokens a window.
+        split: The split's name.
+        mode: "sequential" (non-overlapping windows in order) or "random". In "random" each window's start
+            is drawn from (seed, epoch, index): the Loader's epoch, or `set_epoch`'s for indexing.
+        seed: The seed of the random starts.
+        samples: Windows an epoch in "random" mode; None is as many as fit without overlap.
+        dtype: "int64" for embedding lookups, or "stored" (uint16/uint32) to convert on the GPU.
+        cache: "ram" (read into memory) or "mmap" (map the files; one copy in the page cache).
     """
 
     def __init__(self, pack, context: int = 1024, split: str = "train", mode: str = "random", seed: int = 0,
@@ -212,7 +218,7 @@ class DocumentDataset(Dataset):
     Args:
         pack: The token pack's folder.
         split: The split's name.
-        cache: Where the split is held: "ram", or another cache mode as TokenDataset takes.
+        cache: "ram" (read into memory) or "mmap" (map the files; one copy in the page cache).
     """
 
     def __init__(self, pack, split: str = "train", cache: str = "ram"):
