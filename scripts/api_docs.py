@@ -53,6 +53,27 @@ def public() -> Iterator[tuple[str, Any]]:
             yield f"dataprep.build.{name}", obj
 
 
+def members(name: str, cls: type) -> Iterator[tuple[str, Any]]:
+    """The public methods and properties a public class defines itself (not those it inherits).
+
+    Args:
+        name: The class's qualified name.
+        cls: The class.
+
+    Returns:
+        An iterator of `(qualified name, function)`; a property gives its getter.
+    """
+    for attr, value in vars(cls).items():
+        if attr.startswith("_"):
+            continue
+        if isinstance(value, property):
+            value = value.fget
+        elif isinstance(value, (classmethod, staticmethod)):
+            value = value.__func__
+        if inspect.isfunction(value):
+            yield f"{name}.{attr}", value
+
+
 def parameters(obj: Any) -> list[str] | None:
     """The names a caller passes to `obj` (a class: its constructor), without `self`.
 
@@ -67,7 +88,7 @@ def parameters(obj: Any) -> list[str] | None:
     except (TypeError, ValueError):
         return None
     stars = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}
-    return [stars.get(p.kind, "") + p.name for p in sig.parameters.values() if p.name != "self"]
+    return [stars.get(p.kind, "") + p.name for p in sig.parameters.values() if p.name not in ("self", "cls")]
 
 
 def sections(doc: str) -> dict[str, list[str]]:
@@ -177,7 +198,8 @@ def build(out: Path) -> list[str]:
         # The package's names load lazily (its __getattr__); pdoc reads them from the module's namespace.
         for name in dataprep.__all__:
             vars(dataprep).setdefault(name, names[f"dataprep.{name}"])
-        problems = [p for name, obj in names.items() for p in format_problems(name, obj)]
+        methods = [m for name, obj in names.items() if inspect.isclass(obj) for m in members(name, obj)]
+        problems = [p for name, obj in [*names.items(), *methods] for p in format_problems(name, obj)]
         pdoc.render.configure(docformat="google", show_source=False, footer_text="dataprep " + dataprep.__version__)
         pdoc.pdoc(*modules(), output_directory=out)
     return [f"{w.category.__name__}: {w.message}" for w in caught] + problems

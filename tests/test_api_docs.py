@@ -60,6 +60,14 @@ def test_no_public_docstring_names_a_parameter_it_does_not_have():
     assert [p for name, obj in mod.public() for p in mod.format_problems(name, obj)] == []
 
 
+def test_every_public_method_and_property_says_what_it_does():
+    mod = api_docs()
+    found = [m for name, obj in mod.public() if inspect.isclass(obj) for m in mod.members(name, obj)]
+    assert len(found) >= 80 and "dataprep.Loader.state_dict" in dict(found)
+    assert [name for name, f in found if not (inspect.getdoc(f) or "").strip()] == []
+    assert [p for name, f in found for p in mod.format_problems(name, f)] == []
+
+
 def test_the_format_check_sees_a_stale_entry_and_an_empty_section():
     """Negative control: an Args entry for a parameter that was renamed, and a Returns with nothing in it."""
     mod = api_docs()

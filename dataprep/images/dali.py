@@ -80,14 +80,34 @@ class DaliAugment:
     @classmethod
     def train(cls, size: int | tuple[int, int] = 224, area: tuple[float, float] = (0.08, 1.0),
               aspect_ratio: tuple[float, float] = (3 / 4, 4 / 3)) -> "DaliAugment":
+        """The training preset: a random-resized crop, decoded alone, and a random flip.
+
+        Args:
+            size: The output side, or (height, width).
+            area: The crop's area as a fraction of the image's: (low, high).
+            aspect_ratio: The crop's aspect ratio: (low, high).
+
+        Returns:
+            The augmentation.
+        """
         return cls("train", size, "auto", area, aspect_ratio)
 
     @classmethod
     def eval(cls, size: int | tuple[int, int] = 224, resize: int | None | str = "auto") -> "DaliAugment":
+        """The evaluation preset: resize the shorter side, then cut the central window.
+
+        Args:
+            size: The window's side, or (height, width).
+            resize: The shorter side: "auto" is size * 256 / 224; None does not resize.
+
+        Returns:
+            The augmentation.
+        """
         return cls("eval", size, resize)
 
     @property
     def hw(self) -> tuple[int, int]:
+        """The output size as (height, width)."""
         return (int(self.size), int(self.size)) if isinstance(self.size, int) else (int(self.size[0]), int(self.size[1]))
 
     @property
@@ -298,6 +318,7 @@ class DaliImageLoader:
         self._base = int(epoch) - self._passes
 
     def close(self) -> None:
+        """Release the DALI pipeline; a `with` block calls it."""
         self._iter = None
         self._pipe = None
 

@@ -68,6 +68,7 @@ class SegmentationDataset(InMemoryImageDataset):
 
     @property
     def mask_dtype(self) -> np.dtype:
+        """The masks' dtype: uint8 or uint16."""
         return self.mask_field.np_dtype.newbyteorder("=")
 
     def mask(self, i: int) -> np.ndarray:

@@ -371,6 +371,14 @@ class Mixture:
                 init()
 
     def batch_layout(self, request: Request | None = None):
+        """What one sample occupies in a batch: the members' common layout (they must agree).
+
+        Args:
+            request: What the pass asks for (crop, flip, resolution); None is a plain request.
+
+        Returns:
+            {key: (sample shape, dtype)}, one tensor of the batch per key, in order.
+        """
         request = request or Request()
         layouts = [d.batch_layout(request) for d in self.datasets]
         first = {k: (tuple(s), np.dtype(t)) for k, (s, t) in layouts[0].items()}

@@ -99,6 +99,15 @@ class Partition:
         return parts
 
     def shards(self, counts: list[int], epoch: int) -> list[int]:
+        """The shards this node holds in `epoch`.
+
+        Args:
+            counts: The split's samples in each shard.
+            epoch: The epoch.
+
+        Returns:
+            The indices of this node's shards.
+        """
         return self.parts(counts)[self.part_of(epoch)]
 
     def length(self, counts: list[int]) -> int:

@@ -43,12 +43,33 @@ class Schedule:
 
     @classmethod
     def ramp(cls, sizes: Sequence[int], start: int, end: int, first_epoch: int, last_epoch: int) -> "Schedule":
+        """A linear ramp of resolutions, each epoch rounded to the nearest size (ties to the smaller).
+
+        Args:
+            sizes: The resolutions the pack holds.
+            start: The resolution up to `first_epoch`.
+            end: The resolution from `last_epoch` on.
+            first_epoch: Where the ramp starts.
+            last_epoch: Where the ramp ends.
+
+        Returns:
+            The schedule.
+        """
         if last_epoch < first_epoch:
             raise DataprepError("last_epoch must not come before first_epoch")
         return cls(sizes, {first_epoch: start, last_epoch: end}, ramp=True)
 
     @classmethod
     def table(cls, sizes: Sequence[int], table: Mapping[int, int]) -> "Schedule":
+        """A table of resolutions: each entry holds until the next.
+
+        Args:
+            sizes: The resolutions the pack holds.
+            table: Epoch to resolution, such as {0: 128, 5: 192, 10: 256}; each one a size the pack holds.
+
+        Returns:
+            The schedule.
+        """
         return cls(sizes, table, ramp=False)
 
     def __call__(self, epoch: int) -> int:
@@ -88,12 +109,18 @@ class ResolutionBatchSampler:
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
+        """Pick the epoch the next pass serves: its resolution and its shuffle.
+
+        Args:
+            epoch: The epoch; passed on to a sampler that has `set_epoch`.
+        """
         self.epoch = epoch
         if hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
 
     @property
     def resolution(self) -> int:
+        """This epoch's resolution, from the schedule."""
         return self.schedule(self.epoch)
 
     def __len__(self) -> int:

@@ -149,6 +149,15 @@ class DataWait:
         return _timed(self.batches, rec)
 
     def stats(self, epoch: int | None = None) -> dict[str, Any]:
+        """The figures of one pass, with a verdict: data-bound or compute-bound.
+
+        Args:
+            epoch: The pass, from 0; None is the last.
+
+        Returns:
+            The Loader's `stats()` keys; those only its workers report (worker_busy, decode_paths, ...)
+            are None.
+        """
         if not self.epochs:
             raise ValueError("no pass over the batches yet: iterate first")
         d = self.epochs[-1 if epoch is None else epoch].as_dict(self.threshold)

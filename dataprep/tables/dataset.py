@@ -128,6 +128,14 @@ class TabularDataset(Dataset):
 
     # -- the batch-fetch protocol the fast Loader uses: one buffer per member of `fields`, in its order ---
     def batch_layout(self, request: Request | None = None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """What one row occupies in a batch: a buffer per member of `fields`.
+
+        Args:
+            request: What the pass asks for; a table serves no crop or flip.
+
+        Returns:
+            {key: (sample shape, dtype)}, one tensor of the batch per key, in order.
+        """
         refuse_augmentation(request or Request(), "a table pack")
         width = len(self.feature_columns) + (len(self.categorical_columns) if self.categorical == "features" else 0)
         ydt = np.dtype(np.int64) if self.target_info["task"] == "classification" else self.arrays["target"].dtype
@@ -140,6 +148,14 @@ class TabularDataset(Dataset):
 
     def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray], request: Request | None = None,
                    rows: np.ndarray | None = None) -> None:
+        """Write rows `idx` of the split into `out`, in place.
+
+        Args:
+            idx: The row indices.
+            out: The batch's arrays by key, as `batch_layout` gives them.
+            request: What the pass asks for; a table serves no crop or flip.
+            rows: The batch rows to write; None is the first len(idx).
+        """
         at = slice(0, len(idx)) if rows is None else rows
         for key, t in zip(self.fields, self._rows(np.asarray(idx, np.int64))):
             out[key][at] = t.numpy()

@@ -163,6 +163,14 @@ class TokenDataset(Dataset):
 
     # -- the batch-fetch protocol the fast Loader uses (serve/request.py) -------------------------
     def batch_layout(self, request: Request | None = None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """What one window occupies in a batch: x and y, `context` tokens each.
+
+        Args:
+            request: What the pass asks for; tokens serve no crop or flip.
+
+        Returns:
+            {key: (sample shape, dtype)}, one tensor of the batch per key, in order.
+        """
         refuse_augmentation(request or Request(), "a token pack")
         dt = np.dtype(np.int64) if self.dtype == "int64" or self.data.tokens.dtype == np.uint32 else self.data.tokens.dtype
         return {"x": ((self.context,), dt), "y": ((self.context,), dt)}

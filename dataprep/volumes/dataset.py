@@ -76,10 +76,12 @@ class VolumeDataset(Dataset):
 
     @property
     def labels(self) -> np.ndarray | None:
+        """Each volume's class label as stored, or None where the pack has no class folders."""
         return self._labels
 
     @property
     def dtype(self) -> np.dtype:
+        """The volumes' dtype: uint8 or uint16."""
         return self.field.np_dtype.newbyteorder("=")
 
     def volume(self, i: int) -> np.ndarray:
@@ -133,6 +135,13 @@ class VolumeDataset(Dataset):
         return out
 
     def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray], request: Request | None = None) -> None:
+        """Write volumes `idx` (and their masks and labels) into the first rows of `out`, in place.
+
+        Args:
+            idx: The sample indices.
+            out: The batch's arrays by key, as `batch_layout` gives them.
+            request: What the pass asks for; a volume pack serves no crop or flip.
+        """
         if self.transform is not None:
             raise DataprepError("the batch path serves stored volumes; transform the batch on the GPU")
         vols, n = out["volumes"], len(idx)
