@@ -204,9 +204,9 @@ def _paths(given, what: str) -> builtins.list[str]:
 
 def imagenet(src: str | os.PathLike, out: str | os.PathLike, *, splits: Sequence[str] | str | None = None,
              val_labels: str | os.PathLike | None = None, allow_empty_classes: bool = False, **options) -> BuildSummary:
-    """Pack an ImageNet tree: SRC/train/<wnid>/*.JPEG and SRC/val/.
+    """Pack an ImageNet tree: `SRC/train/<wnid>/*.JPEG` and `SRC/val/`.
 
-    Labels are the indices of the sorted train folders (torchvision's ImageFolder order). SRC/val/ is in
+    Labels are the indices of the sorted train folders (torchvision's ImageFolder order). `SRC/val/` is in
     class folders, or flat with a labels file.
 
     Args:
@@ -235,7 +235,7 @@ def imagenet(src: str | os.PathLike, out: str | os.PathLike, *, splits: Sequence
 
 def folder(src: str | os.PathLike, out: str | os.PathLike, *, split: str = "train", allow_empty_classes: bool = False,
            allow_split_named_classes: bool = False, **options) -> BuildSummary:
-    """Pack a class-folder tree: SRC/<class>/**/<image files>.
+    """Pack a class-folder tree: `SRC/<class>/**/<image files>`.
 
     Args:
         src: The folder of class folders.
@@ -397,10 +397,10 @@ def coco(images: str | os.PathLike, out: str | os.PathLike, *, annotations: str 
 
 def yolo(root: str | os.PathLike, out: str | os.PathLike, *, split: str = "train", max_boxes: int = DETECTION_OPTIONS["max_boxes"],
          **options) -> BuildSummary:
-    """Pack a YOLO dataset: ROOT/images and ROOT/labels/*.txt (normalised cx cy w h).
+    """Pack a YOLO dataset: `ROOT/images` and `ROOT/labels/*.txt` (normalised cx cy w h).
 
-    The folders are flat or in split folders (images/train, labels/train). Class names come from
-    ROOT/classes.txt or ROOT/data.yaml.
+    The folders are flat or in split folders (`images/train`, `labels/train`). Class names come from
+    `ROOT/classes.txt` or `ROOT/data.yaml`.
 
     Args:
         root: The dataset's folder.
@@ -454,7 +454,7 @@ def _triple(value, what: str, cast, n: int, example: str) -> tuple | None:
 
 
 def volumes(src: str | os.PathLike, out: str | os.PathLike, **options) -> BuildSummary:
-    """Pack 3-D volumes: SRC/<class>/**/*.npy|*.tif (labelled) or SRC/**/*.npy|*.tif.
+    """Pack 3-D volumes: `SRC/<class>/**/*.npy|*.tif` (labelled) or `SRC/**/*.npy|*.tif`.
 
     Volumes are stored uint16 (or uint8) with their shapes.
 

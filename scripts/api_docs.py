@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator
 
 SECTION = re.compile(r"^(Args|Arguments|Returns|Yields|Raises|Attributes|Example|Examples|Note|Notes):\s*$")
 # An Args entry: `name:`, `name (type):`, or the house's `a, b: as for X` for parameters that share a meaning.
+TAG = re.compile(r"<[A-Za-z/][^<>]*>")  # Markdown passes `<class>` through as HTML: the reader sees nothing
 ENTRY = re.compile(r"^(\*{0,2}\w+(?:,\s*\*{0,2}\w+)*)(?:\s*\([^)]*\))?:(\s|$)")
 
 
@@ -131,7 +132,8 @@ def args_named(lines: list[str]) -> list[str]:
 
 
 def format_problems(name: str, obj: Any) -> list[str]:
-    """What in the docstring of `obj` renders wrong: an empty section, an `Args:` entry naming no parameter.
+    """What in the docstring of `obj` renders wrong: an empty section, an `Args:` entry naming no parameter,
+    a `<name>` outside backticks.
 
     Args:
         name: The qualified name, for the message.
@@ -143,6 +145,8 @@ def format_problems(name: str, obj: Any) -> list[str]:
     doc = inspect.getdoc(obj) or ""
     found = sections(doc)
     problems = [f"{name}: the {title}: section is empty" for title, lines in found.items() if not any(ln.strip() for ln in lines)]
+    problems += [f"{name}: {tag} renders as an HTML tag, not as text: put it in backticks"
+                 for tag in TAG.findall(re.sub(r"`[^`]*`", "", doc))]
     params = parameters(obj) if callable(obj) else None
     if "Args" in found and params is not None:
         known = set(params) | {p.lstrip("*") for p in params}

@@ -68,12 +68,13 @@ def test_every_public_method_and_property_says_what_it_does():
     assert [p for name, f in found for p in mod.format_problems(name, f)] == []
 
 
-def test_the_format_check_sees_a_stale_entry_and_an_empty_section():
-    """Negative control: an Args entry for a parameter that was renamed, and a Returns with nothing in it."""
+def test_the_format_check_sees_a_stale_entry_an_empty_section_and_a_tag():
+    """Negative control: an Args entry for a parameter that was renamed, a Returns with nothing in it, and a
+    `<class>` that Markdown would swallow as HTML (in backticks it is text)."""
     mod = api_docs()
 
     def crop(image, size):
-        """Crop.
+        """Crop root/<class>/*.jpg, not `root/<split>/`.
 
         Args:
             image: The image.
@@ -83,7 +84,7 @@ def test_the_format_check_sees_a_stale_entry_and_an_empty_section():
         """
 
     problems = mod.format_problems("crop", crop)
-    assert len(problems) == 2 and "'sizes'" in problems[1] and "Returns" in problems[0], problems
+    assert len(problems) == 3 and "Returns" in problems[0] and "<class>" in problems[1] and "'sizes'" in problems[2], problems
 
 
 def test_every_public_name_has_a_summary_args_and_returns():
