@@ -62,16 +62,15 @@ def members(name: str, cls: type) -> Iterator[tuple[str, Any]]:
         cls: The class.
 
     Returns:
-        An iterator of `(qualified name, function)`; a property gives its getter.
+        An iterator of `(qualified name, function or property)`; a property, documented as a value, needs
+        no Args or Returns.
     """
     for attr, value in vars(cls).items():
         if attr.startswith("_"):
             continue
-        if isinstance(value, property):
-            value = value.fget
-        elif isinstance(value, (classmethod, staticmethod)):
+        if isinstance(value, (classmethod, staticmethod)):
             value = value.__func__
-        if inspect.isfunction(value):
+        if inspect.isfunction(value) or isinstance(value, property):
             yield f"{name}.{attr}", value
 
 

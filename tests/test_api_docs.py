@@ -15,6 +15,52 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "api_docs.py"
 
+# The public methods whose docstrings still lack Args or Returns (all have a summary). A name leaves the
+# list when its docstring is written so; the test fails until it does, so the list only shrinks.
+METHODS_NOT_YET = {
+    "dataprep.InMemoryImageDataset.use",
+    "dataprep.InMemoryImageDataset.set_epoch",
+    "dataprep.InMemoryImageDataset.stored",
+    "dataprep.InMemoryImageDataset.jpeg",
+    "dataprep.InMemoryImageDataset.image",
+    "dataprep.InMemoryImageDataset.caption_ids",
+    "dataprep.InMemoryImageDataset.batch",
+    "dataprep.SegmentationDataset.mask",
+    "dataprep.SegmentationDataset.batch",
+    "dataprep.SegmentationDataset.batch_layout",
+    "dataprep.SegmentationDataset.fill_batch",
+    "dataprep.VolumeDataset.volume",
+    "dataprep.VolumeDataset.mask",
+    "dataprep.VolumeDataset.batch_layout",
+    "dataprep.DetectionDataset.objects",
+    "dataprep.DetectionDataset.batch",
+    "dataprep.DetectionDataset.batch_layout",
+    "dataprep.DetectionDataset.finish_batch",
+    "dataprep.DetectionDataset.fill_batch",
+    "dataprep.Loader.set_epoch",
+    "dataprep.Loader.request",
+    "dataprep.Loader.epoch_order",
+    "dataprep.Loader.padding",
+    "dataprep.Loader.state_dict",
+    "dataprep.Loader.load_state_dict",
+    "dataprep.Loader.stats",
+    "dataprep.DaliImageLoader.epoch_order",
+    "dataprep.DaliImageLoader.set_epoch",
+    "dataprep.DaliNormalize.pixels",
+    "dataprep.DaliNormalize.for_channels",
+    "dataprep.TabularDataset.batch",
+    "dataprep.TokenDataset.set_epoch",
+    "dataprep.TokenDataset.starts",
+    "dataprep.TokenDataset.fill_batch",
+    "dataprep.TokenDataset.addresses",
+    "dataprep.TokenDataset.fill_addresses",
+    "dataprep.TokenDataset.windows",
+    "dataprep.TokenDataset.read_addresses",
+    "dataprep.TokenDataset.fill_raw",
+    "dataprep.Normalize.forward",
+}
+
+
 def api_docs():
     spec = importlib.util.spec_from_file_location("api_docs", SCRIPT)
     assert spec is not None and spec.loader is not None
@@ -66,6 +112,13 @@ def test_every_public_method_and_property_says_what_it_does():
     assert len(found) >= 80 and "dataprep.Loader.state_dict" in dict(found)
     assert [name for name, f in found if not (inspect.getdoc(f) or "").strip()] == []
     assert [p for name, f in found for p in mod.format_problems(name, f)] == []
+
+
+def test_public_methods_have_args_and_returns_but_those_not_yet_written():
+    mod = api_docs()
+    missing = {name: mod.missing_sections(f) for cname, cls in mod.public() if inspect.isclass(cls) for name, f in mod.members(cname, cls)}
+    assert [name for name, m in missing.items() if m and name not in METHODS_NOT_YET] == []
+    assert [name for name in METHODS_NOT_YET if not missing.get(name)] == []  # written since: off the list
 
 
 def test_the_format_check_sees_a_stale_entry_an_empty_section_and_a_tag():

@@ -59,20 +59,38 @@ class RandomResizedCrop:
         self.scale, self.ratio, self.interpolation = scale, ratio, _interpolation(interpolation)
 
     def resized(self, size: int) -> "RandomResizedCrop":
-        """The same plan with another output size (what a resolution schedule changes each epoch)."""
+        """The same plan with another output size (what a resolution schedule changes each epoch).
+
+        Args:
+            size: The output side.
+
+        Returns:
+            A new plan.
+        """
         return RandomResizedCrop(size, self.scale, self.ratio, self.interpolation)
 
     def __repr__(self) -> str:
         return f"RandomResizedCrop({self.size}, scale={self.scale}, ratio={self.ratio}, interpolation={self.interpolation!r})"
 
     def boxes(self, heights, widths, key: tuple[int, ...], idx, which: np.ndarray | None = None) -> np.ndarray:
-        """(N, 4) int64 boxes (top, left, height, width) for images of the given sizes, drawn from
-        (key, index) as torchvision's get_params draws them: up to 10 tries of an area and an aspect, the
+        """The crop boxes of images of the given sizes, drawn from (key, index).
+
+        They are drawn as torchvision's get_params draws them: up to 10 tries of an area and an aspect, the
         first that fits taken, else the whole image with its ratio clamped. Every try of every sample is
-        drawn in one pass (four streams per try, the boxes of trying one after another), because numpy's
-        cost per call, not per box, is what a batch of draws pays (figures: docs/benchmarks.md, "Costs the
-        code is shaped by"). With `which`, `key` is a list of keys and sample k's is key[which[k]] (a Mixture's members
-        drawn in one pass)."""
+        drawn in one pass (four streams per try, the boxes of trying one after another). Numpy's cost per
+        call, not per box, is what a batch of draws pays (figures: docs/benchmarks.md, "Costs the code is
+        shaped by").
+
+        Args:
+            heights: The images' heights.
+            widths: The images' widths.
+            key: What the draws are keyed by, such as (seed, epoch); with `which`, a list of keys.
+            idx: The samples' indices.
+            which: Sample k's key is key[which[k]] (a Mixture's members, drawn in one pass); None: one key.
+
+        Returns:
+            (N, 4) int64 boxes: top, left, height, width.
+        """
         hh, ww = np.asarray(heights, np.int64), np.asarray(widths, np.int64)
         idx = np.asarray(idx, np.int64)
         n = len(idx)
@@ -134,7 +152,14 @@ class CenterCrop:
         self.interpolation = _interpolation(interpolation)
 
     def resized(self, size: int) -> "CenterCrop":
-        """The same plan at another size, its resize scaled alike (256/224 stays 256/224)."""
+        """The same plan at another size, its resize scaled alike (256/224 stays 256/224).
+
+        Args:
+            size: The window's side.
+
+        Returns:
+            A new plan.
+        """
         return CenterCrop(size, int(round(size * self.resize / max(self.size))), self.interpolation)
 
     def __repr__(self) -> str:
@@ -149,7 +174,18 @@ class CenterCrop:
         return out
 
     def boxes(self, heights, widths, key=None, idx=None, which=None) -> np.ndarray:
-        """The whole image: CenterCrop resizes first, then crops (see `apply`)."""
+        """The whole image: CenterCrop resizes first, then crops (see `apply`).
+
+        Args:
+            heights: The images' heights.
+            widths: The images' widths.
+            key: Unused: nothing is drawn.
+            idx: Unused.
+            which: Unused.
+
+        Returns:
+            (N, 4) int64 boxes: 0, 0, height, width.
+        """
         hh, ww = np.asarray(heights, np.int64), np.asarray(widths, np.int64)
         return np.stack([np.zeros_like(hh), np.zeros_like(hh), hh, ww], 1)
 

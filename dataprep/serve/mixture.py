@@ -128,7 +128,14 @@ class Mixture:
 
     # -- the apportionment --------------------------------------------------------------------------
     def counts(self, c) -> np.ndarray:
-        """(members, *shape of c): how many of the first c positions each member holds."""
+        """How many of the first c positions each member holds.
+
+        Args:
+            c: A count of positions, or an array of counts.
+
+        Returns:
+            An array (members, *shape of c).
+        """
         shares: list = [None] * len(self.datasets)
         _shares(self._tree, np.asarray(c, np.int64), shares)
         return np.stack(shares)
@@ -151,7 +158,15 @@ class Mixture:
         return (self._per_epoch / self.lengths).tolist()
 
     def locate(self, idx, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Positions `idx` of mixture epoch `epoch` -> (member, index in the member, the member's epoch)."""
+        """Where positions `idx` of mixture epoch `epoch` come from.
+
+        Args:
+            idx: The positions.
+            epoch: The mixture's epoch.
+
+        Returns:
+            (member, index in the member, the member's epoch), each an int64 array shaped as `idx`.
+        """
         idx = np.asarray(idx, np.int64)
         member, index, m_epoch = (np.empty(idx.shape, np.int64) for _ in range(3))
         for p in self._groups(idx, epoch):
@@ -348,7 +363,11 @@ class Mixture:
         return self.samples
 
     def set_epoch(self, epoch: int) -> None:
-        """The epoch `mixture[i]` serves (the Loader passes its own epoch with every batch)."""
+        """Pick the epoch `mixture[i]` serves; the Loader passes its own epoch with every batch.
+
+        Args:
+            epoch: The epoch.
+        """
         self.epoch = int(epoch)
 
     def __getitem__(self, i):
@@ -393,10 +412,18 @@ class Mixture:
 
     def fill_batch(self, idx, out: dict[str, np.ndarray], request: Request | None = None,
                    rows: np.ndarray | None = None) -> None:
-        """Fill the batch (or its rows `rows`) with positions `idx` (or a range of them). A run of positions
-        (the Loader's case) is sliced from a plan: through the members' joined view where they line up
-        (`_fill_joined`), else member by member (`_fill_run`); scattered positions are worked out one by
-        one (`_fill_scattered`)."""
+        """Fill the batch (or its rows `rows`) with positions `idx`, in place.
+
+        A run of positions (the Loader's case) is sliced from a plan: through the members' joined view
+        where they line up (`_fill_joined`), else member by member (`_fill_run`). Scattered positions are
+        worked out one by one (`_fill_scattered`).
+
+        Args:
+            idx: The positions, or a range of them.
+            out: The batch's arrays by key, as `batch_layout` gives them.
+            request: What the pass asks for: epoch, seed, crop, flip.
+            rows: The batch rows to write; None is the first len(idx).
+        """
         r = request or Request()
         if isinstance(idx, range) and idx.step == 1:
             if not len(idx):

@@ -59,9 +59,19 @@ class Partition:
 
     @classmethod
     def from_env(cls, seed: int = 0, rotate_every: int = 0) -> "Partition":
-        """The node and local rank torchrun (or the environment) gives: LOCAL_WORLD_SIZE and LOCAL_RANK, the
-        node as GROUP_RANK (torchrun), NODE_RANK, or RANK // LOCAL_WORLD_SIZE; WORLD_SIZE / LOCAL_WORLD_SIZE
-        nodes. A single process is node 0 of 1."""
+        """The partition torchrun (or the environment) describes.
+
+        The local world and rank are LOCAL_WORLD_SIZE and LOCAL_RANK. The node is GROUP_RANK (torchrun),
+        NODE_RANK, or RANK // LOCAL_WORLD_SIZE, of WORLD_SIZE / LOCAL_WORLD_SIZE nodes. A single process is
+        node 0 of 1.
+
+        Args:
+            seed: Draws the order in which shards are dealt into parts.
+            rotate_every: Every this many epochs each node takes the next node's part; 0 never moves them.
+
+        Returns:
+            This process's partition.
+        """
         env = os.environ
         world, rank = int(env.get("WORLD_SIZE", 1)), int(env.get("RANK", 0))
         try:
@@ -78,12 +88,26 @@ class Partition:
         return cls(world // local_world, node, seed, rotate_every, int(env.get("LOCAL_RANK", rank % local_world)), local_world)
 
     def part_of(self, epoch: int) -> int:
-        """The part this node holds in `epoch`."""
+        """The part this node holds in `epoch`.
+
+        Args:
+            epoch: The epoch.
+
+        Returns:
+            The part's index, from 0.
+        """
         shift = int(epoch) // self.rotate_every if self.rotate_every else 0
         return (self.node + shift) % self.nodes
 
     def parts(self, counts: list[int]) -> list[list[int]]:
-        """Every part's shard indices (in the split's order), parts of nearly equal sample counts."""
+        """The shards of every part, parts of nearly equal sample counts.
+
+        Args:
+            counts: The split's samples in each shard.
+
+        Returns:
+            Each part's shard indices, in the split's order.
+        """
         if len(counts) < self.nodes:
             raise DataprepError(f"partition: {len(counts)} shards cannot be parted over {self.nodes} nodes; "
                                 "rebuild with a smaller --shard-size")
@@ -111,7 +135,14 @@ class Partition:
         return self.parts(counts)[self.part_of(epoch)]
 
     def length(self, counts: list[int]) -> int:
-        """Samples every node serves an epoch: the largest part's."""
+        """Samples every node serves an epoch: the largest part's.
+
+        Args:
+            counts: The split's samples in each shard.
+
+        Returns:
+            The count.
+        """
         return max(sum(counts[k] for k in p) for p in self.parts(counts))
 
 
