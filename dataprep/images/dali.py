@@ -140,11 +140,25 @@ class DaliNormalize:
 
     @classmethod
     def pixels(cls, layout: str = "nchw") -> "DaliNormalize":
-        """uint8 pixels as decoded (mean 0, std 1)."""
+        """uint8 pixels as decoded (mean 0, std 1).
+
+        Args:
+            layout: "nchw" or "nhwc".
+
+        Returns:
+            The normalisation.
+        """
         return cls((0.0, 0.0, 0.0), (1.0, 1.0, 1.0), torch.uint8, layout)
 
     def for_channels(self, channels: int) -> "DaliNormalize":
-        """Mean and std with one value per channel of the pack (ImageNet's averaged for grayscale)."""
+        """Mean and std with one value per channel of the pack (ImageNet's averaged for grayscale).
+
+        Args:
+            channels: The pack's channels: 1 or 3.
+
+        Returns:
+            The normalisation for that many channels.
+        """
         mean, std = tuple(float(v) for v in self.mean), tuple(float(v) for v in self.std)
         if len(mean) == len(std) == channels:
             return DaliNormalize(mean, std, self.dtype, self.layout)
@@ -236,7 +250,14 @@ class DaliImageLoader:
         return math.ceil(sizes[self.shard_id] / self.batch_size)
 
     def epoch_order(self, epoch: int) -> np.ndarray:
-        """This rank's sample indices for `epoch`, in order, padding included (what the epoch yields)."""
+        """This rank's sample indices for `epoch`, in order, padding included (what the epoch yields).
+
+        Args:
+            epoch: The epoch.
+
+        Returns:
+            The indices.
+        """
         n = len(self._labels)
         order = np.random.default_rng([self.seed, epoch]).permutation(n) if self.shuffle else np.arange(n)
         mine = order[self.shard_id :: self.num_shards]
@@ -313,8 +334,13 @@ class DaliImageLoader:
         self._passes += 1
 
     def set_epoch(self, epoch: int) -> None:
-        """Make the next epoch's order that of `epoch` (as DistributedSampler.set_epoch); without it,
-        epochs count 0, 1, 2, ..."""
+        """Make the next epoch's order that of `epoch`, as DistributedSampler.set_epoch does.
+
+        Without it, epochs count 0, 1, 2, ...
+
+        Args:
+            epoch: The epoch.
+        """
         self._base = int(epoch) - self._passes
 
     def close(self) -> None:

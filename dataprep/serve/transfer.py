@@ -40,6 +40,14 @@ class Normalize(torch.nn.Module):
             self.to(device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalise a batch (or one image) on the module's device.
+
+        Args:
+            x: uint8 or uint16, (N, C, H, W) or (C, H, W).
+
+        Returns:
+            (x - mean) / std as `dtype`, of the same shape.
+        """
         if x.dtype not in (torch.uint8, torch.uint16):
             raise TypeError(f"Normalize takes uint8 or uint16 batches, got {x.dtype}")
         batched = x.ndim == 4

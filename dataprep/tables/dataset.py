@@ -120,7 +120,14 @@ class TabularDataset(Dataset):
         return self._rows(i % n)
 
     def batch(self, indices) -> tuple[torch.Tensor, ...]:
-        """A whole batch by slicing each array once."""
+        """A whole batch by slicing each array once.
+
+        Args:
+            indices: The row indices (negative ones count from the end).
+
+        Returns:
+            The tuple of `fields`, rows stacked.
+        """
         idx = np.asarray(indices, np.int64).reshape(-1)
         if len(idx) and (idx.min() < -len(self) or idx.max() >= len(self)):
             raise IndexError(f"an index is out of range for {len(self)} rows")

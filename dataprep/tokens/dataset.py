@@ -90,7 +90,11 @@ class TokenDataset(Dataset):
         self.set_epoch(epoch)
 
     def set_epoch(self, epoch: int) -> None:
-        """The epoch whose windows `dataset[i]` serves (the Loader passes its own epoch with every batch)."""
+        """Pick the epoch whose windows `dataset[i]` serves; the Loader passes its own with every batch.
+
+        Args:
+            epoch: The epoch.
+        """
         self.epoch = int(epoch)
 
     @property
@@ -117,9 +121,20 @@ class TokenDataset(Dataset):
         return int(self.samples or (n - 1) // self.context)
 
     def starts(self, idx, epoch: int | None = None, seed: int = 0) -> np.ndarray:
-        """Window starts of samples `idx` in `epoch` [default: set_epoch's]: sequential windows in order, or
-        random starts drawn from (the dataset's seed, the Loader's `seed`, epoch, index), so any worker,
-        batch or resumed run draws the same; indexing the dataset draws as a Loader of seed 0 does."""
+        """Where the windows of samples `idx` start in `epoch`.
+
+        Sequential windows are in order. Random starts are drawn from (the dataset's seed, the Loader's
+        `seed`, epoch, index), so any worker, batch or resumed run draws the same. Indexing the dataset
+        draws as a Loader of seed 0 does.
+
+        Args:
+            idx: The sample indices.
+            epoch: The epoch; None is set_epoch's.
+            seed: The Loader's seed.
+
+        Returns:
+            The token offsets, int64.
+        """
         idx = np.asarray(idx, np.int64) % len(self)
         if self.mode == "sequential":
             return idx * self.context
@@ -179,7 +194,14 @@ class TokenDataset(Dataset):
 
     def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray], request: Request | None = None,
                    rows: np.ndarray | None = None) -> None:
-        """The windows of samples `idx` in the request's epoch, into out's first rows (or rows `rows`)."""
+        """Write the windows of samples `idx` in the request's epoch into `out`, in place.
+
+        Args:
+            idx: The sample indices.
+            out: The batch's arrays by key, as `batch_layout` gives them.
+            request: What the pass asks for: epoch and seed.
+            rows: The batch rows to write (a slice or row numbers); None is the first ones.
+        """
         request = request or Request()
         self.fill_addresses(self.starts(idx, request.epoch, request.seed), out, rows)
 
@@ -190,29 +212,62 @@ class TokenDataset(Dataset):
         return self.mode == "random"
 
     def addresses(self, idx: np.ndarray, epoch: int, seed: int) -> np.ndarray:
-        """Where samples `idx` lie in the pack (their window starts) for a Loader of `seed` in `epoch`: what
-        a Mixture works out for a whole chunk of its positions at once, then fills batches from."""
+        """Where samples `idx` lie in the pack (their window starts) for a Loader of `seed` in `epoch`.
+
+        A Mixture works them out for a whole chunk of its positions at once, then fills batches from them.
+
+        Args:
+            idx: The sample indices.
+            epoch: The epoch.
+            seed: The Loader's seed.
+
+        Returns:
+            The window starts.
+        """
         return self.starts(idx, epoch, seed)
 
     def fill_addresses(self, starts: np.ndarray, out: dict[str, np.ndarray], rows=None) -> None:
-        """The windows at `starts` into out's first rows (or rows `rows`: a slice or row numbers)."""
+        """Write the windows at `starts` into `out`, in place.
+
+        Args:
+            starts: The window starts, as `addresses` gives them.
+            out: The batch's arrays by key.
+            rows: The batch rows to write (a slice or row numbers); None is the first ones.
+        """
         self.fill_raw(self.read_addresses(starts), out, rows)
 
     def windows(self) -> np.ndarray:
-        """Every window of context + 1 ids as stored, as rows of one strided view of the tokens (row k starts
-        at id k), after checking that a mapped pack still holds them: what `read_addresses` gathers from,
-        and what a Mixture joins its members' windows into one view from (serve/mixture.py)."""
+        """Every window of context + 1 ids as stored: rows of one strided view of the tokens.
+
+        Row k starts at id k. A mapped pack is checked to still hold them first. `read_addresses` gathers
+        from this view, and a Mixture joins its members' views into one (serve/mixture.py).
+
+        Returns:
+            The (windows, context + 1) view.
+        """
         if self.data.guard:
             self.data.guard.check()
         return self._all_windows
 
     def read_addresses(self, starts: np.ndarray) -> np.ndarray:
-        """The windows at `starts`, as stored (a copy for an array of starts)."""
+        """The windows at `starts`, as stored.
+
+        Args:
+            starts: The window starts.
+
+        Returns:
+            The windows, (len(starts), context + 1); a copy for an array of starts.
+        """
         return self.windows()[starts]
 
     def fill_raw(self, w: np.ndarray, out: dict[str, np.ndarray], rows=None) -> None:
-        """Windows as `read_addresses` gives them (rows of `windows()`) into out's first rows (or rows
-        `rows`), converted to the batch's dtype."""
+        """Write windows into `out` as x and y, converted to the batch's dtype, in place.
+
+        Args:
+            w: Windows as `read_addresses` gives them (rows of `windows()`).
+            out: The batch's arrays by key.
+            rows: The batch rows to write (a slice or row numbers); None is the first ones.
+        """
         at = slice(0, len(w)) if rows is None else rows
         out["x"][at] = w[:, :-1]
         out["y"][at] = w[:, 1:]

@@ -85,11 +85,25 @@ class VolumeDataset(Dataset):
         return self.field.np_dtype.newbyteorder("=")
 
     def volume(self, i: int) -> np.ndarray:
-        """Volume i, (D, H, W), a private copy."""
+        """Volume i as stored.
+
+        Args:
+            i: The sample's index.
+
+        Returns:
+            A (D, H, W) private copy.
+        """
         return np.array(self.field.sample(self._arrays, i), self.dtype)
 
     def mask(self, i: int) -> np.ndarray:
-        """Volume i's label volume, (D, H, W), a private copy."""
+        """Volume i's label volume, for a pack built with `--masks`.
+
+        Args:
+            i: The sample's index.
+
+        Returns:
+            A (D, H, W) private copy.
+        """
         if self.mask_field is None:
             raise DataprepError(f"{self.pack}: the pack has no label volumes (build with --masks)")
         return np.array(self.mask_field.sample(self._arrays, i), self.mask_field.np_dtype.newbyteorder("="))
@@ -114,7 +128,14 @@ class VolumeDataset(Dataset):
 
     # -- the batch-fetch protocol of the fast Loader ---------------------------------------------
     def batch_layout(self, request: Request | None = None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-        """{"volumes": ((D, H, W), dtype)} plus labels; packs of several shapes need crop=(D, H, W)."""
+        """What one volume occupies in a batch; packs of several shapes need crop=(D, H, W).
+
+        Args:
+            request: What the pass asks for: crop=(D, H, W) or none; volumes serve no flip.
+
+        Returns:
+            {"volumes": ((D, H, W), dtype)}, plus masks and labels where the pack has them.
+        """
         request = request or Request()
         crop = request.crop
         if (crop is not None and (not isinstance(crop, (tuple, list)) or len(crop) != 3)) or request.flip:
