@@ -15,25 +15,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "api_docs.py"
 
-# The public methods whose docstrings still lack Args or Returns (all have a summary). A name leaves the
-# list when its docstring is written so; the test fails until it does, so the list only shrinks.
+# The public methods whose docstrings still lack Args or Returns (all have a summary): the Loader's, in a
+# file being rewritten. A name leaves the list when its docstring is written so; the test fails until it
+# does, so the list only shrinks.
 METHODS_NOT_YET = {
-    "dataprep.InMemoryImageDataset.use",
-    "dataprep.InMemoryImageDataset.set_epoch",
-    "dataprep.InMemoryImageDataset.stored",
-    "dataprep.InMemoryImageDataset.jpeg",
-    "dataprep.InMemoryImageDataset.image",
-    "dataprep.InMemoryImageDataset.caption_ids",
-    "dataprep.InMemoryImageDataset.batch",
-    "dataprep.SegmentationDataset.mask",
-    "dataprep.SegmentationDataset.batch",
-    "dataprep.SegmentationDataset.batch_layout",
-    "dataprep.SegmentationDataset.fill_batch",
-    "dataprep.DetectionDataset.objects",
-    "dataprep.DetectionDataset.batch",
-    "dataprep.DetectionDataset.batch_layout",
-    "dataprep.DetectionDataset.finish_batch",
-    "dataprep.DetectionDataset.fill_batch",
     "dataprep.Loader.set_epoch",
     "dataprep.Loader.request",
     "dataprep.Loader.epoch_order",

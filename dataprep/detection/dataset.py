@@ -109,8 +109,14 @@ class DetectionDataset(InMemoryImageDataset):
 
     # -- samples --------------------------------------------------------------------------------
     def objects(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Sample i's boxes (k, 4) float32 in stored pixels, labels (k,) int64 and crowd flags (k,) bool (private
-        copies; crowd boxes left out with crowd="drop")."""
+        """Sample i's boxes, labels and crowd flags; crowd boxes are left out with crowd="drop".
+
+        Args:
+            i: The sample's index.
+
+        Returns:
+            Boxes (k, 4) float32 in stored pixels, labels (k,) int64, crowd flags (k,) bool: private copies.
+        """
         return self._objects_at(self._check(i))
 
     def _objects_at(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -151,8 +157,15 @@ class DetectionDataset(InMemoryImageDataset):
         return [self._detection_sample(int(i)) for i in indices]
 
     def batch(self, indices) -> tuple[torch.Tensor, ...]:
-        """A whole batch as the Loader serves one without a crop (every sample one shape): images (N, C, H, W)
-        uint8, boxes (N, M, 4) float32, labels (N, M) int64 padded with -1, counts (N,) int64 (M as the Loader's)."""
+        """A whole batch as the Loader serves one without a crop; every sample must have one shape.
+
+        Args:
+            indices: The sample indices.
+
+        Returns:
+            Images (N, C, H, W) uint8, boxes (N, M, 4) float32, labels (N, M) int64 padded with -1, counts
+            (N,) int64 (M as the Loader's).
+        """
         idx = np.asarray([self._check(i) for i in np.asarray(indices).reshape(-1)], np.int64)
         req = Request()
         out = {k: np.empty((len(idx), *shape), dt) for k, (shape, dt) in self.batch_layout(req).items()}
@@ -163,8 +176,15 @@ class DetectionDataset(InMemoryImageDataset):
 
     # -- the Loader's protocol (serve/contract.py) --------------------------------------------------
     def batch_layout(self, request: Request | None = None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-        """{"images": ((H, W, C), dtype), "boxes": ((M, 4), float32), "labels": ((M,), int64), "counts": ((), int64)}
-        and, with crowd="flag", "crowd": ((M,), bool)."""
+        """What one sample occupies in a batch: its image, and room for `max_boxes` boxes.
+
+        Args:
+            request: What the pass asks for: crop, flip, resolution; None is a plain request.
+
+        Returns:
+            {"images": ((H, W, C), dtype), "boxes": ((M, 4), float32), "labels": ((M,), int64), "counts":
+            ((), int64)} and, with crowd="flag", "crowd": ((M,), bool).
+        """
         images = super().batch_layout(request)["images"]
         m = self.max_boxes
         out = {"images": images, "boxes": ((m, 4), np.dtype(np.float32)), "labels": ((m,), np.dtype(np.int64)),
@@ -174,8 +194,14 @@ class DetectionDataset(InMemoryImageDataset):
         return out
 
     def finish_batch(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The Loader's batch (contract.FinishesBatch) with boxes, labels and crowd flags cut to its largest
-        count (at least 1) where `trim`; views, never copies or writes."""
+        """Cut the Loader's batch to its largest box count (at least 1), where `trim` (contract.FinishesBatch).
+
+        Args:
+            batch: The batch's tensors by key.
+
+        Returns:
+            The batch with boxes, labels and crowd flags cut: views, never copies or writes.
+        """
         if not self.trim:
             return batch
         counts = batch["counts"]
@@ -189,9 +215,18 @@ class DetectionDataset(InMemoryImageDataset):
     fill_parts = None  # the image kind's fills pixels only: a Mixture fills members one by one, boxes too
 
     def fill_batch(self, idx, out: dict[str, np.ndarray], request: Request | None = None, rows=None) -> None:
-        """Samples `idx` into the rows of `out` (its first ones, or `rows`): pixels cut by the request's crop
-        and flipped by its draws, as the image kind cuts them; each sample's boxes through the same crop box,
-        output size and flip, clipped, filtered and padded."""
+        """Write samples `idx` into `out`, in place, each sample's boxes moved with its pixels.
+
+        Pixels are cut by the request's crop and flipped by its draws, as the image kind cuts them. Each
+        sample's boxes go through the same crop box, output size and flip, then are clipped, filtered and
+        padded.
+
+        Args:
+            idx: The sample indices.
+            out: The batch's arrays by key, as `batch_layout` gives them.
+            request: What the pass asks for: epoch, seed, crop, flip.
+            rows: The batch rows to write; None is the first len(idx).
+        """
         req = request or Request()
         images = out["images"]
         held, keys, at, row = self._place(idx, {"images": images}, req, rows)  # part, resolution; pixels only

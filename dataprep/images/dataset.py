@@ -167,8 +167,14 @@ class InMemoryImageDataset(BatchFilling, Dataset):
             self._switch(r)
 
     def use(self, resolution: int | None) -> None:
-        """Serve `resolution` of a multi-resolution pack from now on, loading it if needed; beyond
-        `keep_resolutions` loaded ones, the least recently used is let go (its memory freed or unmapped)."""
+        """Serve `resolution` of a multi-resolution pack from now on, loading it if needed.
+
+        Beyond `keep_resolutions` loaded ones, the least recently used is let go (its memory freed or
+        unmapped).
+
+        Args:
+            resolution: One of the pack's sizes; None is the largest.
+        """
         if resolution != self.resolution or resolution not in self._stores:
             try:
                 self._switch(resolution)
@@ -305,7 +311,11 @@ class InMemoryImageDataset(BatchFilling, Dataset):
         return self._length if self._global is not None else len(self._shapes)
 
     def set_epoch(self, epoch: int) -> None:
-        """With a partition that rotates, hold the part of `epoch` (the Loader's workers follow its requests)."""
+        """With a partition that rotates, hold the part of `epoch`; the Loader's workers follow its requests.
+
+        Args:
+            epoch: The epoch.
+        """
         self._hold_part(int(epoch))
 
     def _hold_part(self, epoch: int) -> None:
@@ -345,13 +355,28 @@ class InMemoryImageDataset(BatchFilling, Dataset):
 
     # -- serving -------------------------------------------------------------------------------
     def stored(self, i: int) -> np.ndarray:
-        """Sample i as the pack stores it, a read-only view of the cache (no copy): JPEG bytes, or pixels."""
+        """Sample i as the pack stores it: JPEG bytes, or pixels.
+
+        Args:
+            i: The sample's index.
+
+        Returns:
+            A read-only view of the cache (no copy).
+        """
         return self.field.sample(self._arrays, self._check(i))
 
     def jpeg(self, i: int) -> np.ndarray:
-        """Sample i's JPEG bytes (a read-only view of the cache) once its frame header agrees with the shape
-        the pack records and is within what the pack's build makes: a damaged or hostile pack must not make
-        a 633-byte sample decode to 32767 x 32767 (BatchFilling._jpeg_at)."""
+        """Sample i's JPEG bytes, once its frame header agrees with the shape the pack records.
+
+        The header must also be within what the pack's build makes: a damaged or hostile pack must not make
+        a 633-byte sample decode to 32767 x 32767 (BatchFilling._jpeg_at).
+
+        Args:
+            i: The sample's index.
+
+        Returns:
+            A read-only view of the cache.
+        """
         return self._jpeg(self._check(i))
 
     def _jpeg(self, i: int) -> np.ndarray:
@@ -359,7 +384,14 @@ class InMemoryImageDataset(BatchFilling, Dataset):
         return self._jpeg_at(self._cached, i, self.resolution)
 
     def image(self, i: int) -> np.ndarray:
-        """Sample i's pixels (HWC uint8, a private copy), or its stored bytes with decode="none"."""
+        """Sample i's pixels, or its stored bytes with decode="none".
+
+        Args:
+            i: The sample's index.
+
+        Returns:
+            HWC uint8 pixels, a private copy.
+        """
         if self._pixels is not None:
             return np.array(self._pixels[i])
         if self.field.encoding == "raw":
@@ -422,7 +454,14 @@ class InMemoryImageDataset(BatchFilling, Dataset):
         return self._sample(self._finish(self.image(i)), i)
 
     def caption_ids(self, i: int) -> np.ndarray:
-        """Sample i's caption as token ids (a private copy, the stored dtype); for packs built with --tokenize."""
+        """Sample i's caption as token ids, for packs built with --tokenize.
+
+        Args:
+            i: The sample's index.
+
+        Returns:
+            The ids in the stored dtype, a private copy.
+        """
         if self._caption_ids is None:
             raise DataprepError(f"{self.pack}: its captions are not tokenized; build it with --tokenize TOKENIZER")
         i = self._check(i)
@@ -450,9 +489,15 @@ class InMemoryImageDataset(BatchFilling, Dataset):
 
     # -- the batch-fetch protocol the fast Loader uses (serve/request.py) -------------------------
     def batch(self, indices) -> Any:
-        """A whole batch: images (N, C, H, W) uint8 in channels-last memory, or (N, H, W, C) numpy with
-        `as_numpy`; labels int64 (labelled packs); captions, a list of str (packs with captions). Samples must
-        share one shape (a fixed-shape pack, or a transform that crops)."""
+        """A whole batch; its samples must share one shape (a fixed-shape pack, or a transform that crops).
+
+        Args:
+            indices: The sample indices.
+
+        Returns:
+            Images (N, C, H, W) uint8 in channels-last memory, or (N, H, W, C) numpy with `as_numpy`; then
+            labels int64 (labelled packs); then captions, a list of str (packs with captions).
+        """
         idx = np.asarray([self._check(i) for i in np.asarray(indices).reshape(-1)], np.int64)
         rest = ((torch.from_numpy(self._labels[idx].astype(np.int64)),) if self.labelled else ()) + \
             (([self._captions[i] for i in idx.tolist()],) if self._captions is not None else ())

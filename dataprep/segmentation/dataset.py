@@ -72,7 +72,14 @@ class SegmentationDataset(InMemoryImageDataset):
         return self.mask_field.np_dtype.newbyteorder("=")
 
     def mask(self, i: int) -> np.ndarray:
-        """Sample i's mask (HW, a private copy)."""
+        """Sample i's mask.
+
+        Args:
+            i: The sample's index.
+
+        Returns:
+            (H, W), a private copy.
+        """
         return np.array(self.mask_field.sample(self._mask_arrays, i)[..., 0], self.mask_dtype)
 
     def _pair(self, i: int) -> tuple[Any, Any]:
@@ -101,7 +108,14 @@ class SegmentationDataset(InMemoryImageDataset):
         return [self._pair(self._check(i)) for i in indices]
 
     def batch(self, indices) -> tuple[Any, Any]:
-        """Images (N, C, H, W) and masks (N, H, W), or numpy (N, H, W, C) and (N, H, W) with `as_numpy`."""
+        """A whole batch of images and their masks.
+
+        Args:
+            indices: The sample indices.
+
+        Returns:
+            Images (N, C, H, W) and masks (N, H, W), or numpy (N, H, W, C) and (N, H, W) with `as_numpy`.
+        """
         pairs = [self._pair(self._check(i)) for i in np.asarray(indices).reshape(-1)]
         if len({tuple(p[0].shape) for p in pairs}) > 1:
             raise DataprepError(f"{self.pack}/{self.split}: a batch holds images of several sizes; build with "
@@ -111,8 +125,15 @@ class SegmentationDataset(InMemoryImageDataset):
 
     # -- the batch-fetch protocol of the fast Loader ---------------------------------------------
     def batch_layout(self, request: Request | None = None) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-        """{"images": ((H, W, C), dtype), "masks": ((H, W), mask dtype)}: the images' layout (a crop plan's output
-        size, or crop=(H, W); variable-size packs need one), the masks the same (H, W)."""
+        """What one pair occupies in a batch: the images' layout, and masks of the same (H, W).
+
+        Args:
+            request: What the pass asks for: crop, flip, resolution; None is a plain request.
+            A variable-size pack needs a crop plan or crop=(H, W).
+
+        Returns:
+            {"images": ((H, W, C), dtype), "masks": ((H, W), mask dtype)}.
+        """
         images = super().batch_layout(request)["images"]
         return {"images": images, "masks": (images[0][:2], self.mask_dtype)}
 
@@ -123,9 +144,17 @@ class SegmentationDataset(InMemoryImageDataset):
     fill_parts = None  # the image kind's fills images only: a Mixture fills pairs member by member, masks too
 
     def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray], request: Request | None = None) -> None:
-        """Write samples `idx` into `out`'s first rows: images as the image kind cuts them (a crop plan's box, or
-        the central window padded black), each mask through the same draws (images/geometry.py: the same box,
-        resized nearest, or the same window padded with the ignore value or 0), then both flipped together."""
+        """Write samples `idx` into `out`'s first rows, in place, image and mask through the same draws.
+
+        Images are cut as the image kind cuts them (a crop plan's box, or the central window padded black).
+        Each mask goes through the same draws (images/geometry.py): the same box, resized nearest, or the
+        same window padded with the ignore value or 0. Then both are flipped together.
+
+        Args:
+            idx: The sample indices.
+            out: The batch's arrays by key, as `batch_layout` gives them.
+            request: What the pass asks for: epoch, seed, crop, flip.
+        """
         if self.joint is not None:
             raise DataprepError("the batch path serves the stored pairs; crop or flip the batch on the GPU")
         req = request or Request()
