@@ -51,12 +51,13 @@ import torch
 from ..errors import DataprepError
 from . import contract
 from .order import rank_and_world, rank_batch_count, rank_batches
-from .processes import WorkerProcesses, with_processes
-from .request import Request, as_run
+from .passes import Fills, InlineFills, serve_pass
+from .processes import WorkerProcesses
+from .request import Request
 from .resume import check_state, loader_state
 from .ring import Ring
-from .stats import DATA_BOUND, EpochStats, decode_snapshot
-from .threads import ThreadFills, with_threads
+from .stats import DATA_BOUND, EpochStats
+from .threads import ThreadFills
 
 HOLD_BYTES = 1 << 30  # default bytes of spare ring slots for batches a caller keeps (reserved, not touched)
 
@@ -174,6 +175,7 @@ class Loader:
         self._filling: EpochStats | None = None  # the figures of the pass being served
         self._epoch_stats: dict[int, EpochStats] = {}  # epoch -> its figures (its last pass's), see stats()
         self._workers = WorkerProcesses(dataset, num_workers, timeout, self.measure)  # forked at the first pass
+        self._inline = InlineFills(dataset)
         self._latest = 0  # the epoch of the pass served last: what stats() describes by default
         # image packs' own attributes (no part of the contract): only for this warning
         if schedule is not None and num_workers and not self.threads and getattr(dataset, "cache", None) == "ram" \
@@ -440,47 +442,34 @@ class Loader:
         self._buffers(layout, epoch)
         runs = self._runs()
         finish = contract.hook(self.dataset, "finish_batch")
-        if not self.num_workers:
-            if rec is not None:  # this process's decode counts, read against this start when asked (not per batch)
-                rec.paths_of, rec.paths_from = self.dataset, decode_snapshot(self.dataset)
-            for b, idx in enumerate(batches):
-                slot = self.ring.free_slot(())  # the caller holds at most all spare slots but one: never None
-                t0 = clock()
-                self.dataset.fill_batch(as_run(idx) if runs else idx, self.ring.rows(layout, slot, 0, len(idx)), req)
-                self._served(epoch, after[b], b == len(batches) - 1)
-                if b == 0:
-                    self._prefetch(epoch + 1)
-                view = self.ring.view(layout, slot, len(idx), finish) + ((torch.from_numpy(idx.copy()),) if self.indices else ())
-                if rec is not None:  # inline: a per-batch cost where a batch can take tens of microseconds
-                    now = clock()
-                    rec.busy_s[0] += now - t0
-                    rec.served(len(idx), now - asked)
-                yield view
-                asked = clock()
-        else:
-            _closed_at_exit(self)
-            if self.threads:
-                if self._fills is None:
-                    self._fills = ThreadFills(self.dataset, self.num_workers, self.timeout)
-                source = with_threads(self._fills, self.ring, batches, req, layout, self._slots() - 1, runs, rec,
-                                      finish, on_error=self.close)
-            else:
-                source = with_processes(self._workers, self.ring, batches, req, layout, self._slots() - 1, runs, rec,
-                                        finish, on_error=self.close)
-            for b, view in enumerate(source):
-                self._served(epoch, after[b], b == len(batches) - 1)
-                if b == 0:  # the workers are forked by now: a thread may run
-                    self._prefetch(epoch + 1)
-                if self.indices:
-                    view = view + (torch.from_numpy(batches[b].copy()),)
-                if rec is not None:
-                    rec.served(len(batches[b]), clock() - asked)
-                yield view
-                asked = clock()
+        source = serve_pass(self._fills_for_pass(), self.ring, batches, req, layout, self._slots() - 1, runs, rec,
+                            finish, on_error=self.close)
+        for b, view in enumerate(source):
+            self._served(epoch, after[b], b == len(batches) - 1)
+            if b == 0:  # any workers are forked by now: a thread may run
+                self._prefetch(epoch + 1)
+            if self.indices:
+                view = view + (torch.from_numpy(batches[b].copy()),)
+            if rec is not None:
+                rec.served(len(batches[b]), clock() - asked)
+            yield view
+            asked = clock()
         if rec is not None:
             rec.wait_s += clock() - asked  # the next() that found no more batches
         self._next_epoch, self._state = epoch + 1, (epoch + 1, 0)
         self._resumed_len = None  # the restored epoch is over: whole epochs from here
+
+    def _fills_for_pass(self) -> Fills:
+        """The backend that fills this pass: this process, the thread pool (made at its first pass) or the
+        worker processes (forked at their first pass); either of the last two is stopped at exit."""
+        if not self.num_workers:
+            return self._inline
+        _closed_at_exit(self)
+        if not self.threads:
+            return self._workers
+        if self._fills is None:
+            self._fills = ThreadFills(self.dataset, self.num_workers, self.timeout)
+        return self._fills
 
     def _served(self, epoch: int, position: int, last: bool) -> None:
         """A batch is about to be served: the state moves past it; after the epoch's last batch the state

@@ -1,11 +1,11 @@
-"""The Loader's process backend: takes a pass's batches and the Loader's ring (an anonymous shared
-mapping made before the fork), gives the batches filled by `num_workers` forked worker processes
-(serve/workers.py), each batch split across them as the thread backend splits it (serve/request.py).
+"""The Loader's process backend (a serve/passes.py `Fills`): takes the scheduler's batches and the Loader's
+ring (an anonymous shared mapping made before the fork), fills them with `num_workers` forked worker
+processes (serve/workers.py), each batch split across them as the thread backend splits it (serve/request.py).
 
 Only small messages cross the pipes: once a pass, the request and the batch layout to each worker; then,
 per part, where it goes (generation, batch, slot, first row, sample indices) and back which part is done
 (with its seconds and decode counts for Loader.stats()). A part of an abandoned pass (the consumer left
-early) keeps its slot busy until the worker reports it (`busy_slots`). A worker's death or error is
+early) keeps its slot busy until the worker reports it (`busy`). A worker's death or error is
 raised naming the batch and its samples, and stops every worker (`stop`). The state lives in a
 WorkerProcesses (the Loader holds one), as serve/threads.py keeps its pool in a ThreadFills.
 """
@@ -14,14 +14,13 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 from multiprocessing.connection import wait
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from ..errors import DataprepError, WorkerError
 from .request import Request, split
 from .ring import Ring
-from .threads import closed_during_pass
 from .workers import serve_requests
 
 
@@ -42,6 +41,46 @@ class WorkerProcesses:
         self.outstanding: dict[tuple[int, int, int], tuple[int, np.ndarray]] = {}  # (gen, batch, worker) -> (slot, idx)
         self.gen = 0  # the pass generation: parts of an earlier one count nowhere
         self.gen_stats: dict[int, Any] = {}  # generation -> the EpochStats its parts count into
+        self.pass_procs: list = self.procs  # the workers the pass being served began with
+        self.runs = False
+        self.parts_left: dict[int, int] = {}  # batch of this pass -> its parts not yet reported
+
+    @property
+    def closed(self) -> bool:
+        """Whether the workers the pass began with were stopped under it (their parts went with them)."""
+        return self.procs is not self.pass_procs
+
+    def begin(self, ring: Ring, req: Request, layout: dict, runs: bool, rec: Any) -> None:
+        """A pass starts: the workers forked (once), the pass's request and layout sent to each."""
+        assert ring.buffers is not None
+        self.start(ring.buffers)
+        self.pass_procs = self.procs  # stop() replaces the list: a pass whose workers were stopped under it knows
+        self.gen += 1
+        if self.measure:
+            self.gen_stats = {self.gen: rec}  # parts of earlier generations count nowhere
+        for pipe in self.pipes:  # what every part of this generation shares, pickled once per worker
+            pipe.send(("epoch", self.gen, req, layout, self.measure))
+        self.runs = runs
+        self.parts_left: dict[int, int] = {}
+
+    def submit(self, b: int, slot: int, idx: np.ndarray) -> None:
+        """Batch b's parts, one per worker that gets rows: where each goes, down its worker's pipe."""
+        parts = split(idx, len(self.procs), self.runs)
+        for w, a, e, part in parts:
+            self.pipes[w].send((self.gen, b, slot, a, part))
+            self.outstanding[(self.gen, b, w)] = (slot, idx[a:e])
+        self.parts_left[b] = len(parts)
+
+    def wait(self, want: int, batches: list[np.ndarray]) -> list[int]:
+        """The batches of this pass whose last part a worker reported in this wait."""
+        done = []
+        for g, b, _w, _slot in self.collect(batches, want):
+            if g != self.gen:  # a part of an abandoned pass: its slot is free once no part is out
+                continue
+            self.parts_left[b] -= 1
+            if not self.parts_left[b]:
+                done.append(b)
+        return done
 
     def start(self, buffers: dict[str, np.ndarray]) -> None:
         """Fork the workers once; they live until `stop()` (or an error), across epochs."""
@@ -58,7 +97,7 @@ class WorkerProcesses:
             self.pipes.append(mine)
             self.procs.append(p)
 
-    def busy_slots(self) -> set[int]:
+    def busy(self) -> set[int]:
         """Slots that workers may still be writing for an abandoned pass."""
         return {slot for slot, _ in self.outstanding.values()}
 
@@ -127,56 +166,3 @@ class WorkerProcesses:
         self.procs, self.pipes, self.outstanding = [], [], {}
 
 
-def with_processes(workers: WorkerProcesses, ring: Ring, batches: list[np.ndarray], req: Request, layout: dict,
-                   depth: int, runs: bool = False, rec: Any = None, finish: Callable | None = None,
-                   on_error: Callable[[], None] | None = None):
-    """The pass's batches as tensors (Ring.view): each batch is split across the workers (so the first batch
-    comes quickly and an epoch's last batch keeps every worker busy); a batch is ready when all its parts
-    are. At most `depth` batches in flight; `rec` counts the workers' time; `on_error` (the Loader's close)
-    runs on an error, a dead worker or Ctrl-C, before it is raised."""
-    assert ring.buffers is not None
-    workers.start(ring.buffers)
-    procs = workers.procs  # stop() replaces the list: a pass whose workers were stopped under it knows
-    workers.gen += 1
-    gen, nw = workers.gen, len(workers.procs)
-    if workers.measure:
-        workers.gen_stats = {gen: rec}  # parts of earlier generations count nowhere
-    for pipe in workers.pipes:  # what every part of this generation shares, pickled once per worker
-        pipe.send(("epoch", gen, req, layout, workers.measure))
-    pending: dict[int, int] = {}  # batch sent and not yet served -> its slot
-    parts_left: dict[int, int] = {}
-    ready: dict[int, tuple[int, int]] = {}
-    sent = 0
-    try:
-        for want in range(len(batches)):
-            if workers.procs is not procs:  # its parts went with the workers: no reply would ever come
-                raise closed_during_pass()
-            while sent < len(batches) and sent < want + depth:
-                slot = ring.free_slot(workers.busy_slots() | set(pending.values()))
-                if slot is None:
-                    break  # every other slot is held or in flight: the next wait frees one
-                idx = batches[sent]
-                parts = split(idx, nw, runs)
-                for w, a, b, part in parts:
-                    workers.pipes[w].send((gen, sent, slot, a, part))
-                    workers.outstanding[(gen, sent, w)] = (slot, idx[a:b])
-                parts_left[sent], pending[sent] = len(parts), slot
-                sent += 1
-            if want >= sent:  # cannot happen while the caller holds no more than the spare slots
-                raise DataprepError("internal: no ring slot is free to fill the next batch")
-            while want not in ready:
-                for g, b, _w, slot in workers.collect(batches, want):
-                    if g != gen:  # a part of an abandoned epoch: its slot is free once no part is out
-                        continue
-                    parts_left[b] -= 1
-                    if not parts_left[b]:
-                        ready[b] = (slot, len(batches[b]))
-            slot, n = ready.pop(want)
-            del pending[want]
-            yield ring.view(layout, slot, n, finish)  # refilled only once the caller drops it (Ring.held)
-    except GeneratorExit:
-        raise  # the consumer left the epoch early: workers stay; unfinished parts are waited for later
-    except BaseException:
-        if workers.procs is procs and on_error is not None:
-            on_error()  # an error, a dead worker or Ctrl-C: stop everything now
-        raise

@@ -1,5 +1,6 @@
-"""The Loader's thread backend: takes a pass's batches and the Loader's ring, gives the batches filled by
-`num_workers` threads of this process, each batch split across them as the worker processes split it.
+"""The Loader's thread backend (a serve/passes.py `Fills`): takes the scheduler's batches and the Loader's
+ring, fills them with `num_workers` threads of this process, each batch split across them as the worker
+processes split it.
 
 No fork and no IPC: the threads write straight into the ring's slots (plain memory of this process), so it
 runs where fork is absent or unsafe (Windows, macOS, a parent that has started CUDA or threads of its
@@ -24,12 +25,13 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import time
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from ..errors import DataprepError, WorkerError
 from . import contract
+from .passes import closed_during_pass
 from .request import split
 from .ring import Ring
 from .stats import decode_snapshot
@@ -48,6 +50,9 @@ class ThreadFills:
         self.last = None  # the last pass's request, but its epoch
         self.closed = False
         self.hung = False  # a part outlived the timeout: closing does not wait for it again
+        # the pass being served (begin): where its parts go and what they carry
+        self.alone, self.ring, self.req, self.layout, self.runs, self.rec = False, None, None, {}, False, None
+        self.parts: dict[int, list[tuple[cf.Future, np.ndarray]]] = {}  # batch -> its parts and their samples
 
     def busy(self) -> set[int]:
         """Slots a part still writes (of this pass, or of one left early)."""
@@ -67,6 +72,54 @@ class ThreadFills:
                 pass
         self.inflight.clear()
 
+    def begin(self, ring: Ring, req, layout: dict, runs: bool, rec: Any) -> None:
+        """A pass starts: parts of one left early are waited for; its first part runs alone (see above)."""
+        self.settle()
+        if rec is not None:  # decode counts: this process's, read against this start (as with no workers)
+            rec.paths_of, rec.paths_from = self.dataset, decode_snapshot(self.dataset)
+        key = req.but(epoch=0)
+        self.alone = key != self.last or contract.attribute(self.dataset, "partition") is not None
+        self.last = key
+        self.ring, self.req, self.layout, self.runs, self.rec = ring, req, layout, runs, rec
+        self.parts = {}
+
+    def submit(self, b: int, slot: int, idx: np.ndarray) -> None:
+        """Batch b's parts to the pool; the pass's first part in this thread where it must run alone."""
+        assert self.ring is not None
+        parts: list[tuple[cf.Future, np.ndarray]] = []
+        for w, a, e, part in split(idx, self.workers, self.runs):
+            out = self.ring.rows(self.layout, slot, a, e - a)
+            if self.alone and b == 0 and not parts:  # the pass's first part, here: the dataset's state moves once
+                f: cf.Future = cf.Future()
+                try:
+                    f.set_result(_fill(self.dataset, part, out, self.req, w))
+                except Exception as ex:  # noqa: BLE001 - raised by wait, as a thread's would be
+                    f.set_exception(ex)
+            else:
+                f = self.pool.submit(_fill, self.dataset, part, out, self.req, w)
+            self.inflight[f] = slot
+            parts.append((f, idx[a:e]))
+        self.parts[b] = parts
+
+    def wait(self, want: int, batches: list[np.ndarray]) -> list[int]:
+        """Batch `want`, once its parts are done; a fill's error raised naming the batch and its samples."""
+        for f, idx in self.parts.pop(want):
+            try:
+                w, busy = f.result(timeout=self.timeout)
+            except cf.TimeoutError:
+                self.hung = True
+                raise WorkerError(f"no batch from the loader threads in {self.timeout:.0f} s "
+                                  f"(batch {want}, samples {np.asarray(idx[:8]).tolist()})") from None
+            except Exception as e:
+                if self.closed:  # cancelled by close() from another thread
+                    raise closed_during_pass() from None
+                raise DataprepError(f"loader thread failed on batch {want}: {type(e).__name__}: {e} "
+                                    f"(samples {np.asarray(idx[:8]).tolist()})") from e
+            self.inflight.pop(f, None)
+            if self.rec is not None:
+                self.rec.busy_s[w] += busy
+        return [want]
+
     def close(self) -> bool:
         """Shut the pool: parts not started are cancelled, running ones waited for (up to the timeout, not
         again after a part outlived it). Gives whether every thread ended; False: a part that never
@@ -85,80 +138,3 @@ def _fill(dataset, idx, out: dict[str, np.ndarray], req, w: int) -> tuple[int, f
     return w, time.perf_counter() - t0
 
 
-def with_threads(fills: ThreadFills, ring: Ring, batches: list[np.ndarray], req, layout: dict, depth: int, runs: bool,
-                 rec: Any = None, finish: Callable | None = None, on_error: Callable[[], None] | None = None):
-    """The pass's batches as tensors (Ring.view), filled by the pool; at most `depth` batches in flight.
-    An exception in a fill is raised here, naming the batch and its first samples, once the pool is shut by
-    `on_error` (the Loader's close; so is it on Ctrl-C or a timeout); a pass whose Loader was closed under it
-    says so."""
-    try:
-        yield from _pass(fills, ring, batches, req, layout, depth, runs, rec, finish)
-    except GeneratorExit:
-        raise  # the consumer left the pass early: the pool stays; its parts are waited for before their slots are reused
-    except BaseException:
-        if not fills.closed and on_error is not None:
-            on_error()  # its pool's threads joined now, not when the garbage collector finds the Loader
-        raise
-
-
-def _pass(fills: ThreadFills, ring: Ring, batches: list[np.ndarray], req, layout: dict, depth: int, runs: bool,
-          rec: Any = None, finish: Callable | None = None):
-    """with_threads' pass, its errors left to the caller."""
-    fills.settle()
-    dataset = fills.dataset
-    if rec is not None:  # decode counts: this process's, read against this start (as with no workers)
-        rec.paths_of, rec.paths_from = dataset, decode_snapshot(dataset)
-    nw = fills.workers
-    key = req.but(epoch=0)
-    alone = key != fills.last or contract.attribute(dataset, "partition") is not None
-    fills.last = key
-    pending: dict[int, tuple[int, list[tuple[cf.Future, np.ndarray]]]] = {}  # batch -> (slot, its parts)
-    sent = 0
-    for want in range(len(batches)):
-        if fills.closed:
-            raise closed_during_pass()
-        while sent < len(batches) and sent < want + depth:
-            slot = ring.free_slot(fills.busy() | {s for s, _ in pending.values()})
-            if slot is None:
-                break  # every other slot is held or in flight: the next wait frees one
-            idx = batches[sent]
-            parts = []
-            for w, a, b, part in split(idx, nw, runs):
-                out = ring.rows(layout, slot, a, b - a)
-                if alone and sent == 0 and not parts:  # the pass's first part, here: the dataset's state moves once
-                    f: cf.Future = cf.Future()
-                    try:
-                        f.set_result(_fill(dataset, part, out, req, w))
-                    except Exception as e:  # noqa: BLE001 - raised below, as a thread's would be
-                        f.set_exception(e)
-                else:
-                    f = fills.pool.submit(_fill, dataset, part, out, req, w)
-                fills.inflight[f] = slot
-                parts.append((f, idx[a:b]))
-            pending[sent] = (slot, parts)
-            sent += 1
-        if want >= sent:  # cannot happen while the caller holds no more than the spare slots
-            raise DataprepError("internal: no ring slot is free to fill the next batch")
-        slot, parts = pending.pop(want)
-        for f, idx in parts:
-            try:
-                w, busy = f.result(timeout=fills.timeout)
-            except cf.TimeoutError:
-                fills.hung = True
-                raise WorkerError(f"no batch from the loader threads in {fills.timeout:.0f} s "
-                                  f"(batch {want}, samples {np.asarray(idx[:8]).tolist()})") from None
-            except Exception as e:
-                if fills.closed:  # cancelled by close() from another thread
-                    raise closed_during_pass() from None
-                raise DataprepError(f"loader thread failed on batch {want}: {type(e).__name__}: {e} "
-                                    f"(samples {np.asarray(idx[:8]).tolist()})") from e
-            fills.inflight.pop(f, None)
-            if rec is not None:
-                rec.busy_s[w] += busy
-        yield ring.view(layout, slot, len(batches[want]), finish)  # refilled only once the caller drops it
-
-
-def closed_during_pass() -> DataprepError:
-    """What next() raises on a pass whose Loader was closed under it (either backend)."""
-    return DataprepError("the Loader was closed (close(), or the end of its with-block) during this pass; "
-                         "iterate it again for a new pass")
