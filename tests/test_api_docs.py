@@ -2,7 +2,9 @@
 scripts/api_docs.py, which turns the docstrings of `dataprep.__all__`, `dataprep.build` and
 `dataprep.lightning` into pages with pdoc, every public name an anchor and no warning; every public
 function and class (`dataprep.__all__`, the `dataprep.build` functions) has a summary line, each of its
-parameters under Args (and none that it lacks) and, where it returns something, Returns."""
+parameters under Args (and none that it lacks) and, where it returns something, Returns; so has every
+public method of those classes (a property: a summary), but those METHODS_NOT_YET lists; and no docstring
+holds a `<name>` that Markdown would swallow."""
 import importlib.util
 import inspect
 import shutil
