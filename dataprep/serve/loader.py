@@ -48,7 +48,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 import torch
 
-from ..errors import DataprepError
+from ..errors import DataprepError, UsageError
 from . import contract
 from .order import rank_and_world, rank_batch_count, rank_batches
 from .passes import Fills, InlineFills, serve_pass
@@ -122,40 +122,42 @@ class Loader:
                  stats: bool = True, threads: bool | None = None):
         contract.check_servable(dataset)  # once, here: a dataset lacking a required method never reaches a batch
         if contract.attribute(dataset, "transform") is not None or contract.attribute(dataset, "joint") is not None:
-            raise DataprepError("Loader serves uint8 batches and applies no per-sample transform: make the dataset "
+            raise UsageError("Loader serves uint8 batches and applies no per-sample transform: make the dataset "
                                 "without transform=, crop and flip with Loader(crop=dataprep.RandomResizedCrop(...), "
                                 "flip=True) and normalise on the GPU (dataprep.Normalize); or use torch's DataLoader")
-        if batch_size < 1 or num_workers < 0 or prefetch < 1 or hold_bytes < 0:
-            raise DataprepError("batch_size and prefetch must be >= 1, num_workers and hold_bytes >= 0")
+        for name, value, least in (("batch_size", batch_size, 1), ("num_workers", num_workers, 0),
+                                   ("prefetch", prefetch, 1), ("hold_bytes", hold_bytes, 0)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+                raise UsageError(f"Loader: {name} is a whole number of at least {least}, not {value!r}")
         if layout not in ("nchw", "nhwc"):
-            raise DataprepError(f"layout must be 'nchw' or 'nhwc', not {layout!r}")
+            raise UsageError(f"Loader: layout must be 'nchw' or 'nhwc', not {layout!r}")
         if sampler is not None and shuffle:
-            raise DataprepError("sampler and shuffle=True exclude each other (as in DataLoader): the sampler gives "
+            raise UsageError("sampler and shuffle=True exclude each other (as in DataLoader): the sampler gives "
                                 "the order; shuffle it there (DistributedSampler(shuffle=True))")
         if sampler is not None and (rank is not None or world_size is not None):
-            raise DataprepError("pass a sampler or rank/world_size, not both: the Loader shards only its own order")
+            raise UsageError("pass a sampler or rank/world_size, not both: the Loader shards only its own order")
         if shuffle and contract.flag(dataset, "ordered"):
-            raise DataprepError(f"a {type(dataset).__name__} orders its samples itself (members shuffled, interleaved "
+            raise UsageError(f"a {type(dataset).__name__} orders its samples itself (members shuffled, interleaved "
                                 "by weight): pass shuffle=False")
         concurrent = contract.flag(dataset, "fills_in_threads")
         if threads is None:  # threads where forking is not an option and the dataset allows them
             threads = bool(num_workers) and concurrent and not _forks_safely()
         if num_workers and threads and not concurrent:
-            raise DataprepError(f"a {type(dataset).__name__} does not say that its fills may run in several threads at once "
+            raise UsageError(f"a {type(dataset).__name__} does not say that its fills may run in several threads at once "
                                 "(the flag fills_in_threads, docs/datasets.md): pass threads=False (worker processes) or "
                                 "num_workers=0")
         if num_workers and not threads and "fork" not in mp.get_all_start_methods():
-            raise DataprepError("Loader worker processes need the fork start method (Linux); pass threads=True (for a "
+            raise UsageError("Loader worker processes need the fork start method (Linux); pass threads=True (for a "
                                 "dataset that allows it) or num_workers=0")
         part = contract.attribute(dataset, "partition")
         if part is not None and sampler is None:  # a node's ranks share the node's part
             if (rank, world_size) not in ((None, None), (part.local_rank, part.local_world)):
-                raise DataprepError(f"a partitioned dataset is shared by its node's ranks: rank {part.local_rank} of "
+                raise UsageError(f"a partitioned dataset is shared by its node's ranks: rank {part.local_rank} of "
                                     f"{part.local_world} (from its Partition), not rank {rank} of {world_size}; pass neither")
             rank, world_size = part.local_rank, part.local_world
         self.rank, self.world_size = rank_and_world(rank, world_size) if sampler is None else (0, 1)
         if schedule is not None and isinstance(crop, (tuple, list)):
-            raise DataprepError("a schedule sets each epoch's output size: pass crop=dataprep.CenterCrop(size) or "
+            raise UsageError("a schedule sets each epoch's output size: pass crop=dataprep.CenterCrop(size) or "
                                 "dataprep.RandomResizedCrop(size), not a fixed (H, W)")
         self.dataset, self.batch_size, self.shuffle, self.seed = dataset, batch_size, shuffle, int(seed)
         self.num_workers, self.drop_last, self.sampler, self.pin_memory = num_workers, drop_last, sampler, pin_memory

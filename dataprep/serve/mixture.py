@@ -24,7 +24,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from ..errors import DataprepError
+from ..errors import DataprepError, UsageError
 from . import contract, draws
 from .plans import Joined, Plan
 from .request import Request
@@ -93,21 +93,21 @@ class Mixture:
                  exhausted: str = "restart", shuffle: bool = True, labels: str | None = None):
         self.datasets = list(datasets)
         if len(self.datasets) < 1:
-            raise DataprepError("a Mixture needs at least one dataset")
+            raise UsageError("Mixture: datasets holds no dataset: a Mixture needs at least one")
         w = np.asarray(weights, np.float64)
         if w.shape != (len(self.datasets),) or not np.all(np.isfinite(w)) or (w <= 0).any():
-            raise DataprepError(f"weights: one positive number per dataset ({len(self.datasets)}), not {list(weights)}")
+            raise UsageError(f"Mixture: weights is one positive number per dataset ({len(self.datasets)}), not {list(weights)}")
         if exhausted not in ("restart", "stop"):
-            raise DataprepError(f"exhausted is 'restart' or 'stop', not {exhausted!r}")
+            raise UsageError(f"Mixture: exhausted is 'restart' or 'stop', not {exhausted!r}")
         for m, d in enumerate(self.datasets):
             contract.check_servable(d, member=m)
             if contract.attribute(d, "transform") is not None:
-                raise DataprepError("a Mixture's members must have no per-sample transform (the Loader crops and flips)")
+                raise UsageError(f"Mixture: datasets[{m}] has a per-sample transform; members must have none (the Loader crops and flips)")
             if len(d) == 0:
-                raise DataprepError("a Mixture member is empty")
+                raise UsageError(f"Mixture: datasets[{m}] is empty")
         kinds = {type(d).__name__ for d in self.datasets}
         if len(kinds) > 1:
-            raise DataprepError(f"a Mixture mixes datasets of one kind, not {sorted(kinds)}")
+            raise UsageError(f"a Mixture mixes datasets of one kind, not {sorted(kinds)}")
         self._classes, self._label_key, self._luts = _label_space(self.datasets, labels)
         # the first member's finish_batch (contract.FinishesBatch; members are of one class), None where it has
         # none: an instance attribute, so the hook is absent for the Loader and for isinstance alike
@@ -581,7 +581,7 @@ def _label_space(datasets: list, how: str | None) -> tuple[list | None, str | No
     """The mixture's (classes, label key, per-member int64 lookup tables from a member's labels to the
     mixture's, None each where a member's are the mixture's, or None for all) under labels=`how`."""
     if how not in (None, "by_name", "offset", "as_is"):
-        raise DataprepError(f"labels is 'by_name', 'offset' or 'as_is' (or left out), not {how!r}")
+        raise UsageError(f"Mixture: labels is 'by_name', 'offset' or 'as_is' (or left out), not {how!r}")
     specs = [_labels_of(d) for d in datasets]
     keys = {k for k, _ in specs if k is not None}
     if not keys:  # nothing labelled: nothing to name
