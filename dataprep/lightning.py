@@ -229,7 +229,7 @@ class DataWaitMonitor(pl.Callback):
     def _figures(self, trainer) -> dict[str, Any] | None:
         import time
 
-        from .serve.stats import EpochStats, verdict
+        from .serve.stats import steady_state, verdict
 
         loader = self._loader(trainer)
         if loader is not None:
@@ -241,8 +241,7 @@ class DataWaitMonitor(pl.Callback):
             return None
         wall = time.perf_counter() - self._started
         fraction = min(self._waited / wall, 1.0) if wall > 0 else 0.0
-        rec = EpochStats(0, -1, batches=self._batches, wait_s=self._waited, first_s=self._first)
-        startup, steady = rec.steady(wall, fraction)
+        startup, steady = steady_state(self._first, self._waited, self._batches, wall, fraction)
         return {"batches": self._batches, "wall_s": wall, "wait_s": self._waited, "wait_fraction": fraction,
                 "startup_s": startup, "steady_wait_fraction": steady,
                 "worker_busy": None, "verdict": verdict(steady, None, None, self.threshold)}

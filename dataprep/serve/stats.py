@@ -20,7 +20,7 @@ from typing import Any, Iterable, Iterator
 
 from .contract import attribute
 
-__all__ = ["DATA_BOUND", "BUSY", "EpochStats", "DataWait", "verdict", "decode_snapshot", "paths_since"]
+__all__ = ["DATA_BOUND", "BUSY", "EpochStats", "DataWait", "verdict", "steady_state", "decode_snapshot", "paths_since"]
 
 DATA_BOUND = 0.10  # waiting for data more than this share of the wall time: the data path bounds the step
 BUSY = 0.85  # workers filling batches more than this share of the time: they are the limit, not the handoff
@@ -103,7 +103,7 @@ class EpochStats:
         else:
             wall = (self.ended if self.ended is not None else time.perf_counter()) - self.started
         fraction = min(self.wait_s / wall, 1.0) if wall > 0 else 0.0
-        startup, steady = self.steady(wall, fraction)
+        startup, steady = steady_state(self.first_s, self.wait_s, self.batches, wall, fraction)
         busy = [min(b / wall, 1.0) if wall > 0 else 0.0 for b in self.busy_s]
         return {"epoch": self.epoch, "batches": self.batches, "samples": self.samples, "wall_s": wall,
                 "wait_s": self.wait_s, "wait_fraction": fraction, "startup_s": startup, "steady_wait_fraction": steady,
@@ -113,14 +113,15 @@ class EpochStats:
                 "verdict": verdict(steady, busy if self.workers else None, self.workers, threshold,
                                    decoded=self.samples > 0 and not self.paths)}
 
-    def steady(self, wall: float, fraction: float) -> tuple[float, float]:
-        """(startup_s, steady_wait_fraction): the first next()'s wait, and the share of the time after it
-        spent waiting; with one batch or none there is no steady state, and the whole pass's share stands."""
-        startup = self.first_s or 0.0
-        after = wall - startup
-        if self.batches < 2 or after <= 0:
-            return startup, fraction
-        return startup, min(max(self.wait_s - startup, 0.0) / after, 1.0)
+
+def steady_state(first_s: float | None, wait_s: float, batches: int, wall: float, fraction: float) -> tuple[float, float]:
+    """(startup_s, steady_wait_fraction) of a pass: the first next()'s wait, and the share of the time after
+    it spent waiting; with one batch or none there is no steady state, and the whole pass's share stands."""
+    startup = first_s or 0.0
+    after = wall - startup
+    if batches < 2 or after <= 0:
+        return startup, fraction
+    return startup, min(max(wait_s - startup, 0.0) / after, 1.0)
 
 
 class DataWait:
