@@ -321,6 +321,26 @@ def test_region_cuts_refuse_markers_out_of_sequence_in_c_and_in_python():
         assert codec.region_of(np.frombuffer(bytes(swapped), np.uint8), 0, 16, 0, 16)[2] is None
 
 
+def test_a_standalone_marker_before_the_frame_leaves_the_jpeg_uncut_in_c_and_in_python():
+    """A restart marker (FF D0) before the frame header has no length: the header walks and the decoders step
+    over it. The layout walks read the next two bytes as its length: here FF FE, 64 KiB on, to the segments of
+    another JPEG, and cut training crops of that picture from a sample whose header and decoders read this one.
+    Now a standalone marker before the scan means no layout there: the sample is decoded whole."""
+    shown = codec.encode_jpeg(photo(64, 96, 1), 90).tobytes()
+    hidden = codec.encode_jpeg(photo(80, 128, 2), 90).tobytes()
+    lead = b"\xff\xd8\xff\xd0" + b"\xff\xfe\x00\x10" + bytes(14)  # SOI, RST0, a 16-byte comment up to `shown`'s segments
+    data = lead + shown[2:]
+    data += bytes(4 + 0xFFFE - len(data)) + hidden[2:]  # where a length read at FF D0 (0xFFFE) lands: `hidden`'s segments
+    buf = np.frombuffer(data, np.uint8)
+    assert codec.jpeg_header(data) == (64, 96, 3) and codec.jpeg_problem(data, 64, 96) is None
+    assert np.array_equal(codec.decode_cv2(buf, 3), codec.decode_cv2(np.frombuffer(shown, np.uint8), 3))  # what decoders read
+    assert codec.region_of(np.frombuffer(shown, np.uint8), 0, 16, 0, 16, pure=True)[2] is not None  # the control: cut alone
+    assert codec.jpeg_layout(buf) is None
+    assert codec.region_of(buf, 0, 16, 0, 16, pure=True) == (64, 96, None, 0, 0)
+    if codec.compiled():
+        assert codec.region_of(buf, 0, 16, 0, 16) == (64, 96, None, 0, 0)
+
+
 # -- stored bytes tampered every way --------------------------------------------------------------------------------
 TAMPER = r'''
 import json, sys

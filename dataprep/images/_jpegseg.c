@@ -150,7 +150,8 @@ static int header_walk(const uint8_t *b, Py_ssize_t n, int *height, int *width) 
     return 0;
 }
 
-/* codec.jpeg_layout's walk, in C: every segment by its length up to the scan; SCAN where it finds one
+/* codec.jpeg_layout's walk, in C: every segment by its length up to the scan (a standalone marker, which has
+ * none, ends it); SCAN where it finds one
  * sequential frame with a restart period and a scan of all its components (f's sof, header, height, width,
  * hmax, vmax and dri set), NO_LAYOUT for anything else, so that region() cuts what the Python path cuts. */
 static int layout_walk(const uint8_t *b, Py_ssize_t n, Frame *f) {
@@ -162,6 +163,7 @@ static int layout_walk(const uint8_t *b, Py_ssize_t n, Frame *f) {
         if (b[i] != 0xFF) return NO_LAYOUT;
         int m = b[i + 1];
         if (m == 0xFF) { i += 1; continue; }
+        if ((m >= 0xD0 && m <= 0xD7) || m == 0x01) return NO_LAYOUT; /* no length: as codec.jpeg_layout */
         Py_ssize_t len = ((Py_ssize_t)b[i + 2] << 8) | b[i + 3];
         if (len < 2 || i + 2 + len > n) return NO_LAYOUT;
         if (m == 0xC0 || m == 0xC1) {

@@ -197,8 +197,8 @@ class JpegLayout(NamedTuple):
 
 def jpeg_layout(buf: np.ndarray) -> JpegLayout | None:
     """The restart segments of a sequential (SOF0/SOF1) single-scan JPEG whose restart period divides its
-    MCU rows; None for any other JPEG (progressive, no or another restart period, a marker count that
-    does not add up, markers out of sequence): those are decoded whole."""
+    MCU rows; None for any other JPEG (progressive, no or another restart period, a standalone marker before
+    the scan, a marker count that does not add up, markers out of sequence): those are decoded whole."""
     b = np.asarray(buf, np.uint8).reshape(-1)
     n = len(b)
     head = bytes(b[: min(n, 4096)])  # the marker segments before the scan (Python ints: faster to walk)
@@ -220,6 +220,8 @@ def jpeg_layout(buf: np.ndarray) -> JpegLayout | None:
         if marker == 0xFF:
             i += 1
             continue
+        if marker in _STANDALONE:  # it has no length (the header walks step over it): a length read here jumps elsewhere
+            return None
         length = (head[i + 2] << 8) | head[i + 3]
         if length < 2 or i + 2 + length > n:
             return None
