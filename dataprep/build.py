@@ -13,7 +13,8 @@
     build.tokenize(["corpus/"], out, tokenizer="tokenizer.json")      # also dataprep.tokenize
 
 Each takes the options of its `dataprep` command, underscores for dashes, with the same defaults and the
-same checks (dataprep/options.py: the *_OPTIONS tables, which the CLI takes its defaults from), runs the
+same checks (dataprep/options.py: the *_OPTIONS tables, which the CLI takes its defaults from), typed by
+the table's TypedDict (`**options: Unpack[ImageOptions]`: an IDE completes them, mypy checks them), runs the
 build and returns its summary (`.lines()` is what the CLI prints). Progress is off unless `progress=True`
 (a bar on a terminal, plain lines in a log); notices (where a Dask engine runs, which val labels file was
 found) go to stderr with progress, and are kept in the summary's `notices` either way. The CLI
@@ -33,16 +34,33 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from .errors import NothingStored, UsageError, brief
-from .options import DETECTION_OPTIONS, IMAGE_OPTIONS, TABLE_OPTIONS, TOKENIZE_OPTIONS, VOLUME_OPTIONS
+from .options import (
+    DETECTION_OPTIONS,
+    IMAGE_OPTIONS,
+    TABLE_OPTIONS,
+    TOKENIZE_OPTIONS,
+    VOLUME_OPTIONS,
+    ImageOptions,
+    RunOptions,
+    ShardOptions,
+    TableOptions,
+    TokenizeOptions,
+    VolumeOptions,
+)
 from .options import check as _check
 from .options import options as _options
+
+if sys.version_info >= (3, 11):
+    from typing import Unpack
+else:  # PEP 692's Unpack is typing's from 3.11; before, typing_extensions' (setup.cfg requires it there)
+    from typing_extensions import Unpack
 
 if TYPE_CHECKING:
     from .driver import BuildSummary
 
-__all__ = ["DETECTION_OPTIONS", "IMAGE_OPTIONS", "TABLE_OPTIONS", "TOKENIZE_OPTIONS", "VOLUME_OPTIONS", "BuildInterrupted", "NothingStored",
-           "TableSummary", "TokenizeSummary", "coco", "folder", "imagenet", "list", "parquet", "segmentation", "table", "tokenize", "volumes",
-           "webdataset", "yolo"]
+__all__ = ["DETECTION_OPTIONS", "IMAGE_OPTIONS", "TABLE_OPTIONS", "TOKENIZE_OPTIONS", "VOLUME_OPTIONS", "BuildInterrupted", "ImageOptions",
+           "NothingStored", "RunOptions", "ShardOptions", "TableOptions", "TableSummary", "TokenizeOptions", "TokenizeSummary", "VolumeOptions",
+           "coco", "folder", "imagenet", "list", "parquet", "segmentation", "table", "tokenize", "volumes", "webdataset", "yolo"]
 
 
 class BuildInterrupted(KeyboardInterrupt):
@@ -203,7 +221,8 @@ def _paths(given, what: str) -> builtins.list[str]:
 
 
 def imagenet(src: str | os.PathLike, out: str | os.PathLike, *, splits: Sequence[str] | str | None = None,
-             val_labels: str | os.PathLike | None = None, allow_empty_classes: bool = False, **options) -> BuildSummary:
+             val_labels: str | os.PathLike | None = None, allow_empty_classes: bool = False,
+             **options: Unpack[ImageOptions]) -> BuildSummary:
     """Pack an ImageNet tree: `SRC/train/<wnid>/*.JPEG` and `SRC/val/`.
 
     Labels are the indices of the sorted train folders (torchvision's ImageFolder order). `SRC/val/` is in
@@ -215,7 +234,8 @@ def imagenet(src: str | os.PathLike, out: str | os.PathLike, *, splits: Sequence
         splits: The splits to pack ("train,val" or a sequence); None packs every split found.
         val_labels: The labels file of a flat val/; None looks beside SRC.
         allow_empty_classes: Keep a class folder that holds no image.
-        **options: The image options (IMAGE_OPTIONS), as the command takes them: `size`, `mode`, `workers`, ...
+        **options: The image options, as the command takes them: `size`, `mode`, `workers`, ... (`ImageOptions`;
+            their defaults: `IMAGE_OPTIONS`).
 
     Returns:
         The build's summary; `.lines()` is what the CLI prints.
@@ -234,7 +254,7 @@ def imagenet(src: str | os.PathLike, out: str | os.PathLike, *, splits: Sequence
 
 
 def folder(src: str | os.PathLike, out: str | os.PathLike, *, split: str = "train", allow_empty_classes: bool = False,
-           allow_split_named_classes: bool = False, **options) -> BuildSummary:
+           allow_split_named_classes: bool = False, **options: Unpack[ImageOptions]) -> BuildSummary:
     """Pack a class-folder tree: `SRC/<class>/**/<image files>`.
 
     Args:
@@ -244,7 +264,8 @@ def folder(src: str | os.PathLike, out: str | os.PathLike, *, split: str = "trai
         allow_empty_classes: Keep a class folder that holds no image.
         allow_split_named_classes: Take class folders all named like splits (train, val) as classes; without
             it such a root is refused.
-        **options: The image options (IMAGE_OPTIONS), as the command takes them: `size`, `mode`, `workers`, ...
+        **options: The image options, as the command takes them: `size`, `mode`, `workers`, ... (`ImageOptions`;
+            their defaults: `IMAGE_OPTIONS`).
 
     Returns:
         The build's summary; `.lines()` is what the CLI prints.
@@ -257,7 +278,7 @@ def folder(src: str | os.PathLike, out: str | os.PathLike, *, split: str = "trai
 
 def webdataset(tars: Sequence[str | os.PathLike] | str | os.PathLike, out: str | os.PathLike, *, split: str = "train",
                label_field: str | None = None, caption_field: str | None = None, tokenize: str | os.PathLike | None = None,
-               **options) -> BuildSummary:
+               **options: Unpack[ImageOptions]) -> BuildSummary:
     """Pack WebDataset tar shards, plain or compressed.
 
     Args:
@@ -267,7 +288,8 @@ def webdataset(tars: Sequence[str | os.PathLike] | str | os.PathLike, out: str |
         label_field: The label's field in each sample's .json (it wins over .cls); None reads .cls.
         caption_field: The caption's field in the .json; None reads .txt.
         tokenize: A tokenizer JSON file; the captions are tokenized with it too.
-        **options: The image options (IMAGE_OPTIONS), as the command takes them: `size`, `mode`, `workers`, ...
+        **options: The image options, as the command takes them: `size`, `mode`, `workers`, ... (`ImageOptions`;
+            their defaults: `IMAGE_OPTIONS`).
 
     Returns:
         The build's summary; `.lines()` is what the CLI prints.
@@ -281,7 +303,7 @@ def webdataset(tars: Sequence[str | os.PathLike] | str | os.PathLike, out: str |
 
 def parquet(files: Sequence[str | os.PathLike] | str | os.PathLike, out: str | os.PathLike, *, image_column: str = "image",
             label_column: str | None = None, caption_column: str | None = None, split: str = "train",
-            tokenize: str | os.PathLike | None = None, **options) -> BuildSummary:
+            tokenize: str | os.PathLike | None = None, **options: Unpack[ImageOptions]) -> BuildSummary:
     """Pack tables with an image column.
 
     Args:
@@ -292,7 +314,8 @@ def parquet(files: Sequence[str | os.PathLike] | str | os.PathLike, out: str | o
         caption_column: The column of captions; None for none.
         split: The split's name; it also picks a DatasetDict's split.
         tokenize: A tokenizer JSON file; the captions are tokenized with it too.
-        **options: The image options (IMAGE_OPTIONS), as the command takes them: `size`, `mode`, `workers`, ...
+        **options: The image options, as the command takes them: `size`, `mode`, `workers`, ... (`ImageOptions`;
+            their defaults: `IMAGE_OPTIONS`).
 
     Returns:
         The build's summary; `.lines()` is what the CLI prints.
@@ -306,7 +329,7 @@ def parquet(files: Sequence[str | os.PathLike] | str | os.PathLike, out: str | o
 
 
 def list(csv_file: str | os.PathLike, out: str | os.PathLike, *, root: str | os.PathLike | None = None, split: str = "train",  # noqa: A001
-         tokenize: str | os.PathLike | None = None, **options) -> BuildSummary:
+         tokenize: str | os.PathLike | None = None, **options: Unpack[ImageOptions]) -> BuildSummary:
     """Pack the files a CSV lists, one `path,label[,caption]` row each.
 
     A row whose path leaves the root or names no file is skipped, with its reason. The name is the
@@ -318,7 +341,8 @@ def list(csv_file: str | os.PathLike, out: str | os.PathLike, *, root: str | os.
         root: The folder the paths are relative to; None is the CSV's folder.
         split: The split's name.
         tokenize: A tokenizer JSON file; the captions are tokenized with it too.
-        **options: The image options (IMAGE_OPTIONS), as the command takes them: `size`, `mode`, `workers`, ...
+        **options: The image options, as the command takes them: `size`, `mode`, `workers`, ... (`ImageOptions`;
+            their defaults: `IMAGE_OPTIONS`).
 
     Returns:
         The build's summary; `.lines()` is what the CLI prints.
@@ -332,7 +356,7 @@ def list(csv_file: str | os.PathLike, out: str | os.PathLike, *, root: str | os.
 def segmentation(images: str | os.PathLike, masks: str | os.PathLike, out: str | os.PathLike, *,
                  pairs: str | os.PathLike | None = None, image_suffix: str = "", mask_suffix: str = "", split: str = "train",
                  labels: str | os.PathLike | None = None, mask_dtype: str = "auto", num_classes: int | None = None,
-                 **options) -> BuildSummary:
+                 **options: Unpack[ImageOptions]) -> BuildSummary:
     """Pack image/mask pairs for semantic segmentation.
 
     Masks are resized nearest, never interpolated. Pairs match by relative path and stem (less the
@@ -350,7 +374,8 @@ def segmentation(images: str | os.PathLike, masks: str | os.PathLike, out: str |
         mask_dtype: "uint8", "uint16" or "auto" (uint8 unless a mask holds values above 255).
         num_classes: Mask values at or above it (but the ignore value) are out of range; None takes it
             from the label map.
-        **options: The image options (IMAGE_OPTIONS), as the command takes them: `size`, `mode`, `workers`, ...
+        **options: The image options, as the command takes them: `size`, `mode`, `workers`, ... (`ImageOptions`;
+            their defaults: `IMAGE_OPTIONS`).
 
     Returns:
         The build's summary; `.lines()` is what the CLI prints.
@@ -370,7 +395,7 @@ def segmentation(images: str | os.PathLike, masks: str | os.PathLike, out: str |
 
 
 def coco(images: str | os.PathLike, out: str | os.PathLike, *, annotations: str | os.PathLike, split: str = "train",
-         max_boxes: int = DETECTION_OPTIONS["max_boxes"], **options) -> BuildSummary:
+         max_boxes: int = DETECTION_OPTIONS["max_boxes"], **options: Unpack[ImageOptions]) -> BuildSummary:
     """Pack images with boxes from a COCO instances file.
 
     Category ids become contiguous labels in id order, their names the classes. Crowd flags are kept.
@@ -383,7 +408,8 @@ def coco(images: str | os.PathLike, out: str | os.PathLike, *, annotations: str 
         annotations: The COCO instances JSON file.
         split: The split's name.
         max_boxes: An image with more boxes is skipped ("too many boxes").
-        **options: The image options (IMAGE_OPTIONS); the boxes move with the images.
+        **options: The image options (`ImageOptions`; their defaults: `IMAGE_OPTIONS`); the boxes move with the
+            images.
 
     Returns:
         The build's summary; `.lines()` is what the CLI prints.
@@ -396,7 +422,7 @@ def coco(images: str | os.PathLike, out: str | os.PathLike, *, annotations: str 
 
 
 def yolo(root: str | os.PathLike, out: str | os.PathLike, *, split: str = "train", max_boxes: int = DETECTION_OPTIONS["max_boxes"],
-         **options) -> BuildSummary:
+         **options: Unpack[ImageOptions]) -> BuildSummary:
     """Pack a YOLO dataset: `ROOT/images` and `ROOT/labels/*.txt` (normalised cx cy w h).
 
     The folders are flat or in split folders (`images/train`, `labels/train`). Class names come from
@@ -407,7 +433,8 @@ def yolo(root: str | os.PathLike, out: str | os.PathLike, *, split: str = "train
         out: The pack's folder.
         split: The split folder to pack, and the pack's split name.
         max_boxes: An image with more boxes is skipped ("too many boxes").
-        **options: The image options (IMAGE_OPTIONS); the boxes move with the images.
+        **options: The image options (`ImageOptions`; their defaults: `IMAGE_OPTIONS`); the boxes move with the
+            images.
 
     Returns:
         The build's summary; `.lines()` is what the CLI prints.
@@ -453,7 +480,7 @@ def _triple(value, what: str, cast, n: int, example: str) -> tuple | None:
     return t
 
 
-def volumes(src: str | os.PathLike, out: str | os.PathLike, **options) -> BuildSummary:
+def volumes(src: str | os.PathLike, out: str | os.PathLike, **options: Unpack[VolumeOptions]) -> BuildSummary:
     """Pack 3-D volumes: `SRC/<class>/**/*.npy|*.tif` (labelled) or `SRC/**/*.npy|*.tif`.
 
     Volumes are stored uint16 (or uint8) with their shapes.
@@ -461,8 +488,8 @@ def volumes(src: str | os.PathLike, out: str | os.PathLike, **options) -> BuildS
     Args:
         src: The folder of volumes.
         out: The pack's folder.
-        **options: The volume options (VOLUME_OPTIONS): `shape`, `window`, `masks` (a folder of label
-            volumes paired by path), ...
+        **options: The volume options: `shape`, `window`, `masks` (a folder of label volumes paired by
+            path), ... (`VolumeOptions`; their defaults: `VOLUME_OPTIONS`).
 
     Returns:
         The build's summary; `.lines()` is what the CLI prints.
@@ -504,14 +531,16 @@ class TokenizeSummary(dict):
         return out
 
 
-def tokenize(src: Sequence[str | os.PathLike] | str | os.PathLike, out: str | os.PathLike, **options) -> TokenizeSummary:
+def tokenize(src: Sequence[str | os.PathLike] | str | os.PathLike, out: str | os.PathLike,
+             **options: Unpack[TokenizeOptions]) -> TokenizeSummary:
     """Tokenize text into a token pack: uint16/uint32 token arrays with a document index.
 
     Args:
         src: Files, directories or globs of .txt, .jsonl, .csv, .parquet, ...
         out: The pack's folder.
-        **options: The options of `dataprep tokenize` (TOKENIZE_OPTIONS): `tokenizer` (a Hugging Face
-            tokenizers JSON file) or `train_bpe` (a byte-level BPE of that many tokens, trained first), ...
+        **options: The options of `dataprep tokenize`: `tokenizer` (a Hugging Face tokenizers JSON file)
+            or `train_bpe` (a byte-level BPE of that many tokens, trained first), ... (`TokenizeOptions`;
+            their defaults: `TOKENIZE_OPTIONS`).
 
     Returns:
         The summary; `.lines()` is what `dataprep tokenize` prints.
@@ -567,14 +596,16 @@ def _names(value) -> tuple[str, ...]:
     return tuple(str(v).strip() for v in items if str(v).strip())
 
 
-def table(src: Sequence[str | os.PathLike] | str | os.PathLike, out: str | os.PathLike, *, target: str, **options) -> TableSummary:
+def table(src: Sequence[str | os.PathLike] | str | os.PathLike, out: str | os.PathLike, *, target: str,
+          **options: Unpack[TableOptions]) -> TableSummary:
     """Convert tables to typed arrays: floats, integer codes with vocabularies, statistics and splits.
 
     Args:
         src: CSV, TSV, Parquet, JSON lines, Excel, ... files.
         out: The pack's folder.
         target: The target column: a name, or a position such as -1 without a header.
-        **options: The options of `dataprep table` (TABLE_OPTIONS).
+        **options: The options of `dataprep table`: `val_fraction`, `missing`, `categorical`, ...
+            (`TableOptions`; their defaults: `TABLE_OPTIONS`).
 
     Returns:
         The summary; `.lines()` is what `dataprep table` prints.

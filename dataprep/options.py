@@ -1,17 +1,20 @@
 """The options of every build, as `dataprep build`, `dataprep table` and `dataprep tokenize` spell them
 (underscores for dashes): their defaults (the *_OPTIONS tables, which the CLI's options take theirs from),
 what each may be (ranges, fixed choices) and the checks the front door (dataprep/build.py) makes of a
-call's options before anything is listed: a bad value is a UsageError, an unknown name a TypeError.
+call's options before anything is listed: a bad value is a UsageError, an unknown name a TypeError. Each
+table has its TypedDict (ImageOptions, VolumeOptions, TokenizeOptions, TableOptions): every option's type
+and what it does, so that an IDE completes the front door's keywords and mypy checks them.
 """
 from __future__ import annotations
 
 import math
-from typing import Any
+import os
+from typing import Any, Literal, Mapping, Sequence, TypedDict
 
 from .errors import UsageError, brief
 
-__all__ = ["COUNT_MAX", "DETECTION_OPTIONS", "IMAGE_OPTIONS", "TABLE_OPTIONS", "TOKENIZE_OPTIONS", "VOLUME_OPTIONS", "bounds", "check",
-           "options", "out_of_range"]
+__all__ = ["COUNT_MAX", "DETECTION_OPTIONS", "IMAGE_OPTIONS", "TABLE_OPTIONS", "TOKENIZE_OPTIONS", "VOLUME_OPTIONS", "ImageOptions",
+           "RunOptions", "ShardOptions", "TableOptions", "TokenizeOptions", "VolumeOptions", "bounds", "check", "options", "out_of_range"]
 
 # Options every build takes, by where the output goes and how the work runs.
 _RUN_OPTIONS: dict[str, Any] = {"overwrite": False, "progress": False, "engine": "local", "address": None,
@@ -44,6 +47,173 @@ TABLE_OPTIONS: dict[str, Any] = {
     "categorical": None, "numeric": None, "dates": None, "drop": None, "val_fraction": 0.0, "split_column": None,
     "seed": 0, "max_categories": 10_000, "drop_missing_target": False, "keep_ids": False, "workers": 1, **_RUN_OPTIONS,
 }
+
+
+# The tables' options typed, each with what it does: `**options: Unpack[ImageOptions]` in the front door's
+# signatures. Their keys and the tables' are the same, and each choice's Literal holds the CLI's choices
+# (tests/test_front_door.py holds both). total=False: every option may be left out, for its default. A
+# table's TypedDict names TypedDict among its bases for pdoc (scripts/api_docs.py): on Python 3.11 it reads a
+# TypedDict's inherited keys only from the bases it names, one level up.
+class RunOptions(TypedDict, total=False):
+    """Where a build's output goes and how its work runs: the options every build takes."""
+
+    overwrite: bool
+    """Replace a pack or an unfinished build already in `out`."""
+    progress: bool
+    """Report progress on stderr: a bar on a terminal, plain lines in a log."""
+    engine: Literal["local", "dask"]
+    """Where the tasks run: a process pool here, or a Dask cluster. The output is the same."""
+    address: str | None
+    """The scheduler of an existing Dask cluster, e.g. tcp://10.0.0.5:8786 (never shut down)."""
+    scheduler_file: str | os.PathLike[str] | None
+    """The scheduler file of an existing Dask cluster."""
+    fmt: Literal["npy", "hdf5", "zarr"]
+    """The pack's storage (the CLI's `--format`): npy shards, one HDF5 file, or a Zarr group."""
+    compress: Literal["none", "gzip", "lzf", "zstd", "blosc"]
+    """hdf5: gzip or lzf; zarr: zstd or blosc. A compressed pack cannot be mapped."""
+
+
+class ShardOptions(TypedDict, total=False):
+    """The shard layout, strictness and byte cap of the image and volume builds."""
+
+    workers: int | None
+    """Processes; None is every core."""
+    limit: int | None
+    """Build only this many samples a split (images: spread over the classes); None builds all."""
+    shard_size: int | None
+    """Samples per shard; None takes it from the split's size."""
+    strict: bool
+    """Fail on the first unusable file instead of skipping it."""
+    max_bytes: int | str | None
+    """A cap on one sample's source bytes (an int, "256MiB", "1.5GiB"); a larger one is skipped with its reason."""
+    resume: bool
+    """Continue an interrupted build: finished shards, intact by checksum, are kept."""
+
+
+class ImageOptions(ShardOptions, RunOptions, TypedDict, total=False):
+    """The options of every image build (IMAGE_OPTIONS holds their defaults)."""
+
+    size: int
+    """The target size in pixels, 8 to 16384; `resize` says which side takes it."""
+    sizes: Sequence[int] | str | None
+    """Several sizes in one pass, e.g. (128, 192, 256) or "128,192,256"; it replaces `size`."""
+    resize: Literal["center-crop", "longer", "pad", "shorter"]
+    """shorter or longer: that side to `size`, aspect kept; center-crop: then the central square; pad: then padded to a square."""
+    upscale: bool
+    """Enlarge images smaller than `size`."""
+    grayscale: bool
+    """Store 1-channel images."""
+    mode: Literal["encoded", "raw"]
+    """encoded: JPEG bytes, decoded when served; raw: decoded uint8 pixels."""
+    depth: Literal[8, 16]
+    """Bits per channel stored. 16 keeps 16-bit PNG and TIFF values exactly (with mode="raw")."""
+    quality: int
+    """The JPEG quality, 1 to 100."""
+    keep_jpeg: bool
+    """Store a source JPEG as it is when it needs no resize and no conversion."""
+    drop_duplicates: bool
+    """Leave out exact and near duplicates (`dataprep audit`'s rule); they are counted in the summary."""
+
+
+class VolumeOptions(ShardOptions, RunOptions, TypedDict, total=False):
+    """The options of the volume build (VOLUME_OPTIONS holds their defaults)."""
+
+    shape: Sequence[int] | str | None
+    """Resample every volume to (D, H, W) or "D,H,W"; None keeps each one's shape."""
+    resample: Literal["linear", "nearest"]
+    """linear for intensities (an area average when shrinking); nearest for label volumes."""
+    depth: Literal[8, 16]
+    """Bits per voxel stored."""
+    window: Sequence[float] | str | None
+    """(LO, HI) source values mapped linearly onto the stored range; needed for float and negative values."""
+    masks: str | os.PathLike[str] | None
+    """A folder of label volumes, paired by relative path and stem and stored beside the volumes."""
+    mask_dtype: Literal["auto", "uint8", "uint16"]
+    """The label volumes' dtype; auto is uint8 unless a label above 255 occurs."""
+    split: str
+    """The split's name."""
+
+
+class TokenizeOptions(RunOptions, TypedDict, total=False):
+    """The options of `tokenize` (TOKENIZE_OPTIONS holds their defaults)."""
+
+    tokenizer: str | os.PathLike[str] | None
+    """A Hugging Face tokenizers JSON file."""
+    train_bpe: int | None
+    """Train a byte-level BPE of this vocabulary size first (instead of `tokenizer`)."""
+    split_docs: Literal["file", "line", "paragraph"]
+    """Plain text: a document per file, per line, or per blank-line-separated paragraph."""
+    text_field: str
+    """The text field of .jsonl, or the column of CSV and Parquet."""
+    eot: str | None
+    """The end-of-text token; None takes `<|endoftext|>`, `</s>` or `[SEP]`, whichever exists."""
+    eot_id: int | None
+    """The end-of-text id (instead of `eot`)."""
+    val_fraction: float
+    """The share of documents drawn for val, each by a hash of `seed` and its text."""
+    seed: int
+    """The seed of the val draw."""
+    chunk_mb: int
+    """MiB of text encoded per batch: it bounds memory and never changes the pack."""
+    strict: bool
+    """Fail on bytes that are not UTF-8 instead of replacing and counting them."""
+    resume: bool
+    """Continue an interrupted run: finished tasks and units, intact by checksum, are kept."""
+    workers: int
+    """Processes for the local engine, or the local Dask cluster's size."""
+    task_mb: int
+    """Input files are grouped into tasks of about this many MiB of text; it never changes the pack."""
+
+
+class TableOptions(RunOptions, TypedDict, total=False):
+    """The options of `table` (TABLE_OPTIONS holds their defaults)."""
+
+    task: Literal["auto", "classification", "regression"]
+    """auto: text, integer and boolean targets are classes; float targets are regression."""
+    input_format: Literal["csv", "excel", "feather", "json", "parquet"] | None
+    """How to parse the files; None takes it from the file name."""
+    sep: str
+    """The CSV separator: a character, "space", or "auto" to sniff it."""
+    header: str | int
+    """"infer", "none", or the header's line number."""
+    skip_rows: int
+    """Lines to skip first (e.g. a line that is not column names)."""
+    names: Sequence[str] | str | None
+    """Column names, a sequence or "a,b"; the files then have no header."""
+    target_file: str | os.PathLike[str] | None
+    """The target as a one-column file of the same rows."""
+    missing: Literal["error", "mean", "value", "mask"]
+    """Missing values: fail, the column's train mean, `fill_value`, or 0 plus a mask array."""
+    fill_value: float
+    """What missing="value" fills in."""
+    float_dtype: Literal["float32", "float64", "float16"]
+    """The dtype of the float columns."""
+    datetime: Literal["parts", "int64"]
+    """Datetimes as parts (year, month, day, weekday, hour) or as int64 seconds."""
+    categorical: Sequence[str] | str | None
+    """Columns to treat as categories."""
+    numeric: Sequence[str] | str | None
+    """Columns that must be numbers."""
+    dates: Sequence[str] | str | None
+    """Columns to parse as datetimes; text that looks like dates is otherwise kept as categories."""
+    drop: Sequence[str] | str | None
+    """Columns to leave out."""
+    val_fraction: float
+    """The share of rows drawn for val."""
+    split_column: str | None
+    """A column naming each row's split (instead of `val_fraction`)."""
+    seed: int
+    """The seed of the val draw."""
+    max_categories: int
+    """Codes per categorical column; rarer values share the code of `<other>` (0: no limit)."""
+    drop_missing_target: bool
+    """Leave out rows whose target is missing (counted) instead of failing."""
+    keep_ids: bool
+    """Keep columns whose values are all distinct (IDs, left out by default)."""
+    workers: int
+    """Processes reading files for the local engine, or the local Dask cluster's size."""
+
+
 # The largest count an option takes (None below): what an int64 holds. A count past it is a typo or an attack,
 # never a dataset, and it would overflow where numpy or a C library meets it.
 COUNT_MAX = (1 << 63) - 1
@@ -133,7 +303,7 @@ def _integer(v) -> int | None:
         return None
 
 
-def options(given: dict[str, Any], table: dict[str, Any], what: str) -> dict[str, Any]:
+def options(given: Mapping[str, Any], table: dict[str, Any], what: str) -> dict[str, Any]:
     """`given` over the table's defaults, each checked as the CLI checks it; an unknown name is a TypeError
     naming the options there are (as a misspelled keyword is)."""
     wrong = sorted(set(given) - set(table))

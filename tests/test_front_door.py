@@ -7,7 +7,11 @@ import csv
 import inspect
 import io
 import json
+import subprocess
+import sys
 import tarfile
+import types
+import typing
 from pathlib import Path
 
 import click
@@ -319,3 +323,161 @@ def test_a_refusal_names_the_keyword_from_python_and_the_flag_from_the_cli(input
     (tmp_path / "u" / "train").mkdir()  # an unfinished build: a split folder, no manifest
     with pytest.raises(dataprep.DataprepError, match=r"pass resume=True to continue it, or overwrite=True to start again"):
         build.folder(src, tmp_path / "u", size=16, workers=1)
+
+
+# --- the options typed: what an IDE completes and mypy checks ------------------------------------------------
+
+TYPED = {"image": (build.ImageOptions, build.IMAGE_OPTIONS), "volume": (build.VolumeOptions, build.VOLUME_OPTIONS),
+         "tokenize": (build.TokenizeOptions, build.TOKENIZE_OPTIONS), "table": (build.TableOptions, build.TABLE_OPTIONS)}
+
+
+def _alternatives(hint) -> list:
+    """A hint's alternatives: `int | None` gives [int, NoneType]."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return [a for h in typing.get_args(hint) for a in _alternatives(h)]
+    return [hint]
+
+
+def _admits(hint, value) -> bool:
+    """Whether `value` is one of `hint`'s alternatives, as mypy would see it (a bool is no int here)."""
+    for h in _alternatives(hint):
+        origin = typing.get_origin(h)
+        if origin is typing.Literal:
+            ok = any(value == a and type(value) is type(a) for a in typing.get_args(h))
+        elif h is type(None):
+            ok = value is None
+        elif h in (int, float):
+            ok = isinstance(value, (int,) if h is int else (int, float)) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, origin or h)
+        if ok:
+            return True
+    return False
+
+
+def drift(typed, table: dict) -> list[str]:
+    """Where a TypedDict and its *_OPTIONS table disagree: a key in one only, a default its type does not
+    admit, a choice whose Literal is not the CLI's choices, a ranged option not typed int."""
+    from dataprep.options import _RANGES, _choices
+
+    hints = typing.get_type_hints(typed)
+    problems = [f"{k}: in the table only" for k in table if k not in hints] + [f"{k}: typed only" for k in hints if k not in table]
+    choices = _choices()
+    for k in hints.keys() & table.keys():
+        alts = _alternatives(hints[k])
+        if not _admits(hints[k], table[k]):
+            problems.append(f"{k}: its default {table[k]!r} is not a {hints[k]}")
+        if k in choices:
+            literal = {a for h in alts if typing.get_origin(h) is typing.Literal for a in typing.get_args(h)}
+            if literal | ({None} if type(None) in alts else set()) != set(choices[k]):
+                problems.append(f"{k}: {hints[k]} is not the CLI's choices {choices[k]}")
+        if k in _RANGES and int not in alts:
+            problems.append(f"{k}: ranged, but {hints[k]} is not an int")
+    return problems
+
+
+def _option_docs() -> dict[str, dict[str, str]]:
+    """Each TypedDict of dataprep/options.py: its keys' descriptions, the strings under their annotations."""
+    import ast
+
+    from dataprep import options
+
+    docs = {}
+    for cls in (c for c in ast.parse(inspect.getsource(options)).body if isinstance(c, ast.ClassDef)):
+        docs[cls.name] = {a.target.id: b.value.value for a, b in zip(cls.body, cls.body[1:])
+                          if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr)
+                          and isinstance(b.value, ast.Constant)}
+    return docs
+
+
+@pytest.mark.parametrize("name", list(TYPED))
+def test_each_options_typeddict_has_its_tables_keys_and_types_that_admit_its_defaults(name):
+    typed, table = TYPED[name]
+    assert typed.__required_keys__ == frozenset()  # every option may be left out
+    assert drift(typed, table) == []
+    docs = _option_docs()  # a line for each option, in the TypedDict or a base it names (pdoc reads them there)
+    named = [typed, *(b for b in typed.__orig_bases__ if b.__name__ in docs)]
+    said = {k: v for c in named for k, v in docs[c.__name__].items()}
+    assert [k for k in table if not said.get(k, "").strip() or "\n" in said[k]] == []
+
+
+def test_the_drift_check_sees_a_missing_key_a_wrong_type_and_a_wrong_choice():
+    """Negative control: the image options with `mode` short of "raw", `size` typed str (its default and its
+    range), `quality` gone from the TypedDict and `qualityy` in the table, `workers` typed bool (its default
+    None, its range)."""
+    hints = {**typing.get_type_hints(build.ImageOptions), "mode": typing.Literal["encoded"], "size": str, "workers": bool}
+    del hints["quality"]
+    broken = typing.TypedDict("broken", hints, total=False)
+    table = {**build.IMAGE_OPTIONS, "qualityy": 90}
+    problems = drift(broken, table)
+    assert sorted(p.split(":")[0] for p in problems) == ["mode", "quality", "qualityy", "size", "size", "workers", "workers"], problems
+
+
+FRONT_TYPED = {"imagenet": "ImageOptions", "folder": "ImageOptions", "webdataset": "ImageOptions", "parquet": "ImageOptions",
+               "list": "ImageOptions", "segmentation": "ImageOptions", "coco": "ImageOptions", "yolo": "ImageOptions",
+               "volumes": "VolumeOptions", "tokenize": "TokenizeOptions", "table": "TableOptions"}
+# Each build's arguments but its options, any path: an unknown option is refused before a path is read.
+ARGS = {"segmentation": ("i", "m", "o"), "coco": ("i", "o"), "table": ("t", "o")}
+KW = {"coco": {"annotations": "a.json"}, "table": {"target": "y"}}
+
+
+@pytest.mark.parametrize("name", list(FRONT))
+def test_each_build_types_its_options_and_still_refuses_an_unknown_one(name, tmp_path):
+    fn, table = FRONT[name]
+    options = inspect.signature(fn).parameters["options"]
+    assert options.kind is options.VAR_KEYWORD
+    assert eval(options.annotation, vars(build)) == build.Unpack[getattr(build, FRONT_TYPED[name])]
+    assert set(typing.get_type_hints(getattr(build, FRONT_TYPED[name]))) == set(table)
+    args = [tmp_path / a for a in ARGS.get(name, ("s", "o"))]
+    with pytest.raises(TypeError, match=rf"^build\.{name}\(\) got unexpected option\(s\) sizee; its options are .*workers"):
+        fn(*args, **KW.get(name, {}), sizee=32)
+    assert list(tmp_path.iterdir()) == []
+
+
+BAD_CALLS = '''\
+import dataprep
+from dataprep import build
+
+build.folder("photos", "packs/p", size="big")
+build.folder("photos", "packs/p", mode="jpeg")
+build.folder("photos", "packs/p", sizee=256)
+build.coco("images", "packs/c", annotations="a.json", workers="all")
+build.volumes("ct", "packs/ct", depth=12)
+build.table("t.csv", "packs/t", target="y", missing="drop")
+dataprep.tokenize("corpus", "packs/x", split_docs="sentence")
+build.folder("photos", "packs/p", size=256, workers=8, mode="raw")
+'''
+
+
+def _every_option_at_its_default() -> str:
+    """A call of each build passing every option of its table at its default, as Python source."""
+    calls = {"folder": build.IMAGE_OPTIONS, "volumes": build.VOLUME_OPTIONS, "tokenize": build.TOKENIZE_OPTIONS}
+    lines = [f'build.{fn}("src", "out", {", ".join(f"{k}={v!r}" for k, v in table.items())})' for fn, table in calls.items()]
+    lines.append(f'build.table("t.csv", "out", target="y", {", ".join(f"{k}={v!r}" for k, v in build.TABLE_OPTIONS.items())})')
+    return "from dataprep import build\n\n" + "\n".join(lines) + "\n"
+
+
+def test_mypy_refuses_a_wrong_option_and_accepts_the_documented_calls(tmp_path):
+    """mypy over three files: calls with a wrong type, a value not among the choices or a misspelled name
+    (an error on each of those lines, none on the right call after them); every option passed at its
+    default; docs/building.md's Python example as it stands."""
+    pytest.importorskip("mypy", reason="needs mypy (the test extra)")
+    ROOT = Path(__file__).resolve().parents[1]
+    (tmp_path / "bad.py").write_text(BAD_CALLS)
+    (tmp_path / "defaults.py").write_text(_every_option_at_its_default())
+    doc = (ROOT / "docs" / "building.md").read_text()
+    example = doc.split("## From Python", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    assert "build.volumes(" in example and "dataprep.tokenize(" in example
+    (tmp_path / "documented.py").write_text(example)
+    # Only the front door and what it names are read (the rest is Any): seconds, not the half minute a
+    # cold run over the whole package takes.
+    (tmp_path / "mypy.ini").write_text("[mypy]\nfollow_imports = skip\nignore_missing_imports = true\n"
+                                       "[mypy-dataprep,dataprep.build,dataprep.options,dataprep.errors]\nfollow_imports = silent\n")
+    out = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(tmp_path / "mypy.ini"), "--cache-dir", str(tmp_path / "cache"),
+                          "--no-error-summary", *(str(tmp_path / f) for f in ("bad.py", "defaults.py", "documented.py"))],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    errors = [ln for ln in out.stdout.splitlines() if ": error:" in ln]
+    assert {Path(ln.split(":")[0]).name for ln in errors} == {"bad.py"}, out.stdout + out.stderr
+    assert sorted({int(ln.split(":")[1]) for ln in errors}) == list(range(4, 11)), out.stdout
+    said = "\n".join(errors)
+    assert '"size" to "folder" has incompatible type "str"; expected "int"' in said and 'Unexpected keyword argument "sizee"' in said
