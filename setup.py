@@ -2,7 +2,7 @@
 lossless restart markers for kept source JPEGs). Everything else is declared in setup.cfg.
 
 The extension is optional: where it does not build (no C compiler, no Python headers) the install goes on
-without it and images/codec.py takes its pure-Python path (the same region bytes; kept sources stay
+without it and images/jpegseg.py takes its pure-Python path (the same region bytes; kept sources stay
 without restart markers, so their crops decode whole)."""
 from setuptools import Extension, setup
 

@@ -41,7 +41,8 @@ from torch.utils.data import DataLoader  # noqa: E402
 
 import dataprep  # noqa: E402
 from dataprep.images.build import build_images  # noqa: E402
-from dataprep.images.codec import compiled, decode_cv2, decode_cv2_reduced, decode_fast, region_of  # noqa: E402
+from dataprep.images.codec import decode_cv2, decode_cv2_reduced, decode_fast  # noqa: E402
+from dataprep.images.jpegseg import compiled, region_of  # noqa: E402
 from dataprep.images.settings import ImageSettings  # noqa: E402
 from dataprep.serve.request import Request  # noqa: E402
 from dataprep.settings import BuildSettings  # noqa: E402
@@ -143,7 +144,7 @@ def stage_costs(ds, rounds: int) -> dict[str, float]:
     """Where a crop's time goes, per image on one core (ms): fill_batch over a shuffled epoch (as
     fill_cost), its stages timed by wrapping the functions the fill calls (the header check, the decode,
     full or reduced, fast or accurate; with decode="fast", `cut`: the header check, finding the restart
-    segments and cutting the box's out (codec.region_of: in C where images/_jpegseg.c is built); the
+    segments and cutting the box's out (jpegseg.region_of: in C where images/_jpegseg.c is built); the
     resample of the box into the batch row, the flip); `bookkeeping` is the rest of the fill (Python per
     image and per batch: boxes, paths, views). Wrappers cost ~0.3 us a call."""
     import dataprep.images.batches as batches
@@ -471,9 +472,9 @@ def main() -> int:
 
 def run(a) -> int:
     if a.pure:
-        import dataprep.images.codec as codec
+        import dataprep.images.jpegseg as jpegseg
 
-        codec._jpegseg = None  # before the packs are built: their kept sources stay as they were
+        jpegseg._jpegseg = None  # before the packs are built: their kept sources stay as they were
     torch.set_num_threads(1)
     import cv2
 

@@ -1,7 +1,7 @@
 """Takes one input's bytes, gives None or an AssertionError: whether the compiled restart-segment code
 (images/_jpegseg.c) and the Python path agree on them.
 
-region(buf, y0, y1, x0, x1) is held to codec.region_of(pure=True): the same None, frame size, origin and
+region(buf, y0, y1, x0, x1) is held to jpegseg.region_of(pure=True): the same None, frame size, origin and
 bytes, for a fixed box, a box drawn from the input's CRC and a box at the edges of Py_ssize_t. add_restarts()
 has no Python twin: without the compiled part a source JPEG is kept as it is. So what it gives must serve
 what the source serves: the same frame header, a restart layout at the rule's period that region() and the
@@ -21,29 +21,29 @@ import zlib
 import cv2
 import numpy as np
 
-from dataprep.images import codec
+from dataprep.images import jpegseg
 
 BIG = 2**63 - 1  # Py_ssize_t's largest; region() takes any box that fits one
 EDGE_BOXES = ((-BIG - 1, BIG, -BIG - 1, BIG), (BIG - 7, BIG, BIG - 7, BIG), (-BIG - 1, -BIG + 7, 0, 8),
               (0, BIG, -BIG - 1, 8), (2**40, 2**41, -(2**40), 2**40))
-INTERVALS = (codec.RESTART_MCUS, codec.RESTART_MCUS, codec.RESTART_MCUS, 1, 2, 3, 8, 0, -5, 1000)  # max_interval
+INTERVALS = (jpegseg.RESTART_MCUS, jpegseg.RESTART_MCUS, jpegseg.RESTART_MCUS, 1, 2, 3, 8, 0, -5, 1000)  # max_interval
 PIXELS = 1 << 22  # frames decoded for the pixel check at most (a lying frame size asks a decoder for more)
 
 
 def uses(module) -> bool:
-    """Whether images/codec.py calls `module` (the harness checks that it reached the instrumented copy)."""
-    return codec._jpegseg is module
+    """Whether images/jpegseg.py calls `module` (the harness checks that it reached the instrumented copy)."""
+    return jpegseg._jpegseg is module
 
 
 def check(data) -> None:
     """Raise AssertionError where the C entry points and the Python path disagree on `data` (bytes, or a
     memoryview, which the C part reads in place and the Python path as a copy)."""
-    c = codec._jpegseg
+    c = jpegseg._jpegseg
     assert c is not None, "images/_jpegseg.c is not built"
     raw = bytes(data)
     crc = zlib.crc32(raw)
     rnd = random.Random(crc)
-    head = codec.jpeg_header(raw)
+    head = jpegseg.jpeg_header(raw)
     h, w = (head[0], head[1]) if head else (64, 64)
     drawn = sorted(rnd.randint(-h // 4, h + h // 4) for _ in range(2)) + sorted(rnd.randint(-w // 4, w + w // 4) for _ in range(2))
     boxes = [(0, 8, 0, 8), (drawn[0], drawn[1] + 1, drawn[2], drawn[3] + 1), EDGE_BOXES[crc % len(EDGE_BOXES)]]
@@ -54,8 +54,8 @@ def check(data) -> None:
     if out is None:
         return
     assert isinstance(out, bytes), type(out)
-    assert codec.jpeg_header(out) == head, ("add_restarts changed the frame header", codec.jpeg_header(out), head)
-    lay = codec.jpeg_layout(np.frombuffer(out, np.uint8))
+    assert jpegseg.jpeg_header(out) == head, ("add_restarts changed the frame header", jpegseg.jpeg_header(out), head)
+    lay = jpegseg.jpeg_layout(np.frombuffer(out, np.uint8))
     assert lay is not None, "add_restarts gave no restart layout"
     per_row = -(-lay.width // lay.mcu_w)
     rule = max([d for d in range(1, min(most, per_row) + 1) if per_row % d == 0] or [1])
@@ -70,8 +70,8 @@ def check(data) -> None:
 
 def same_region(data, raw: bytes, box: tuple[int, int, int, int]) -> None:
     """region() on `data` and region_of(pure=True) on `raw`, its bytes, give the same answer for `box`."""
-    c = codec._jpegseg.region(data, *box)
-    p = codec.region_of(np.frombuffer(raw, np.uint8), *box, pure=True)
+    c = jpegseg._jpegseg.region(data, *box)
+    p = jpegseg.region_of(np.frombuffer(raw, np.uint8), *box, pure=True)
     assert (c is None) == (p is None), ("region: None on one side only", box, c is None, p is None)
     if c is None:
         return

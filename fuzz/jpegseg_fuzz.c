@@ -2,7 +2,7 @@
  *
  * The extension's source is compiled into this program (under AddressSanitizer and
  * UndefinedBehaviorSanitizer, with libFuzzer's coverage) and registered as dataprep.images._jpegseg
- * before Python imports dataprep, so that images/codec.py calls this instrumented copy. Each input then
+ * before Python imports dataprep, so that images/jpegseg.py calls this instrumented copy. Each input then
  * goes to fuzz/agree.py's check(), which calls both entry points (region, add_restarts) and the Python
  * path beside them, and raises where they disagree: that is turned into a crash libFuzzer records.
  * fuzz/run.py builds and runs it (`make fuzz`).
@@ -34,7 +34,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     if (!agree) fail("fuzz/agree.py did not import (PYTHONPATH must hold the repository and fuzz/)");
     check = PyObject_GetAttrString(agree, "check");
     PyObject *uses = PyObject_CallMethod(agree, "uses", "O", mod);
-    if (!check || !uses || !PyObject_IsTrue(uses)) fail("images/codec.py does not call the instrumented module");
+    if (!check || !uses || !PyObject_IsTrue(uses)) fail("images/jpegseg.py does not call the instrumented module");
     Py_DECREF(uses);
     Py_DECREF(mod);
     return 0;

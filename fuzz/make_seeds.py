@@ -81,7 +81,7 @@ def seeds() -> dict[str, bytes]:
         "cv2-440-rst2": ocv(px, cv2.IMWRITE_JPEG_SAMPLING_FACTOR_440, rst=2),
         "cv2-444-rst1": ocv(px, cv2.IMWRITE_JPEG_SAMPLING_FACTOR_444, rst=1),
         "cv2-422-rst3": ocv(px, cv2.IMWRITE_JPEG_SAMPLING_FACTOR_422, rst=3),
-        "cv2-420-rst1-pack": ocv(px, rst=1),  # a pack's own JPEG: 3 MCUs a row, period 1 (codec.restart_interval)
+        "cv2-420-rst1-pack": ocv(px, rst=1),  # a pack's own JPEG: 3 MCUs a row, period 1 (jpegseg.restart_interval)
         "cv2-grey-rst2": ocv(grey, rst=2),
         "cv2-one-mcu": ocv(picture(8, 8, 2)),
     }

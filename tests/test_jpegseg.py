@@ -22,7 +22,7 @@ import pytest
 from PIL import Image
 
 import dataprep
-from dataprep.images import codec
+from dataprep.images import codec, jpegseg
 from dataprep.images.build import build_images
 from dataprep.images.settings import ImageSettings
 from dataprep.settings import BuildSettings
@@ -432,7 +432,7 @@ def test_without_the_compiled_part_sources_stay_as_they_are_and_regions_are_cut_
     with_c = [codec.region_of(buf, *b) for b in box_list] if compiled else None
     if compiled:
         assert codec.with_restarts(src) is not src  # the control: with it, markers are added
-    monkeypatch.setattr(codec, "_jpegseg", None)
+    monkeypatch.setattr(jpegseg, "_jpegseg", None)  # where region_of and with_restarts look for it
     assert not codec.compiled()
     assert codec.with_restarts(src) is src
     lay = codec.jpeg_layout(buf)

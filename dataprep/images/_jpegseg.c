@@ -1,15 +1,15 @@
-/* Restart segments of baseline JPEGs, compiled: what images/codec.py does in Python, without Python's
+/* Restart segments of baseline JPEGs, compiled: what images/jpegseg.py does in Python, without Python's
  * per-byte and per-call costs, and one thing it cannot do at a usable speed.
  *
  *   region(buf, y0, y1, x0, x1)  -> None | (height, width, sub, top, left)
- *       The frame's size (as codec.jpeg_header reads it) and the smallest JPEG of whole restart segments
- *       that covers rows [y0, y1) and columns [x0, x1): the same bytes codec.region_jpeg makes from
- *       codec.jpeg_layout (tests/test_jpegseg.py holds them equal). `sub` is None where `buf` is to be
+ *       The frame's size (as jpegseg.jpeg_header reads it) and the smallest JPEG of whole restart segments
+ *       that covers rows [y0, y1) and columns [x0, x1): the same bytes jpegseg.region_jpeg makes from
+ *       jpegseg.jpeg_layout (tests/test_jpegseg.py holds them equal). `sub` is None where `buf` is to be
  *       decoded whole: no restart layout, or a region that is the whole image. None: not a JPEG, or no
  *       frame header before the scan.
  *
  *   add_restarts(buf, max_interval) -> None | bytes
- *       The same JPEG with a restart marker every `interval` MCUs (codec.restart_interval's rule: the
+ *       The same JPEG with a restart marker every `interval` MCUs (jpegseg.restart_interval's rule: the
  *       largest divisor of the MCUs per row up to max_interval), its coefficients unchanged, so it
  *       decodes to exactly the same pixels. The entropy-coded data is Huffman-decoded block by block and
  *       re-emitted bit for bit, except the DC difference of a block whose predictor changes (the first
@@ -43,7 +43,7 @@ static int is_sof(int m) {
     return m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC;
 }
 
-/* Walk the marker segments up to the scan. NOT_JPEG: no frame header is found (codec.jpeg_header's None);
+/* Walk the marker segments up to the scan. NOT_JPEG: no frame header is found (jpegseg.jpeg_header's None);
  * NO_LAYOUT: a frame header is found (height and width set) but what follows is not one scan of a
  * sequential frame; SCAN: up to the entropy-coded data, everything read. */
 static int parse(const uint8_t *b, Py_ssize_t n, Frame *f) {
@@ -56,7 +56,7 @@ static int parse(const uint8_t *b, Py_ssize_t n, Frame *f) {
         if (b[i] != 0xFF) return f->sof >= 0 ? NO_LAYOUT : NOT_JPEG;
         int m = b[i + 1];
         if (m == 0xFF) { i += 1; continue; }
-        /* a standalone marker before the scan: codec.jpeg_layout would find no layout in the copy */
+        /* a standalone marker before the scan: jpegseg.jpeg_layout would find no layout in the copy */
         if ((m >= 0xD0 && m <= 0xD7) || m == 0x01) return f->sof >= 0 ? NO_LAYOUT : NOT_JPEG;
         if (m == 0xD9 || m == 0xD8) return f->sof >= 0 ? NO_LAYOUT : NOT_JPEG;
         if (m == 0xDA && f->sof < 0) return NOT_JPEG;
@@ -126,7 +126,7 @@ static int parse(const uint8_t *b, Py_ssize_t n, Frame *f) {
 
 /* ---------------------------------------------------------------------------------------- region */
 
-/* codec.jpeg_header, in C: the first frame header's height and width, found by walking the marker
+/* jpegseg.jpeg_header, in C: the first frame header's height and width, found by walking the marker
  * segments (standalone markers skipped, everything else by its length); 0 where that gives None. */
 static int header_walk(const uint8_t *b, Py_ssize_t n, int *height, int *width) {
     if (n < 4 || b[0] != 0xFF || b[1] != 0xD8) return 0;
@@ -150,7 +150,7 @@ static int header_walk(const uint8_t *b, Py_ssize_t n, int *height, int *width) 
     return 0;
 }
 
-/* codec.jpeg_layout's walk, in C: every segment by its length up to the scan (a standalone marker, which has
+/* jpegseg.jpeg_layout's walk, in C: every segment by its length up to the scan (a standalone marker, which has
  * none, ends it); SCAN where it finds one
  * sequential frame with a restart period and a scan of all its components (f's sof, header, height, width,
  * hmax, vmax and dri set), NO_LAYOUT for anything else, so that region() cuts what the Python path cuts. */
@@ -163,7 +163,7 @@ static int layout_walk(const uint8_t *b, Py_ssize_t n, Frame *f) {
         if (b[i] != 0xFF) return NO_LAYOUT;
         int m = b[i + 1];
         if (m == 0xFF) { i += 1; continue; }
-        if ((m >= 0xD0 && m <= 0xD7) || m == 0x01) return NO_LAYOUT; /* no length: as codec.jpeg_layout */
+        if ((m >= 0xD0 && m <= 0xD7) || m == 0x01) return NO_LAYOUT; /* no length: as jpegseg.jpeg_layout */
         Py_ssize_t len = ((Py_ssize_t)b[i + 2] << 8) | b[i + 3];
         if (len < 2 || i + 2 + len > n) return NO_LAYOUT;
         if (m == 0xC0 || m == 0xC1) {
@@ -225,7 +225,7 @@ static PyObject *region(PyObject *self, PyObject *args) {
     if (!starts || !ends) { PyErr_NoMemory(); goto done; }
     /* the markers in the entropy-coded data: every RST before the first EOI ends a segment; an RST after it,
      * one out of sequence (decoders resynchronise there, a cut would renumber it), or a count that does not
-     * add up, means no layout (as codec._segments decides) */
+     * add up, means no layout (as jpegseg._segments decides) */
     Py_ssize_t k = 0, eoi = -1;
     starts[0] = f.header;
     for (Py_ssize_t i = f.header; i + 1 < n; i++) {

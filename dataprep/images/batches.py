@@ -16,9 +16,10 @@ from ..pack.arrays import take_rows
 from ..serve.request import Request
 from . import crops, geometry, resample
 from .captions import fill_caption_ids
-from .codec import decode_cv2_reduced, decode_fast, fast_decoding, region_of
+from .codec import decode_cv2_reduced, decode_fast, fast_decoding
 from .crops import CenterCrop, RandomResizedCrop
 from .field import jpeg_refusal
+from .jpegseg import region_of
 from .resize import RESIZE_MODES, center_crop_into
 
 _FAST = fast_decoding()  # simplejpeg imports (it is a dependency): else every crop decodes accurately
@@ -165,7 +166,7 @@ class BatchFilling:
 
     def _cut_fast(self, plan, store, field, i: int, factor: int, res, box, hw, out: np.ndarray) -> str | None:
         """`_cut` for a training crop with decode="fast": the restart segments covering the box (plus the
-        pixels bilinear sampling reads around it) cut out as a JPEG of their own (codec.region_of),
+        pixels bilinear sampling reads around it) cut out as a JPEG of their own (jpegseg.region_of),
         decoded with the fast IDCT and upsampling at 1/factor, then resampled as the whole image would be
         (the same box, the same arithmetic). A JPEG without restart segments (a kept source the build
         could not give markers: progressive, or no compiled part; a pack built before them) is decoded

@@ -104,13 +104,14 @@ class ImageField:
 
     def decode_check(self, arrays: dict[str, Any]) -> list[tuple[int, str]] | None:
         """Decode every stored JPEG along the paths the datasets serve it by (verify --decode): (sample, what is
-        wrong) for each that they refuse from its frame header (codec.jpeg_problem), that does not decode or
+        wrong) for each that they refuse from its frame header (jpegseg.jpeg_problem), that does not decode or
         decodes to another shape than the recorded one, or whose restart segments, cut as a training crop cuts
         them, decode to other pixels than the whole image (codec.region_problem); None when the field stores no
         encoded data."""
         if self.encoding != "jpeg":
             return None
-        from .codec import decode_cv2, jpeg_problem, region_problem
+        from .codec import decode_cv2, region_problem
+        from .jpegseg import jpeg_problem
 
         data, offs, shp_key = self.keys
         blob, offsets, shapes = arrays[data], arrays[offs], arrays[shp_key]
@@ -226,14 +227,14 @@ class ImageField:
 
 def jpeg_refusal(buf, h: int, w: int, manifest: dict[str, Any], res) -> str | None:
     """Why no path decodes `buf` as a JPEG recorded h x w at `res` px, read from its marker segments alone: a
-    frame header that disagrees with the record or bytes too few for the frame (codec.jpeg_problem), or a
+    frame header that disagrees with the record or bytes too few for the frame (jpegseg.jpeg_problem), or a
     frame larger than the pack's build makes (settings.over_caps). What serving and the audit ask before a
     decoder sees a stored JPEG.
 
     Returns:
         The reason, worded to follow "sample i at R px"; None where it may be decoded.
     """
-    from .codec import jpeg_problem
+    from .jpegseg import jpeg_problem
     from .settings import over_caps
 
     why = jpeg_problem(buf, h, w)

@@ -11,8 +11,9 @@ import numpy as np
 from ..errors import ImageDecodeError
 from ..sources.listing import read_source
 from . import resize
-from .codec import encode_jpeg, kept_jpeg
+from .codec import encode_jpeg
 from .decode import decode_source
+from .jpegseg import kept_jpeg
 from .settings import ImageSettings
 
 
