@@ -12,6 +12,7 @@ import importlib
 import inspect
 import re
 import sys
+import typing
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -181,6 +182,28 @@ def missing_sections(obj: Any) -> list[str]:
     return missing
 
 
+_FORMAT = inspect.formatannotation  # inspect's own, which `annotation` stands in for while pdoc runs
+
+
+def annotation(a: Any, *args: Any, **kw: Any) -> str:
+    """An annotation as the reference writes it in a signature: `Unpack[ImageOptions]` as the front door
+    spells it (Python 3.11 writes `*<class 'dataprep.options.ImageOptions'>`), the rest as `inspect` does.
+
+    Args:
+        a: The annotation.
+        *args: What `inspect.formatannotation` takes beside it (the base module).
+        **kw: Its keywords, as inspect passes them.
+
+    Returns:
+        Its text; pdoc links the names in it that the reference documents.
+    """
+    from dataprep.build import Unpack
+
+    if typing.get_origin(a) is Unpack:
+        return f"Unpack[{_FORMAT(typing.get_args(a)[0], *args, **kw)}]"
+    return _FORMAT(a, *args, **kw)
+
+
 def build(out: Path) -> list[str]:
     """Write the reference into `out`.
 
@@ -204,7 +227,11 @@ def build(out: Path) -> list[str]:
         methods = [m for name, obj in names.items() if inspect.isclass(obj) for m in members(name, obj)]
         problems = [p for name, obj in [*names.items(), *methods] for p in format_problems(name, obj)]
         pdoc.render.configure(docformat="google", show_source=False, footer_text="dataprep " + dataprep.__version__)
-        pdoc.pdoc(*modules(), output_directory=out)
+        inspect.formatannotation = annotation  # what a parameter's str(), and so pdoc's signatures, write with
+        try:
+            pdoc.pdoc(*modules(), output_directory=out)
+        finally:
+            inspect.formatannotation = _FORMAT
     return [f"{w.category.__name__}: {w.message}" for w in caught] + problems
 
 

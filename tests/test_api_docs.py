@@ -5,8 +5,10 @@ function and class (`dataprep.__all__`, the `dataprep.build` functions) has a su
 parameters under Args (and none that it lacks) and, where it returns something, Returns; so has every
 public method of those classes (a property: a summary), but those METHODS_NOT_YET lists; and no docstring
 holds a `<name>` that Markdown would swallow."""
+import html
 import importlib.util
 import inspect
+import re
 import shutil
 import subprocess
 import sys
@@ -67,6 +69,13 @@ def test_the_reference_builds_without_warnings_and_has_every_public_name(tmp_pat
     front_door = (tmp_path / "api" / "dataprep" / "build.html").read_text()
     functions = [n for n in build.__all__ if inspect.isfunction(getattr(build, n))]
     assert len(functions) >= 10 and [n for n in functions if f'id="{n}"' not in front_door] == []
+    # the options, typed: each build's signature names its TypedDict (Python 3.11 would write `*<class ...>`),
+    # and each TypedDict's own keys are entries of the page
+    shown = html.unescape(re.sub(r"<[^>]+>", "", front_door))
+    assert [shown.count(f"**options: Unpack[{t}]) ->") for t in ("ImageOptions", "VolumeOptions", "TokenizeOptions", "TableOptions")] == [8, 1, 1, 1]
+    typed = [getattr(build, n) for n in build.__all__ if n.endswith("Options")]
+    own = {t.__name__: set(t.__annotations__) - {k for b in t.__orig_bases__ for k in getattr(b, "__annotations__", {})} for t in typed}
+    assert len(typed) == 6 and [f"{t}.{k}" for t, keys in own.items() for k in keys if f'id="{t}.{k}"' not in front_door] == []
     if importlib.util.find_spec("lightning") is not None:
         assert (tmp_path / "api" / "dataprep" / "lightning.html").is_file()
 
