@@ -37,6 +37,48 @@ def restart_interval(width: int, mcu_width: int = 16) -> int:
 _SOF = frozenset((0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF))
 
 
+_STANDALONE = frozenset((0x01, *range(0xD0, 0xD8)))  # markers without a length: RSTn, TEM
+
+
+def _next_marker(b, i: int, junk: bool = False) -> tuple[int, int, int] | None:
+    """The one step of every walk through a JPEG's marker segments in Python (_jpegseg.c's `next_marker` takes
+    the same): the marker at offset `i` of `b`, its fill bytes (FF FF) stepped over, read without decoding
+    anything. A walk starts at 2, past SOI, and goes on at `at + 2 + length`; each stops where its question
+    is answered.
+
+    Args:
+        b: the JPEG's bytes (bytes; or a memoryview, where `junk` is False).
+        i: where the marker's FF is.
+        junk: step over bytes that start no marker, and FF 00, to the next marker, as libjpeg's next_marker
+            does; else there is no marker there.
+
+    Returns:
+        (at, marker, length): `at` the FF before the marker's code, `length` its length field (0 for a
+        standalone marker, RSTn or TEM, which has none). None where the walk ends: fewer than four bytes
+        left, no marker, or a length field under 2.
+    """
+    n = len(b)
+    while i + 3 < n:
+        if b[i] != 0xFF:
+            if not junk:
+                return None
+            i = b.find(b"\xff", i)
+            if i < 0:
+                return None
+            continue
+        marker = b[i + 1]
+        if marker == 0xFF:  # a fill byte
+            i += 1
+        elif marker in _STANDALONE:
+            return i, marker, 0
+        elif junk and marker == 0:
+            i += 2
+        else:
+            length = (b[i + 2] << 8) | b[i + 3]
+            return (i, marker, length) if length >= 2 else None
+    return None
+
+
 def _sof_at(b) -> int | None:
     """Where a JPEG's first frame header (SOF) lies, found by walking the marker segments without decoding
     anything; None when the bytes are not a JPEG or end before a frame."""
@@ -44,23 +86,12 @@ def _sof_at(b) -> int | None:
     if n < 4 or b[0] != 0xFF or b[1] != 0xD8:
         return None
     i = 2
-    while i + 3 < n:
-        if b[i] != 0xFF:
-            return None
-        marker = b[i + 1]
-        if marker == 0xFF:  # fill byte
-            i += 1
-            continue
-        if 0xD0 <= marker <= 0xD7 or marker == 0x01:  # standalone markers carry no length
-            i += 2
-            continue
+    while (found := _next_marker(b, i)) is not None:
+        i, marker, length = found
         if marker in (0xD9, 0xDA):  # end of image, or scan data before any frame header
             return None
-        length = (b[i + 2] << 8) | b[i + 3]
         if marker in _SOF:
             return i if i + 9 < n and length >= 8 else None
-        if length < 2:
-            return None
         i += 2 + length
     return None
 
@@ -126,44 +157,27 @@ def jpeg_problem(buf, height: int, width: int) -> str | None:
     return None
 
 
-_STANDALONE = frozenset((0x01, *range(0xD0, 0xD8)))
-
-
 def without_junk(data: bytes) -> bytes:
     """A source JPEG with the bytes between its marker segments before the scan dropped: junk that is no
     marker (libjpeg and Pillow skip it, with a warning), as libjpeg's next_marker finds markers (any
     non-0xFF byte, a stuffed FF 00, fill FFs), and standalone markers. The pack's own header walks (`jpeg_header`, _jpegseg.c)
     refuse such bytes, so a build keeps a source without them. `data` itself where there are none, or
     where the segments do not add up (the caller's checks then decide)."""
-    n, out, i = len(data), bytearray(data[:2]), 2
+    n, out = len(data), bytearray(data[:2])
     if n < 4 or data[:2] != b"\xff\xd8":
         return data
-    while True:
-        k = data.find(b"\xff", i)
-        while k >= 0:  # past fill bytes to the marker; FF 00 is junk too
-            m = k + 1
-            while m < n and data[m] == 0xFF:
-                m += 1
-            if m >= n:
-                return data
-            if data[m]:
-                break
-            k = data.find(b"\xff", m + 1)
-        if k < 0:
-            return data
-        marker, i = data[m], m + 1
+    end = 2
+    while (found := _next_marker(data, end, junk=True)) is not None:
+        i, marker, length = found
+        end = i + 2 + length
         if marker in _STANDALONE:  # RSTn or TEM outside a scan: decoders ignore them, the pack's walks need not
             continue
-        out += bytes((0xFF, marker))
-        if marker in (0xD8, 0xD9) or i + 2 > n:
+        if marker in (0xD8, 0xD9) or end > n:
             return data
-        length = (data[i] << 8) | data[i + 1]
-        if length < 2 or i + length > n:
-            return data
-        out += data[i : i + length]
-        i += length
+        out += data[i:end]
         if marker == 0xDA:  # the scan: its entropy-coded data and what follows, as they are
-            return data if len(out) + n - i == n else bytes(out + data[i:])
+            return data if len(out) == end else bytes(out + data[end:])
+    return data
 
 
 class JpegLayout(NamedTuple):
@@ -193,28 +207,24 @@ def jpeg_layout(buf: np.ndarray) -> JpegLayout | None:
     if n < 4 or head[0] != 0xFF or head[1] != 0xD8:
         return None
     known = _known_header(head)
-    if known is not None:
-        return _segments(b, *known)
+    if known is None:
+        known = _walked_header(b, head)
+    return None if known is None else _segments(b, *known)
+
+
+def _walked_header(b: np.ndarray, head: bytes):
+    """_known_header's answer for `b`, whose first bytes are `head`, from a walk through its marker segments to
+    the scan (its template kept for the next JPEGs like it); None where they give no layout."""
+    n = len(b)
     i, sof, dri, comps, dri_at = 2, -1, 0, 0, -1
-    while True:
-        if i + 4 > len(head):
-            if len(head) == n:
-                return None
-            head = bytes(b)  # tables longer than usual: walk the whole file
-            continue
-        if head[i] != 0xFF:
-            return None
-        marker = head[i + 1]
-        if marker == 0xFF:
-            i += 1
-            continue
+    while (found := _next_marker(head, i)) is not None:
+        i, marker, length = found
         if marker in _STANDALONE:  # it has no length (the header walks step over it): a length read here jumps elsewhere
             return None
-        length = (head[i + 2] << 8) | head[i + 3]
-        if length < 2 or i + 2 + length > n:
+        if i + 2 + length > n:
             return None
         if i + 2 + length > len(head) and marker in (0xC0, 0xC1, 0xDD, 0xDA):
-            head = bytes(b)
+            return _walked_header(b, bytes(b))  # a segment read past `head`: walk the whole file
         if marker in (0xC0, 0xC1):
             if sof >= 0 or length < 8:
                 return None
@@ -236,13 +246,15 @@ def jpeg_layout(buf: np.ndarray) -> JpegLayout | None:
             if sof < 0 or dri == 0 or head[i + 4] != comps:
                 return None
             header = i + 2 + length
-            break
+            if len(_HEADERS) < 16:  # the tables before the scan, as a template the next JPEGs like it match
+                _HEADERS.append((header, sof, dri_at, _template(head, header, sof, dri_at), hmax, vmax))
+            return header, sof, height, width, hmax, vmax, dri
         elif marker in (0xD8, 0xD9):
             return None
         i += 2 + length
-    if len(_HEADERS) < 16:  # the tables before the scan, as a template the next JPEGs like it match
-        _HEADERS.append((header, sof, dri_at, _template(head, header, sof, dri_at), hmax, vmax))
-    return _segments(b, header, sof, height, width, hmax, vmax, dri)
+    # the walk ended: past `head`'s bytes where the tables are longer than usual (walk the whole file), or
+    # where the segments do not add up
+    return None if len(head) == n else _walked_header(b, bytes(b))
 
 
 # Headers seen (their bytes but the frame size and restart period, and where those lie): a pack's JPEGs
