@@ -43,6 +43,22 @@ static int is_sof(int m) {
     return m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC;
 }
 
+static int standalone(int m) { /* RSTn and TEM: markers without a length */
+    return (m >= 0xD0 && m <= 0xD7) || m == 0x01;
+}
+
+/* The one step of every walk through the marker segments here (jpegseg._next_marker, in C): the marker at
+ * b[*i], its fill bytes (FF FF) stepped over, *i moved to the FF before its code and *len set to its length
+ * field (0 for a standalone marker). -1 where the walk ends: fewer than four bytes left, no marker, or a
+ * length field under 2. A walk starts at 2, past SOI, and goes on at *i + 2 + *len. */
+static int next_marker(const uint8_t *b, Py_ssize_t n, Py_ssize_t *i, Py_ssize_t *len) {
+    while (*i + 3 < n && b[*i] == 0xFF && b[*i + 1] == 0xFF) *i += 1;
+    if (*i + 3 >= n || b[*i] != 0xFF) return -1;
+    int m = b[*i + 1];
+    *len = standalone(m) ? 0 : ((Py_ssize_t)b[*i + 2] << 8) | b[*i + 3];
+    return standalone(m) || *len >= 2 ? m : -1;
+}
+
 /* Walk the marker segments up to the scan. NOT_JPEG: no frame header is found (jpegseg.jpeg_header's None);
  * NO_LAYOUT: a frame header is found (height and width set) but what follows is not one scan of a
  * sequential frame; SCAN: up to the entropy-coded data, everything read. */
@@ -50,17 +66,12 @@ static int parse(const uint8_t *b, Py_ssize_t n, Frame *f) {
     memset(f, 0, sizeof(*f));
     f->sof = f->dri_at = -1;
     if (n < 4 || b[0] != 0xFF || b[1] != 0xD8) return NOT_JPEG;
-    Py_ssize_t i = 2;
     int bad = 0; /* something after the frame header that rules out a layout */
-    while (i + 3 < n) {
-        if (b[i] != 0xFF) return f->sof >= 0 ? NO_LAYOUT : NOT_JPEG;
-        int m = b[i + 1];
-        if (m == 0xFF) { i += 1; continue; }
-        /* a standalone marker before the scan: jpegseg.jpeg_layout would find no layout in the copy */
-        if ((m >= 0xD0 && m <= 0xD7) || m == 0x01) return f->sof >= 0 ? NO_LAYOUT : NOT_JPEG;
-        if (m == 0xD9 || m == 0xD8) return f->sof >= 0 ? NO_LAYOUT : NOT_JPEG;
+    for (Py_ssize_t i = 2, len = 0;; i += 2 + len) {
+        int m = next_marker(b, n, &i, &len);
+        /* the walk's end; a standalone marker before the scan (jpegseg.jpeg_layout finds no layout in the copy) */
+        if (m < 0 || standalone(m) || m == 0xD9 || m == 0xD8) return f->sof >= 0 ? NO_LAYOUT : NOT_JPEG;
         if (m == 0xDA && f->sof < 0) return NOT_JPEG;
-        Py_ssize_t len = ((Py_ssize_t)b[i + 2] << 8) | b[i + 3];
         if (is_sof(m) && f->sof < 0) {
             if (i + 9 >= n || len < 8) return NOT_JPEG;
             f->sof = i;
@@ -69,7 +80,7 @@ static int parse(const uint8_t *b, Py_ssize_t n, Frame *f) {
             f->height = (b[i + 5] << 8) | b[i + 6];
             f->width = (b[i + 7] << 8) | b[i + 8];
             f->comps = b[i + 9];
-            if (len < 2 || i + 2 + len > n) return NO_LAYOUT;
+            if (i + 2 + len > n) return NO_LAYOUT;
             if (m != 0xC0 && m != 0xC1) return NO_LAYOUT;
             if ((f->comps != 1 && f->comps != 3) || len != 8 + 3 * f->comps) return NO_LAYOUT;
             f->hmax = f->vmax = 1;
@@ -84,10 +95,9 @@ static int parse(const uint8_t *b, Py_ssize_t n, Frame *f) {
                 }
             }
             if (f->comps == 1) f->hs[0] = f->vs[0] = 1; /* one component: an MCU is one block */
-            i += 2 + len;
             continue;
         }
-        if (len < 2 || i + 2 + len > n) return f->sof >= 0 ? NO_LAYOUT : NOT_JPEG;
+        if (i + 2 + len > n) return f->sof >= 0 ? NO_LAYOUT : NOT_JPEG;
         if (is_sof(m)) bad = 1; /* a second frame header */
         else if (m == 0xDD) {
             if (len != 4) bad = 1;
@@ -119,9 +129,7 @@ static int parse(const uint8_t *b, Py_ssize_t n, Frame *f) {
             f->al = b[i + 7 + 2 * ns] & 15;
             return SCAN;
         }
-        i += 2 + len;
     }
-    return f->sof >= 0 ? NO_LAYOUT : NOT_JPEG;
 }
 
 /* ---------------------------------------------------------------------------------------- region */
@@ -130,42 +138,29 @@ static int parse(const uint8_t *b, Py_ssize_t n, Frame *f) {
  * segments (standalone markers skipped, everything else by its length); 0 where that gives None. */
 static int header_walk(const uint8_t *b, Py_ssize_t n, int *height, int *width) {
     if (n < 4 || b[0] != 0xFF || b[1] != 0xD8) return 0;
-    Py_ssize_t i = 2;
-    while (i + 3 < n) {
-        if (b[i] != 0xFF) return 0;
-        int m = b[i + 1];
-        if (m == 0xFF) { i += 1; continue; }
-        if ((m >= 0xD0 && m <= 0xD7) || m == 0x01) { i += 2; continue; }
-        if (m == 0xD9 || m == 0xDA) return 0;
-        Py_ssize_t len = ((Py_ssize_t)b[i + 2] << 8) | b[i + 3];
+    for (Py_ssize_t i = 2, len = 0;; i += 2 + len) {
+        int m = next_marker(b, n, &i, &len);
+        if (m < 0 || m == 0xD9 || m == 0xDA) return 0;
         if (is_sof(m)) {
             if (i + 9 >= n || len < 8) return 0;
             *height = (b[i + 5] << 8) | b[i + 6];
             *width = (b[i + 7] << 8) | b[i + 8];
             return 1;
         }
-        if (len < 2) return 0;
-        i += 2 + len;
     }
-    return 0;
 }
 
 /* jpegseg.jpeg_layout's walk, in C: every segment by its length up to the scan (a standalone marker, which has
- * none, ends it); SCAN where it finds one
- * sequential frame with a restart period and a scan of all its components (f's sof, header, height, width,
- * hmax, vmax and dri set), NO_LAYOUT for anything else, so that region() cuts what the Python path cuts. */
+ * none, ends it); SCAN where it finds one sequential frame with a restart period and a scan of all its
+ * components (f's sof, header, height, width, hmax, vmax and dri set), NO_LAYOUT for anything else, so that
+ * region() cuts what the Python path cuts. */
 static int layout_walk(const uint8_t *b, Py_ssize_t n, Frame *f) {
     memset(f, 0, sizeof(*f));
     f->sof = f->dri_at = -1;
     if (n < 4 || b[0] != 0xFF || b[1] != 0xD8) return NO_LAYOUT;
-    Py_ssize_t i = 2;
-    while (i + 3 < n) {
-        if (b[i] != 0xFF) return NO_LAYOUT;
-        int m = b[i + 1];
-        if (m == 0xFF) { i += 1; continue; }
-        if ((m >= 0xD0 && m <= 0xD7) || m == 0x01) return NO_LAYOUT; /* no length: as jpegseg.jpeg_layout */
-        Py_ssize_t len = ((Py_ssize_t)b[i + 2] << 8) | b[i + 3];
-        if (len < 2 || i + 2 + len > n) return NO_LAYOUT;
+    for (Py_ssize_t i = 2, len = 0;; i += 2 + len) {
+        int m = next_marker(b, n, &i, &len);
+        if (m < 0 || standalone(m) || i + 2 + len > n) return NO_LAYOUT;
         if (m == 0xC0 || m == 0xC1) {
             if (f->sof >= 0 || len < 8) return NO_LAYOUT;
             f->sof = i;
@@ -196,9 +191,7 @@ static int layout_walk(const uint8_t *b, Py_ssize_t n, Frame *f) {
         } else if (m == 0xD8 || m == 0xD9) {
             return NO_LAYOUT;
         }
-        i += 2 + len;
     }
-    return NO_LAYOUT;
 }
 
 
