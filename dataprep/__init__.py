@@ -26,6 +26,7 @@ _LAZY = {
     "TabularDataset": ("dataprep.tables.dataset", "TabularDataset"),
     "TokenDataset": ("dataprep.tokens.dataset", "TokenDataset"),
     "DocumentDataset": ("dataprep.tokens.dataset", "DocumentDataset"),
+    "document_mask": ("dataprep.tokens.attention", "document_mask"),  # attention within packed documents (SDPA)
     "Schedule": ("dataprep.serve.progressive", "Schedule"),
     "DataWait": ("dataprep.serve.stats", "DataWait"),
     "Normalize": ("dataprep.serve.transfer", "Normalize"),
@@ -66,6 +67,7 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time __getattr__ im
     from .serve.stats import DataWait
     from .serve.transfer import Normalize, to_device
     from .tables.dataset import TabularDataset
+    from .tokens.attention import document_mask
     from .tokens.dataset import DocumentDataset, TokenDataset
     from .volumes.build import build_volumes
     from .volumes.dataset import VolumeDataset

@@ -1,14 +1,19 @@
 """Packed rows (issue 54): the plan (dataprep/tokens/packing.py) serves every target within a document
 exactly once, as a pure function of (lengths, context, strategy, seed, epoch), with as many rows every
-epoch and little padding; best_fit never pads more than first_fit."""
+epoch and little padding; best_fit never pads more than first_fit; the masks (dataprep/tokens/attention.py)
+keep attention inside a segment, so a packed row's loss is the documents' loss alone."""
 from __future__ import annotations
 
 import re
+import warnings
 
 import numpy as np
 import pytest
+import torch
+import torch.nn.functional as F
 
-from dataprep.errors import UsageError
+from dataprep.errors import DataprepError, UsageError
+from dataprep.tokens.attention import cu_seqlens, document_mask, flex_block_mask, segment_ids
 from dataprep.tokens.packing import STRATEGIES, Packing, _fit, cut_documents, plan_rows
 
 from .conftest import corpus_dir
@@ -191,3 +196,153 @@ def test_bad_arguments_are_usage_errors_naming_them():
     with pytest.raises(UsageError, match="epoch must be an integer >= 0"):
         Packing([3, 4], 8).plan(epoch=-1)
     assert Packing([], 8).plan().rows == 0 and Packing([], 8, "concat").plan().rows == 0
+
+
+# masks: a packed batch as issue 54 lays it out, built here from a plan
+
+
+def packed_batch(plan, docs: list[np.ndarray], pad_positions: str = "count") -> dict[str, torch.Tensor]:
+    """input_ids, labels (-100 on a segment's last token and padding), position_ids (0 at each segment's
+    first token; padding counting up from 0 too, or 0 throughout) and document_ids (-1 on padding)."""
+    rows, c = plan.rows, plan.context
+    ids = np.zeros((rows, c), np.int64)
+    labels = np.full((rows, c), -100, np.int64)
+    pos = np.zeros((rows, c), np.int64)
+    doc = np.full((rows, c), -1, np.int64)
+    for r in range(rows):
+        at = 0
+        for s in range(plan.row_starts[r], plan.row_starts[r + 1]):
+            d, o, n = int(plan.document[s]), int(plan.offset[s]), int(plan.length[s])
+            ids[r, at:at + n] = docs[d][o:o + n]
+            labels[r, at:at + n - 1] = docs[d][o + 1:o + n]
+            pos[r, at:at + n] = np.arange(n)
+            doc[r, at:at + n] = d
+            at += n
+        if pad_positions == "count":
+            pos[r, at:] = np.arange(c - at)
+    return {k: torch.from_numpy(v) for k, v in
+            (("input_ids", ids), ("labels", labels), ("position_ids", pos), ("document_ids", doc))}
+
+
+class TinyBlock(torch.nn.Module):
+    """One pre-norm causal transformer block with learned positions (fp32): the smallest model whose loss
+    a leak across documents changes."""
+
+    def __init__(self, vocab: int, context: int, dim: int = 32, heads: int = 4):
+        super().__init__()
+        self.heads = heads
+        self.embed, self.place = torch.nn.Embedding(vocab, dim), torch.nn.Embedding(context, dim)
+        self.norm1, self.norm2 = torch.nn.LayerNorm(dim), torch.nn.LayerNorm(dim)
+        self.qkv, self.out = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(), torch.nn.Linear(4 * dim, dim))
+        self.head = torch.nn.Linear(dim, vocab)
+
+    def forward(self, ids, positions, mask):
+        x = self.embed(ids) + self.place(positions)
+        b, n, dim = x.shape
+        q, k, v = (t.reshape(b, n, self.heads, -1).transpose(1, 2) for t in self.qkv(self.norm1(x)).chunk(3, -1))
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        x = x + self.out(a.transpose(1, 2).reshape(b, n, dim))
+        return self.head(x + self.mlp(self.norm2(x)))
+
+
+def documents_and_plan(context: int = 24, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    lengths = np.concatenate([[1, 2, context], rng.integers(2, context + 1, 14)])
+    docs = [rng.integers(0, 50, n) for n in lengths]
+    return docs, plan_rows(lengths, context, "best_fit", seed=seed)
+
+
+def test_a_packed_batch_with_the_document_mask_has_the_loss_of_its_documents_alone():
+    """Issue 54's equivalence: the loss over packed rows with document_mask is the token-weighted mean of
+    each document's loss on its own (a causal mask over it alone), within 1e-5; a causal mask over the
+    whole row (the negative control) lets documents see each other and changes it."""
+    torch.manual_seed(0)
+    docs, plan = documents_and_plan()
+    assert plan.padding > 0 and (np.diff(plan.row_starts) > 1).any()  # rows shared, and padding
+    model = TinyBlock(vocab=50, context=plan.context).eval()
+    batch = packed_batch(plan, docs)
+    with torch.no_grad():
+        total, count = 0.0, 0
+        for d in docs:
+            ids = torch.from_numpy(d)[None]
+            logits = model(ids, torch.arange(len(d))[None], torch.ones(len(d), len(d), dtype=torch.bool).tril())
+            total += F.cross_entropy(logits[0, :-1], ids[0, 1:], reduction="sum").item()
+            count += len(d) - 1
+        alone = total / count
+
+        def packed(mask):
+            logits = model(batch["input_ids"], batch["position_ids"], mask)
+            assert not logits.isnan().any()
+            return F.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100).item()
+
+        assert int((batch["labels"] != -100).sum()) == count
+        assert packed(document_mask(batch)) == pytest.approx(alone, abs=1e-5)
+        causal = torch.ones(plan.context, plan.context, dtype=torch.bool).tril()
+        assert abs(packed(causal) - alone) > 1e-3
+
+
+def test_two_pieces_of_one_document_in_a_row_do_not_see_each_other():
+    """Segments start at position 0 as well as where the document changes: the second piece repeats the
+    first one's last token and must not attend to it."""
+    batch = {"document_ids": torch.tensor([[3, 3, 3, 3, 3, -1, -1]]), "position_ids": torch.tensor([[0, 1, 2, 0, 1, 0, 1]])}
+    assert segment_ids(batch).tolist() == [[0, 0, 0, 1, 1, 2, 2]]
+    mask = document_mask(batch)[0, 0]
+    assert mask.shape == (7, 7) and mask.diagonal().all()  # every query has itself: no NaN
+    assert not mask[3, :3].any() and mask[4, 3] and mask[2, :3].all() and not mask[0, 1]  # causal
+    assert mask[6, 5] and not mask[5, :5].any()  # the padding run is a segment of its own
+    # two rows: the second row's first token starts a segment even with the same document and no position 0
+    two = {"document_ids": torch.tensor([[1, 1], [1, 1]]), "position_ids": torch.tensor([[5, 6], [7, 8]])}
+    assert segment_ids(two).tolist() == [[0, 0], [1, 1]]
+
+
+@pytest.mark.parametrize("pad_positions", ["count", "zero"])
+def test_cu_seqlens_is_what_the_document_mask_allows(pad_positions):
+    """FlashAttention's varlen kernels over cu_seqlens attend causally within each [cu[i], cu[i + 1]) of
+    the flattened batch: done here with SDPA per span, it must equal the masked attention."""
+    torch.manual_seed(1)
+    docs, plan = documents_and_plan(seed=2)
+    batch = packed_batch(plan, docs, pad_positions)
+    cu, longest = cu_seqlens(batch)
+    rows, c = plan.rows, plan.context
+    starts = {r * c + int(a) for r in range(rows) for a in np.cumsum(np.r_[0, plan.length[plan.row_starts[r]:plan.row_starts[r + 1]]])}
+    starts |= {r * c for r in range(rows)}  # a row's first token (and a padding run's first, within starts)
+    if pad_positions == "zero":  # every padding token a one-token segment of its own
+        starts |= {r * c + i for r in range(rows) for i in range(c) if batch["document_ids"][r, i] < 0}
+    assert cu.dtype == torch.int32 and cu.tolist() == sorted(starts | {rows * c})
+    assert longest == int(np.diff(cu.numpy()).max())
+    q, k, v = torch.randn(3, rows, 2, c, 8).unbind(0)
+    masked = F.scaled_dot_product_attention(q, k, v, attn_mask=document_mask(batch))
+    flat = [t.transpose(0, 1).reshape(2, rows * c, 8) for t in (q, k, v)]
+    spans = [F.scaled_dot_product_attention(*(t[:, a:b] for t in flat), is_causal=True) for a, b in zip(cu[:-1].tolist(), cu[1:].tolist())]
+    varlen = torch.cat(spans, 1).reshape(2, rows, c, 8).transpose(0, 1)
+    assert torch.allclose(varlen, masked, atol=1e-6)
+
+
+@pytest.mark.slow  # FlexAttention builds its block mask through vmap on the CPU
+def test_the_flex_block_mask_allows_what_the_document_mask_allows():
+    torch.manual_seed(2)
+    docs, plan = documents_and_plan(context=40, seed=3)
+    batch = packed_batch(plan, docs)
+    block = flex_block_mask(batch, block_size=16)
+    b, n = plan.rows, plan.context
+    query, key = torch.arange(n)[None, :, None], torch.arange(n)[None, None, :]
+    dense = block.mask_mod(torch.arange(b)[:, None, None], torch.zeros(1, dtype=torch.long), query, key)
+    assert torch.equal(dense, document_mask(batch)[:, 0])
+    from torch.nn.attention.flex_attention import flex_attention
+
+    q, k, v = torch.randn(3, b, 2, n, 8).unbind(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # flex_attention outside torch.compile says it is unfused
+        out = flex_attention(q, k, v, block_mask=block)
+    assert torch.allclose(out, F.scaled_dot_product_attention(q, k, v, attn_mask=document_mask(batch)), atol=1e-5)
+
+
+def test_without_flex_attention_the_block_mask_is_a_clear_error(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch.nn.attention.flex_attention", None)  # import fails as on old torch
+    with pytest.raises(DataprepError, match="needs FlexAttention.*use document_mask"):
+        flex_block_mask({"document_ids": torch.zeros(1, 4), "position_ids": torch.arange(4)[None]})
+    with pytest.raises(UsageError, match="batch has no 'position_ids'"):
+        document_mask({"document_ids": torch.zeros(1, 4)})
