@@ -149,7 +149,13 @@ def test_a_worker_killed_mid_build_loses_nothing(cluster, tmp_path):
 @needs_dask
 @pytest.mark.corpus
 def test_tokenize_and_table_on_the_engine_match_local(tmp_path):
-    text = corpus_dir("text")
+    # a quarter of the corpus's text, 3.5 MB (every other play, and three folders of the Python docs): at
+    # --task-mb 1 still several tasks for the two workers, and files at the top and in nested folders
+    corpus, text = corpus_dir("text"), tmp_path / "text"
+    docs = [f for d in ("tutorial", "faq", "howto") for f in sorted((corpus / "python-docs" / d).rglob("*")) if f.is_file()]
+    for f in sorted(corpus.glob("*.txt"))[::2] + docs:
+        (text / f.relative_to(corpus)).parent.mkdir(parents=True, exist_ok=True)
+        (text / f.relative_to(corpus)).write_bytes(f.read_bytes())
     tok = corpus_dir("tokenizer", "tokenizer.json")
     common = ["--tokenizer", tok, "--val-fraction", 0.1, "--split-docs", "paragraph", "--task-mb", 1]
     assert _run("tokenize", text, "--out", tmp_path / "tl", *common).exit_code == 0
