@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import glob
 import math
+from dataclasses import replace
 
 import cv2
 import numpy as np
 import pytest
 
 import dataprep
-from dataprep.images import batches
+from dataprep.images import batches, codec
 from dataprep.images.build import build_images
 from dataprep.images.codec import (
     compiled,
@@ -185,6 +186,22 @@ def test_accurate_crops_and_samples_do_not_take_the_fast_path(packs, monkeypatch
     assert not called
     crops_of(fast, 64, 0)  # the patched decoder gives None: the accurate path serves the crop
     assert len(called) == len(fast)
+
+
+def test_training_crops_take_the_path_the_decode_entry_names_not_its_name(packs, monkeypatch):
+    """A dataset asks its decode= value's registry entry (codec.DECODE_VARIANTS), looked up once when it is made,
+    whether training crops decode the box's restart segments: "fast"'s entry under another name cuts regions,
+    and "fast" registered without `region_crops` decodes whole images."""
+    monkeypatch.setitem(codec.DECODE_VARIANTS, "boxes", replace(codec.DECODE_VARIANTS["fast"], name="boxes"))
+    monkeypatch.setitem(codec.DECODERS, "boxes", codec.DECODERS["fast"])
+    boxes = dataprep.InMemoryImageDataset(packs["jpeg"], decode="boxes")
+    crops_of(boxes, 64, 0)
+    assert any(k.startswith("region ") for k in boxes.decode_paths), boxes.decode_paths
+    assert all(k.startswith(("region ", "fast ")) for k in boxes.decode_paths), boxes.decode_paths
+    monkeypatch.setitem(codec.DECODE_VARIANTS, "fast", replace(codec.DECODE_VARIANTS["fast"], region_crops=False))
+    whole = dataprep.InMemoryImageDataset(packs["jpeg"])
+    crops_of(whole, 64, 0)
+    assert whole.decode_paths and not any(k.startswith(("region ", "fast ")) for k in whole.decode_paths), whole.decode_paths
 
 
 def fast_vs_accurate(images) -> dict[str, np.ndarray]:

@@ -106,13 +106,16 @@ class Workload:
 
 
 def jpeg_paths(default: str, training_crops: bool) -> list[str]:
-    """The decode= values that serve a JPEG pack's batches differently, the default first: each name of
-    the registry once, except one that serves what another does on this workload (images/codec.py's
-    SAME_SAMPLES_AS: "accurate" serves what "fast" does except in training crops)."""
-    from ..images.codec import DECODERS, DIFFER_IN_TRAINING_CROPS, SAME_SAMPLES_AS
+    """The decode= values that serve a JPEG pack's batches differently, the default first: each value a dataset
+    takes once, except one whose entry (images/codec.py's DECODE_VARIANTS) serves what another does on this
+    workload (`same_samples_as`: "accurate" serves what "fast" does except in training crops)."""
+    from ..images.codec import DECODE_VARIANTS, DECODERS
 
-    names = [d for d in DECODERS if DECODERS[d] is not None
-             and (d not in SAME_SAMPLES_AS or (training_crops and d in DIFFER_IN_TRAINING_CROPS))]
+    def same(d: str) -> bool:
+        v = DECODE_VARIANTS.get(d)
+        return v is not None and v.same_samples_as is not None and not (training_crops and v.except_training_crops)
+
+    names = [d for d in DECODERS if DECODERS[d] is not None and not same(d)]
     return sorted(names, key=lambda d: d != default)
 
 

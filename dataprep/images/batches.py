@@ -115,8 +115,9 @@ class BatchFilling:
         """One crop of sample i into its batch row, decoding no more than it needs: from the smallest held
         resolution that gives at least the output size across the crop (resolution="all"), then at the
         largest JPEG DCT scale-down that still does; the box is resampled exactly (resample.warp_into).
-        Training crops (RandomResizedCrop) of a JPEG pack with decode="fast" decode only the restart
-        segments around the box, with the fast IDCT and upsampling (`_cut_fast`); every other crop decodes
+        Training crops (RandomResizedCrop) of a JPEG pack decode only the restart segments around the box,
+        with the fast IDCT and upsampling (`_cut_fast`), where the dataset's decode variant says so
+        (`region_crops`: decode="fast", codec.DECODE_VARIANTS); every other crop decodes
         the whole image accurately. The path taken is counted in `decode_paths` (per process): the scale
         ("full", "1/2", "full from 256 px"), prefixed "region " or "fast " where the fast decode ran. `hw`:
         sample i's stored (height, width), where the caller has read it already (a batch's, in one gather)."""
@@ -144,7 +145,7 @@ class BatchFilling:
             factor = 1
         path = ("full" if factor == 1 else f"1/{factor}") + ("" if res == self.resolution else f" from {res} px")
         fast = None
-        if field.encoding == "jpeg" and not field.fixed and self.decode == "fast" and isinstance(plan, RandomResizedCrop) and _FAST:
+        if field.encoding == "jpeg" and not field.fixed and self.variant.region_crops and isinstance(plan, RandomResizedCrop) and _FAST:
             fast = self._cut_fast(plan, store, field, i, factor, res, (t, lft, bh, bw), (h, w), out)
         if fast:  # "region 1/2", "fast full": counted apart, so stats() and `dataprep bench` show which decode ran
             path = f"{fast} {path}"
@@ -165,7 +166,7 @@ class BatchFilling:
         resample.warp_into(pixels, (t * sy, lft * sx, bh * sy, bw * sx), out)
 
     def _cut_fast(self, plan, store, field, i: int, factor: int, res, box, hw, out: np.ndarray) -> str | None:
-        """`_cut` for a training crop with decode="fast": the restart segments covering the box (plus the
+        """`_cut` for a training crop whose decode variant has `region_crops` (decode="fast"): the restart segments covering the box (plus the
         pixels bilinear sampling reads around it) cut out as a JPEG of their own (jpegseg.region_of),
         decoded with the fast IDCT and upsampling at 1/factor, then resampled as the whole image would be
         (the same box, the same arithmetic). A JPEG without restart segments (a kept source the build

@@ -1,16 +1,21 @@
 """JPEG both ways: `encode_jpeg` takes HWC uint8 pixels and gives the bytes a pack stores; the serving-time
 decoders take a sample's stored JPEG bytes (a uint8 view of the RAM cache) and give HWC uint8 pixels.
 
-`DECODERS` is the registry the datasets' `decode=` argument is checked against. `region_problem` holds a
-JPEG's restart segments, decoded fast, to the whole image decoded fast (verify --decode). What is read from
-a JPEG's marker segments, and cut from them (restart segments, regions, restart markers added), is jpegseg.py's.
+`DECODE_VARIANTS` is the registry of the datasets' `decode=` values, an entry a value: what each serving path
+decodes with. `DECODERS` gives each value's whole-image decoder by name; DALI's entry names its own loader, so
+a dataset refuses it. `region_problem` holds a JPEG's restart segments, decoded fast, to the whole image decoded
+fast (verify --decode). What is read from a JPEG's marker segments, and cut from them (restart segments,
+regions, restart markers added), is jpegseg.py's.
 """
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+
+from ..errors import DataprepError
 
 # jpegseg.py's names that callers (tests, benchmarks, the fuzz harness) import from here, where they lived before
 from .jpegseg import (  # noqa: F401
@@ -125,17 +130,54 @@ def decode_pil(buf: np.ndarray, channels: int) -> np.ndarray | None:
     return img[:, :, None] if img.ndim == 2 else img
 
 
-DECODERS: dict[str, Callable[[np.ndarray, int], np.ndarray | None] | None] = {
-    # "fast": training crops (RandomResizedCrop batches) with decode_fast and region decoding; a sample
-    # read alone, evaluation and fixed crops decode accurately (images/batches.py says which path is which)
-    "fast": decode_cv2,
-    "accurate": decode_cv2,  # every path accurate: OpenCV's libjpeg-turbo, accurate IDCT, fancy upsampling
-    "cv2": decode_cv2,  # the same as "accurate" (its name before "fast" existed)
-    "pil": decode_pil,
-    "none": None,  # serve the stored bytes themselves
-}
-# names that serve what another serves, so `dataprep bench` times each way once: "cv2" is "accurate" (its name
-# before "fast" existed); "accurate" serves what "fast" does except in training crops (RandomResizedCrop
-# batches), where "fast" decodes only the restart segments around each box
-SAME_SAMPLES_AS = {"cv2": "accurate", "accurate": "fast"}
-DIFFER_IN_TRAINING_CROPS = {"accurate"}
+Decoder = Callable[[np.ndarray, int], "np.ndarray | None"]
+
+
+@dataclass(frozen=True)
+class DecodeVariant:
+    """One `decode=` value of the image datasets: what each serving path decodes a JPEG pack's samples with.
+
+    A dataset looks its entry up once, when it is made (`decode_variant`); its paths ask the entry's fields,
+    never its name.
+    """
+
+    name: str
+    decoder: Decoder | None = None  # a whole image (a sample read alone, evaluation, fixed crops); None: the bytes
+    region_crops: bool = False  # training crops (RandomResizedCrop batches) decode only the box's restart segments, fast
+    same_samples_as: str | None = None  # the value whose samples this serves too: `dataprep bench` times one of them
+    except_training_crops: bool = False  # ... but in training crops, where `same_samples_as` decodes regions
+    loader: str | None = None  # decodes whole batches in this loader of its own: a dataset refuses the value
+
+
+DECODE_VARIANTS: dict[str, DecodeVariant] = {v.name: v for v in (
+    DecodeVariant("fast", decode_cv2, region_crops=True),  # the rest accurately (images/batches.py says which path is which)
+    # every path accurate: OpenCV's libjpeg-turbo, accurate IDCT, fancy upsampling
+    DecodeVariant("accurate", decode_cv2, same_samples_as="fast", except_training_crops=True),
+    DecodeVariant("cv2", decode_cv2, same_samples_as="accurate"),  # "accurate"'s name before "fast" existed
+    DecodeVariant("pil", decode_pil),
+    DecodeVariant("none"),  # serve the stored bytes themselves
+    DecodeVariant("dali", loader="DaliImageLoader"),  # nvJPEG, a batch at a time (images/dali.py)
+)}
+# the whole-image decoder of each value a dataset takes, by name: what `dataset.image(i)` calls and `dataprep bench`
+# times. A decoder registered here alone is a value of its own that decodes every path whole (`decode_variant`).
+DECODERS: dict[str, Decoder | None] = {v.name: v.decoder for v in DECODE_VARIANTS.values() if v.loader is None}
+
+
+def decode_variant(decode: str) -> DecodeVariant:
+    """The entry a dataset made with `decode=` serves by.
+
+    Args:
+        decode: the dataset's `decode=` value.
+
+    Returns:
+        Its `DECODE_VARIANTS` entry; for a name `DECODERS` alone holds, an entry that decodes every path whole
+        with it. A DataprepError where the value names a loader of its own (DALI) or nothing.
+    """
+    variant = DECODE_VARIANTS.get(decode)
+    if variant is not None and variant.loader is not None:
+        raise DataprepError(f"{variant.name.upper()} decodes whole batches, not single samples: make the dataset with "
+                            f"decode='none' and serve it with dataprep.{variant.loader}(dataset, batch_size)")
+    if decode not in DECODERS:
+        loaders = "".join(f" (or {v.loader} for {v.name.upper()})" for v in DECODE_VARIANTS.values() if v.loader is not None)
+        raise DataprepError(f"unknown decode {decode!r}; choose one of {sorted(DECODERS)}{loaders}")
+    return variant if variant is not None else DecodeVariant(decode, DECODERS[decode])

@@ -21,7 +21,7 @@ from ..serve import draws
 from ..serve.cache import open_split
 from ..serve.partition import partition_of
 from .batches import BatchFilling
-from .codec import DECODERS
+from .codec import DECODERS, DecodeVariant, decode_variant
 from .field import ImageField, fields_of, served_fields
 
 EXCLUDE = (None, "leaks")  # what exclude= may leave out
@@ -114,11 +114,7 @@ class InMemoryImageDataset(BatchFilling, Dataset):
         if caption_length is not None and (isinstance(caption_length, bool) or not isinstance(caption_length, (int, np.integer))
                                            or caption_length < 1):
             raise DataprepError(f"caption_length is a number of token ids (at least 1), not {caption_length!r}")
-        if decode == "dali":
-            raise DataprepError("DALI decodes whole batches, not single samples: make the dataset with decode='none' "
-                                "and serve it with dataprep.DaliImageLoader(dataset, batch_size)")
-        if decode not in DECODERS:
-            raise DataprepError(f"unknown decode {decode!r}; choose one of {sorted(DECODERS)} (or DaliImageLoader for DALI)")
+        self.variant: DecodeVariant = decode_variant(decode)  # what each path decodes with (a DALI or unknown name: refused)
         self._origin = pack  # as asked for (a URL too): exclude= audits the whole pack
         pack, cache = resolve(pack, cache)  # a URL: a staged local directory, its files fetched with the cache
         self.pack = Path(pack)
@@ -299,6 +295,7 @@ class InMemoryImageDataset(BatchFilling, Dataset):
         state = dict(state)
         packed = state.pop("_leaks", None)
         self.__dict__.update(state)
+        self.variant = decode_variant(self.decode)
         self._leaks = None if packed is None else np.unpackbits(packed[0], count=packed[1]).astype(bool)
         self.decode_paths = {}
         self._asked = None
