@@ -46,10 +46,9 @@ class _TrainerLoader(Loader):
                                 f"{state['world_size']} device(s), or from a checkpoint taken at an epoch's end")
         super().load_state_dict(state)
 
-    def _begin(self) -> tuple[int, int]:  # at the epoch's first batch, when current_epoch is the one to serve
-        if self._resume is None and self.trainer is not None:
+    def _starting(self) -> None:  # at the epoch's first batch, when current_epoch is the one to serve
+        if self.cursor.restored is None and self.trainer is not None:
             self.set_epoch(int(self.trainer.current_epoch))
-        return super()._begin()
 
 
 class PackDataModule(pl.LightningDataModule):

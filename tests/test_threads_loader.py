@@ -74,9 +74,9 @@ def test_a_pass_left_early_leaves_nothing_writing_into_the_next(pack):
 
 def _spawned(pack, q) -> None:
     """In a spawned child, with fork made unavailable: the default Loader must fill with threads."""
-    import dataprep.serve.loader as loader_mod
+    import multiprocessing
 
-    loader_mod.mp.get_all_start_methods = lambda: ["spawn"]
+    multiprocessing.get_all_start_methods = lambda: ["spawn"]  # what serve/arguments.py asks
     got = batches(pack, num_workers=2)
     ds = dataprep.InMemoryImageDataset(pack)
     q.put(([[t.numpy() for t in b] for b in got], Loader(ds, 5, num_workers=2).threads))

@@ -522,9 +522,9 @@ def test_ctrl_c_while_the_consumer_waits_stops_every_thread_and_the_loader_serve
 
     main = threading.get_ident()
 
-    def waiting() -> bool:  # the consumer is inside next(), in the thread backend's pass
+    def waiting() -> bool:  # the consumer is inside next(), in the pass scheduler (serve/passes.py)
         f = sys._current_frames().get(main)
-        while f is not None and f.f_code.co_name != "_pass":
+        while f is not None and f.f_code.co_name != "_schedule":
             f = f.f_back
         return f is not None
 

@@ -110,7 +110,7 @@ def measure(ds, path: str, workers: int, batch: int, seconds: float, warmup: flo
         t_end = time.perf_counter() + warmup
         while time.perf_counter() < t_end:
             next(gen)
-        pids = [os.getpid(), *(p.pid for p in loader._procs)]
+        pids = [os.getpid(), *loader.worker_pids()]
         cpu0 = [cpu_seconds(p) for p in pids]
         n, wait = 0, 0.0
         marks = []  # (time, samples so far) after each batch: the spread of the rate within the run

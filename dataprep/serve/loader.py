@@ -37,10 +37,7 @@ from __future__ import annotations
 
 import atexit
 import math
-import multiprocessing as mp
-import sys
 import threading
-import time
 import warnings
 import weakref
 from typing import Any, Iterable, Iterator
@@ -48,14 +45,16 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 import torch
 
-from ..errors import DataprepError, UsageError
+from ..errors import DataprepError
 from . import contract
-from .order import rank_and_world, rank_batch_count, rank_batches
-from .passes import Fills, InlineFills, serve_pass
+from .arguments import check_arguments
+from .cursor import Cursor
+from .order import rank_batch_count, rank_batches
+from .passes import Fills, InlineFills, Pass, PassPlan
 from .processes import WorkerProcesses
 from .request import Request
 from .resume import check_state, loader_state
-from .ring import Ring
+from .ring import Ring, Serving
 from .stats import DATA_BOUND, EpochStats
 from .threads import ThreadFills
 
@@ -120,67 +119,26 @@ class Loader:
                  rank: int | None = None, world_size: int | None = None, copy: bool = False,
                  indices: bool = False, prefetch: int = 2, timeout: float = 300.0, hold_bytes: int = HOLD_BYTES,
                  stats: bool = True, threads: bool | None = None):
-        contract.check_servable(dataset)  # once, here: a dataset lacking a required method never reaches a batch
-        if contract.attribute(dataset, "transform") is not None or contract.attribute(dataset, "joint") is not None:
-            raise UsageError("Loader serves uint8 batches and applies no per-sample transform: make the dataset "
-                                "without transform=, crop and flip with Loader(crop=dataprep.RandomResizedCrop(...), "
-                                "flip=True) and normalise on the GPU (dataprep.Normalize); or use torch's DataLoader")
-        for name, value, least in (("batch_size", batch_size, 1), ("num_workers", num_workers, 0),
-                                   ("prefetch", prefetch, 1), ("hold_bytes", hold_bytes, 0)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
-                raise UsageError(f"Loader: {name} is a whole number of at least {least}, not {value!r}")
-        if layout not in ("nchw", "nhwc"):
-            raise UsageError(f"Loader: layout must be 'nchw' or 'nhwc', not {layout!r}")
-        if sampler is not None and shuffle:
-            raise UsageError("sampler and shuffle=True exclude each other (as in DataLoader): the sampler gives "
-                                "the order; shuffle it there (DistributedSampler(shuffle=True))")
-        if sampler is not None and (rank is not None or world_size is not None):
-            raise UsageError("pass a sampler or rank/world_size, not both: the Loader shards only its own order")
-        if shuffle and contract.flag(dataset, "ordered"):
-            raise UsageError(f"a {type(dataset).__name__} orders its samples itself (members shuffled, interleaved "
-                                "by weight): pass shuffle=False")
-        concurrent = contract.flag(dataset, "fills_in_threads")
-        if threads is None:  # threads where forking is not an option and the dataset allows them
-            threads = bool(num_workers) and concurrent and not _forks_safely()
-        if num_workers and threads and not concurrent:
-            raise UsageError(f"a {type(dataset).__name__} does not say that its fills may run in several threads at once "
-                                "(the flag fills_in_threads, docs/datasets.md): pass threads=False (worker processes) or "
-                                "num_workers=0")
-        if num_workers and not threads and "fork" not in mp.get_all_start_methods():
-            raise UsageError("Loader worker processes need the fork start method (Linux); pass threads=True (for a "
-                                "dataset that allows it) or num_workers=0")
-        part = contract.attribute(dataset, "partition")
-        if part is not None and sampler is None:  # a node's ranks share the node's part
-            if (rank, world_size) not in ((None, None), (part.local_rank, part.local_world)):
-                raise UsageError(f"a partitioned dataset is shared by its node's ranks: rank {part.local_rank} of "
-                                    f"{part.local_world} (from its Partition), not rank {rank} of {world_size}; pass neither")
-            rank, world_size = part.local_rank, part.local_world
-        self.rank, self.world_size = rank_and_world(rank, world_size) if sampler is None else (0, 1)
-        if schedule is not None and isinstance(crop, (tuple, list)):
-            raise UsageError("a schedule sets each epoch's output size: pass crop=dataprep.CenterCrop(size) or "
-                                "dataprep.RandomResizedCrop(size), not a fixed (H, W)")
+        threads, self.rank, self.world_size = check_arguments(  # serve/arguments.py: UsageErrors naming the argument
+            dataset, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers, sampler=sampler, layout=layout,
+            crop=crop, schedule=schedule, rank=rank, world_size=world_size, prefetch=prefetch, hold_bytes=hold_bytes,
+            threads=threads)
         self.dataset, self.batch_size, self.shuffle, self.seed = dataset, batch_size, shuffle, int(seed)
         self.num_workers, self.drop_last, self.sampler, self.pin_memory = num_workers, drop_last, sampler, pin_memory
         self.layout, self.crop, self.flip, self.schedule, self.copy = layout, crop, bool(flip), schedule, copy
         self.prefetch, self.timeout, self.indices, self.hold_bytes = prefetch, timeout, indices, int(hold_bytes)
-        self.threads = bool(threads) and num_workers > 0
-        self._fills: ThreadFills | None = None  # the thread pool (threads=True), made at the first pass
+        self.threads, self.measure = threads, bool(stats)
         self.batch_sampler = None  # DataLoader's attribute, read by tools that inspect loaders (Lightning does)
-        self._next_epoch = 0  # the epoch a fresh iter() serves
-        self._resume: tuple[int, int] | None = None  # (epoch, samples consumed) a restored state starts from
-        self._restart: tuple[int, int] | None = None  # (epoch, start) of a pass left early, served again next
-        self._state = (0, 0)  # (epoch, samples of its order consumed), as state_dict reports it
-        self.ring = Ring(batch_size, hold_bytes, copy, pin_memory, channels_first=layout == "nchw")
-        self._prefetched = None  # (key, thread, result) of the next epoch's order, drawn in the background
-        self._resumed_len = None  # len() while a restored epoch is served (see __len__)
-        self.measure = bool(stats)
-        self._filling: EpochStats | None = None  # the figures of the pass being served
-        self._epoch_stats: dict[int, EpochStats] = {}  # epoch -> its figures (its last pass's), see stats()
+        self.ring, self.cursor = Ring(), Cursor()  # the batch slots; where the run is over its epochs
         self._workers = WorkerProcesses(dataset, num_workers, timeout, self.measure)  # forked at the first pass
         self._inline = InlineFills(dataset)
+        self._fills: ThreadFills | None = None  # the thread pool (threads=True), made at the first pass
+        self._current: weakref.ref[Pass] | None = None  # the pass last begun: a newer one ends it
+        self._prefetched = None  # (key, thread, result) of the next epoch's order, drawn in the background
+        self._epoch_stats: dict[int, EpochStats] = {}  # epoch -> its figures (its last pass's), see stats()
         self._latest = 0  # the epoch of the pass served last: what stats() describes by default
         # image packs' own attributes (no part of the contract): only for this warning
-        if schedule is not None and num_workers and not self.threads and getattr(dataset, "cache", None) == "ram" \
+        if schedule is not None and num_workers and not threads and getattr(dataset, "cache", None) == "ram" \
                 and len(set(getattr(dataset, "resolutions", []))) > 1:
             warnings.warn("a schedule over a multi-resolution pack with cache='ram': each worker loads each resolution "
                           "into its own memory; cache='shm' (or 'mmap') keeps one copy", stacklevel=2)
@@ -194,26 +152,33 @@ class Loader:
         is exhausted (a loop that takes exactly `len(loader)` batches: Lightning's, `islice`, `zip`);
         a pass left early leaves it where it was. (`state_dict()` still places a state saved inside the
         last step at the finished epoch's end, which resumes the same way.)"""
-        return self._next_epoch
+        return self.cursor.next_epoch
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next iter() serve `epoch` (from its start). After `load_state_dict`, setting the restored
         epoch keeps the restored position, so a loop that calls `set_epoch(epoch)` every epoch resumes exactly;
-        setting another epoch drops it, with a warning."""
+        setting another epoch drops it, with a warning.
+
+        Args:
+            epoch: the epoch the next iter() serves (also passed on to a sampler that has set_epoch).
+        """
         epoch = int(epoch)
-        if self._resume is not None and self._resume[0] == epoch:
-            pass  # the loop names the epoch the restored state is in: serve the rest of it
-        else:
-            if self._resume is not None:
-                warnings.warn(f"set_epoch({epoch}) drops the restored position (epoch {self._resume[0]}, "
-                              f"{self._resume[1]} samples consumed): epoch {epoch} is served from its start", stacklevel=2)
-            self._next_epoch, self._resume, self._state, self._resumed_len = epoch, None, (epoch, 0), None
-            self._restart = None
+        dropped = self.cursor.set_epoch(epoch)
+        if dropped is not None:
+            warnings.warn(f"set_epoch({epoch}) drops the restored position (epoch {dropped[0]}, "
+                          f"{dropped[1]} samples consumed): epoch {epoch} is served from its start", stacklevel=2)
         if hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
 
     def request(self, epoch: int) -> Request:
-        """What every batch of `epoch` carries to the workers (and checks the dataset can serve it)."""
+        """What every batch of `epoch` carries to the workers; checks the dataset can serve it.
+
+        Args:
+            epoch: the epoch (a schedule's size, the crops' and flips' draws depend on it).
+
+        Returns:
+            The Request: epoch, seed, resolution, crop plan and flip.
+        """
         res, crop = contract.attribute(self.dataset, "resolution"), self.crop
         if self.schedule is not None:
             size = self.schedule(epoch)
@@ -226,7 +191,14 @@ class Loader:
         return req
 
     def epoch_order(self, epoch: int) -> np.ndarray:
-        """The epoch's whole order: a sampler's (this rank's share), or the global order all ranks share."""
+        """The epoch's whole order.
+
+        Args:
+            epoch: the epoch whose permutation (drawn from (seed, epoch)) is given.
+
+        Returns:
+            Sample indices, int64: a sampler's (this rank's share), or the global order all ranks share.
+        """
         if self.sampler is not None:
             return np.fromiter((int(i) for i in self.sampler), np.int64)
         n = len(self.dataset)
@@ -258,12 +230,15 @@ class Loader:
         thread.start()  # numpy draws the permutation without the GIL
         self._prefetched = ((epoch, self.seed, len(self.dataset)), thread, box)
 
-    def _plan(self, epoch: int, start: int) -> tuple[list[np.ndarray], list[int]]:
-        """This rank's batches of `epoch` from global position `start`, and the position after each."""
-        return rank_batches(self._order_of(epoch), start, self.rank, self.world_size, self.batch_size, self.drop_last)
-
     def padding(self, epoch: int = 0) -> int:
-        """How many samples of a whole epoch are served twice to give every rank equal batches."""
+        """How many samples of a whole epoch are served twice to give every rank equal batches.
+
+        Args:
+            epoch: the epoch (every epoch pads the same number today).
+
+        Returns:
+            The count: 0 with drop_last or a sampler.
+        """
         if self.sampler is not None or self.drop_last:
             return 0
         tail = len(self.dataset) % (self.world_size * self.batch_size)
@@ -273,8 +248,8 @@ class Loader:
         """Batches of a whole epoch on this rank; for a restored epoch, the batches the saved run had
         served (counted in its own batches) plus those this Loader has left to serve of it, so a training
         loop that counts steps (Lightning does) ends the epoch where the Loader does, on any world size."""
-        if self._resumed_len is not None:
-            return self._resumed_len
+        if self.cursor.restored_len is not None:
+            return self.cursor.restored_len
         if self.sampler is not None:
             return rank_batch_count(len(self.sampler), 0, 1, self.batch_size, self.drop_last)
         return rank_batch_count(len(self.dataset), 0, self.world_size, self.batch_size, self.drop_last)
@@ -282,7 +257,11 @@ class Loader:
     # -- resuming -------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Where the run is: seed, epoch, samples of the epoch's order consumed (by all ranks), and what
-        the run was serving; a few hundred bytes, made in microseconds (serve/resume.py)."""
+        the run was serving (serve/resume.py).
+
+        Returns:
+            A dict of plain values (a few hundred bytes, made in microseconds) for `torch.save` or JSON.
+        """
         return loader_state(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -291,17 +270,19 @@ class Loader:
         the epoch's last batch), then the epochs after it. The saved run's seed replaces this Loader's
         (the position means something only in its order): a different one warns, as a different
         shuffle, crop, flip or batch size does (serve/resume.py says what each changes). Every value is
-        checked before any is used, and a state from another pack of the same length is refused."""
+        checked before any is used, and a state from another pack of the same length is refused.
+
+        Args:
+            state: what `state_dict()` gave, in this process or another.
+        """
         total = check_state(self, state)
         self.seed = int(state["seed"])
         epoch, consumed = int(state["epoch"]), int(state["samples_consumed"])
-        self._resume, self._state, self._next_epoch = (epoch, consumed), (epoch, consumed), epoch
-        self._restart = None
+        restored_len = None
         if self.sampler is None and consumed:
             done = consumed // (int(state["world_size"]) * int(state["batch_size"]))
-            self._resumed_len = done + rank_batch_count(total, consumed, self.world_size, self.batch_size, self.drop_last)
-        else:
-            self._resumed_len = None
+            restored_len = done + rank_batch_count(total, consumed, self.world_size, self.batch_size, self.drop_last)
+        self.cursor.restore(epoch, consumed, restored_len)
         if hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
 
@@ -332,10 +313,7 @@ class Loader:
     def _buffers(self, layout: dict, epoch: int) -> dict[str, np.ndarray]:
         """The ring's buffer, made once for the largest layout the run will serve (serve/ring.py; remade,
         workers restarted, only if one outgrows it)."""
-        ring = self.ring  # the Loader's options as they are now (a caller may have set batch_size, copy, ...)
-        ring.batch_size, ring.hold_bytes, ring.copy, ring.pin_memory = self.batch_size, self.hold_bytes, self.copy, self.pin_memory
-        ring.channels_first = self.layout == "nchw"
-        if not ring.fits(layout):
+        if not self.ring.fits(layout, self.batch_size):  # the batch size as it is now (a caller may have set it)
             if self._procs:
                 self.close()
             capacity = self._largest(epoch)
@@ -346,11 +324,20 @@ class Loader:
             if self.threads and self._fills is not None:
                 self._fills.settle()  # no part still writes the old buffer
             # threads and inline fills: this process's own memory (no mapping to share: Windows has no MAP_SHARED)
-            self.ring.make(capacity, self._slots(), shared=bool(self.num_workers) and not self.threads)
+            self.ring.make(capacity, self._slots(), bool(self.num_workers) and not self.threads, self.batch_size,
+                           self.hold_bytes)
         assert self.ring.buffers is not None
         return self.ring.buffers
 
-    # what tests and tools read of the ring by its old names
+    def worker_pids(self) -> list[int]:
+        """The worker processes running now.
+
+        Returns:
+            Their process ids: none before the first pass, with threads, or with no workers.
+        """
+        return [p.pid for p in self._workers.procs]
+
+    # what tests read of the ring and the workers by their old names
     @property
     def _procs(self) -> list:
         return self._workers.procs
@@ -379,7 +366,15 @@ class Loader:
         served again (an epoch left early, then iterated) replaces that epoch's figures; a resumed epoch's
         count from the resume; a pass that serves nothing (resumed after an epoch's last batch) records
         nothing; workers' time finishing parts of a pass left early counts in no epoch. `threshold`: the
-        wait share above which the verdict says data-bound. serve/stats.py says how each is measured."""
+        wait share above which the verdict says data-bound. serve/stats.py says how each is measured.
+
+        Args:
+            epoch: a finished epoch [default: the one being served, or the last one served].
+            threshold: the wait share above which the verdict says data-bound.
+
+        Returns:
+            The figures above as a dict of plain values.
+        """
         if not self.measure:
             raise DataprepError("this Loader was made with stats=False: it measured nothing")
         if epoch is None:
@@ -396,22 +391,23 @@ class Loader:
         was saved after its last batch). The epoch advances once a pass has served its last batch; a pass
         left early (a peek with `next(iter(loader))`, a `break`) leaves it where it was, so the next
         iter() serves the same epoch again (call `set_epoch` to move on). The epoch is chosen at the first
-        `next()`, not here: an iterator made and thrown away (Lightning makes one) changes nothing."""
-        return self._run()
+        `next()`, not here: an iterator made and thrown away (Lightning makes one) changes nothing.
 
-    def _begin(self) -> tuple[int, int]:
-        """(epoch, start position) of the pass about to be served: a restored position, else where the last
-        pass left early had started (its epoch's start, or a restored position), else the next epoch's start."""
-        pending = self._resume or self._restart
-        self._resume = self._restart = None
-        return pending if pending is not None else (self._next_epoch, 0)
+        Returns:
+            A serve/passes.py `Pass`: an iterator of batches that owns the pass's slots, batches in flight
+            and figures; `close()` leaves it early.
+        """
+        return Pass(self._plan_pass, self.ring, self.cursor)
 
-    def _run(self):
-        clock = time.perf_counter
-        asked = clock()  # the pass's first next(): its planning is waiting too
-        if self._filling is not None:
-            self._filling.end()  # a pass left early whose iterator is still held ends where this one starts
-        epoch, start = self._begin()
+    def _plan_pass(self, asked: float, current: Pass) -> PassPlan:
+        """What `current` serves, decided at its first next() (at `asked`: planning counts as waiting). A
+        pass begun earlier and still held ends here, as one left early."""
+        earlier = self._current() if self._current is not None else None
+        if earlier is not None and earlier is not current:
+            earlier.close()
+        self._current = weakref.ref(current)
+        self._starting()
+        epoch, start = self.cursor.begin()
         if hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
         set_epoch = contract.hook(self.dataset, "set_epoch")
@@ -420,46 +416,23 @@ class Loader:
         req = self.request(epoch)
         layout = self._layout(req)
         if self.sampler is None:
-            batches, after = self._plan(epoch, start)
+            batches, after = rank_batches(self._order_of(epoch), start, self.rank, self.world_size, self.batch_size,
+                                          self.drop_last)
         else:  # a sampler's order is this rank's already
             batches, after = rank_batches(self.epoch_order(epoch), start, 0, 1, self.batch_size, self.drop_last)
-        self._state = (epoch, start)
         rec = None
         if self.measure and len(batches):  # a pass with nothing to serve (resumed after its last batch) says nothing
             rec = self._epoch_stats[epoch] = EpochStats(epoch, self.num_workers, started=asked)
             self._latest = epoch
-        self._filling = rec
-        try:
-            yield from self._serve(epoch, req, layout, batches, after, rec, asked)
-        finally:
-            if rec is not None:
-                rec.end()
-            if self._next_epoch == epoch:  # left before its last batch: the next pass serves the same again
-                self._restart = (epoch, start)
-
-    def _serve(self, epoch, req, layout, batches, after, rec: EpochStats | None = None, asked: float = 0.0):
-        """The pass's batches; with `rec`, each next()'s time (from the consumer asking, `asked`, to the
-        batch handed over: this generator runs only inside next()) counted into it (serve/stats.py)."""
-        clock = time.perf_counter
         self._buffers(layout, epoch)
-        runs = self._runs()
-        finish = contract.hook(self.dataset, "finish_batch")
-        source = serve_pass(self._fills_for_pass(), self.ring, batches, req, layout, self._slots() - 1, runs, rec,
-                            finish, on_error=self.close)
-        for b, view in enumerate(source):
-            self._served(epoch, after[b], b == len(batches) - 1)
-            if b == 0:  # any workers are forked by now: a thread may run
-                self._prefetch(epoch + 1)
-            if self.indices:
-                view = view + (torch.from_numpy(batches[b].copy()),)
-            if rec is not None:
-                rec.served(len(batches[b]), clock() - asked)
-            yield view
-            asked = clock()
-        if rec is not None:
-            rec.wait_s += clock() - asked  # the next() that found no more batches
-        self._next_epoch, self._state = epoch + 1, (epoch + 1, 0)
-        self._resumed_len = None  # the restored epoch is over: whole epochs from here
+        return PassPlan(epoch, start, batches, after, req, layout, self._fills_for_pass(), self._slots() - 1,
+                        Serving(self.copy, self.pin_memory, self.layout == "nchw"), self._runs(),
+                        contract.hook(self.dataset, "finish_batch"), rec, self.indices,
+                        on_first=lambda: self._prefetch(epoch + 1), on_error=self.close)
+
+    def _starting(self) -> None:
+        """Called at a pass's first next(), before its epoch is chosen: a subclass may `set_epoch` here
+        (dataprep.lightning's follows the trainer's epoch)."""
 
     def _fills_for_pass(self) -> Fills:
         """The backend that fills this pass: this process, the thread pool (made at its first pass) or the
@@ -472,13 +445,6 @@ class Loader:
         if self._fills is None:
             self._fills = ThreadFills(self.dataset, self.num_workers, self.timeout)
         return self._fills
-
-    def _served(self, epoch: int, position: int, last: bool) -> None:
-        """A batch is about to be served: the state moves past it; after the epoch's last batch the state
-        still reads this epoch, all consumed (until the pass ends), and the next iter() serves the next."""
-        self._state = (epoch, position)
-        if last:
-            self._next_epoch = epoch + 1
 
     # -- closing: workers, processes or threads -----------------------------------------------------
     def close(self) -> None:
@@ -528,8 +494,3 @@ def _close_live() -> None:
         except Exception:  # noqa: BLE001 - at exit: the next Loader must still be stopped
             pass
 
-
-def _forks_safely() -> bool:
-    """Whether worker processes may be forked here: fork exists, and it is not macOS, where forking a
-    process that has loaded system frameworks (torch does) may crash the child."""
-    return "fork" in mp.get_all_start_methods() and sys.platform != "darwin"

@@ -35,7 +35,7 @@ def epoch_samples(loader) -> int:
 
 def loader_state(loader) -> dict[str, Any]:
     """The Loader's state: the epoch and samples of its order consumed, and what it was serving."""
-    epoch, consumed = loader._resume or loader._state
+    epoch, consumed = loader.cursor.saved()
     total = epoch_samples(loader)
     return {"format": "dataprep.Loader", "version": STATE_VERSION, "seed": loader.seed, "epoch": int(epoch),
             "samples_consumed": int(consumed), "world_size": loader.world_size, "batch_size": loader.batch_size,

@@ -20,7 +20,7 @@ import math
 import mmap
 import sys
 import warnings
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -35,21 +35,25 @@ _NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("l
 Layout = dict[str, tuple[tuple[int, ...], np.dtype]]
 
 
-class Ring:
-    """Batch slots for one Loader (see the module's docstring).
+class Serving(NamedTuple):
+    """How a served batch's large fields are made (the Loader's options, read when a pass begins).
 
     Args:
-        batch_size: rows a slot holds.
-        hold_bytes: bytes of spare slots for batches a caller keeps (at least one slot).
-        copy: serve large fields as fresh tensors too.
-        pin_memory: serve large fields as new pinned tensors (copies).
-        channels_first: serve "images" as (N, C, H, W) views of the (N, H, W, C) rows.
+        copy: fresh tensors, not views of the slot.
+        pin_memory: new pinned tensors (copies).
+        channels_first: "images" as (N, C, H, W) views of the (N, H, W, C) rows.
     """
 
-    def __init__(self, batch_size: int, hold_bytes: int, copy: bool = False, pin_memory: bool = False,
-                 channels_first: bool = True):
-        self.batch_size, self.hold_bytes = batch_size, int(hold_bytes)
-        self.copy, self.pin_memory, self.channels_first = copy, pin_memory, channels_first
+    copy: bool = False
+    pin_memory: bool = False
+    channels_first: bool = True
+
+
+class Ring:
+    """Batch slots for one Loader (see the module's docstring). It keeps no option of the Loader's: the batch
+    size and bytes for held batches come with `make` and `fits`, how tensors are made with `view`."""
+
+    def __init__(self) -> None:
         self.buffers: dict[str, np.ndarray] | None = None  # key -> (slots, batch x bytes a sample)
         self.capacity: dict[str, tuple[int, np.dtype]] = {}  # bytes a sample, by key
         self.total = 0  # slots: those the pipeline cycles through plus the spare ones
@@ -58,23 +62,25 @@ class Ring:
         self.handed: dict[int, list[np.ndarray]] = {}  # slot -> the views its last batch's tensors were made from
         self.warned = False
 
-    def fits(self, layout: Layout) -> bool:
-        """Whether the buffer holds a batch of `layout` in every slot."""
-        return self.buffers is not None and self.rows_made == self.batch_size and all(
+    def fits(self, layout: Layout, batch_size: int) -> bool:
+        """Whether the buffer holds a batch of `batch_size` rows of `layout` in every slot."""
+        return self.buffers is not None and self.rows_made == batch_size and all(
             k in self.capacity and self.capacity[k][0] >= math.prod(shape) * dt.itemsize for k, (shape, dt) in layout.items())
 
-    def make(self, capacity: dict[str, tuple[int, np.dtype]], cycled: int, shared: bool) -> dict[str, np.ndarray]:
-        """A new buffer of `cycled` slots plus the spare ones, `capacity` bytes a sample per key: a shared
-        mapping (worker processes write it), else this process's memory."""
-        self.capacity, self.cycled, self.rows_made = dict(capacity), cycled, self.batch_size
-        slot_bytes = sum(self.batch_size * nb for nb, _ in self.capacity.values())
-        slots = self.total = cycled + max(1, self.hold_bytes // max(slot_bytes, 1))
-        sizes = {k: -(-slots * self.batch_size * nb // 4096) * 4096 for k, (nb, _) in self.capacity.items()}
+    def make(self, capacity: dict[str, tuple[int, np.dtype]], cycled: int, shared: bool, batch_size: int,
+             hold_bytes: int) -> dict[str, np.ndarray]:
+        """A new buffer of `cycled` slots of `batch_size` rows plus the spare ones (`hold_bytes` of them, at
+        least one), `capacity` bytes a sample per key: a shared mapping (worker processes write it), else
+        this process's memory."""
+        self.capacity, self.cycled, self.rows_made = dict(capacity), cycled, batch_size
+        slot_bytes = sum(batch_size * nb for nb, _ in self.capacity.values())
+        slots = self.total = cycled + max(1, hold_bytes // max(slot_bytes, 1))
+        sizes = {k: -(-slots * batch_size * nb // 4096) * 4096 for k, (nb, _) in self.capacity.items()}
         size = max(sum(sizes.values()), 4096)
         buf = mmap.mmap(-1, size, flags=mmap.MAP_SHARED | _NORESERVE) if shared else np.empty(size, np.uint8)
         ring, pos = {}, 0
         for k, (nb, _) in self.capacity.items():
-            ring[k] = np.frombuffer(buf, np.uint8, slots * self.batch_size * nb, pos).reshape(slots, -1)
+            ring[k] = np.frombuffer(buf, np.uint8, slots * batch_size * nb, pos).reshape(slots, -1)
             pos += sizes[k]
         self.buffers, self.handed = ring, {}  # batches served from an old buffer keep it alive themselves
         return ring
@@ -106,29 +112,30 @@ class Ring:
                 return s
         return None
 
-    def view(self, layout: Layout, slot: int, n: int, finish: Callable | None = None) -> tuple[torch.Tensor, ...]:
+    def view(self, layout: Layout, slot: int, n: int, serving: Serving,
+             finish: Callable | None = None) -> tuple[torch.Tensor, ...]:
         """The batch in `slot`, one tensor per key of `layout`. Large fields are views of the slot unless
-        copying is asked for (`copy`, `pin_memory`) or the spare slots are all held; the views are recorded
-        so the slot is not refilled while any is alive. `finish`: the dataset's finish_batch hook."""
+        copying is asked for (`serving`: copy, pin_memory) or the spare slots are all held; the views are
+        recorded so the slot is not refilled while any is alive. `finish`: the dataset's finish_batch hook."""
         held = sum(1 for s in list(self.handed) if s != slot and self.held(s))
         spill = held > self.total - self.cycled
-        if spill and not (self.copy or self.pin_memory) and not self.warned:
+        if spill and not (serving.copy or serving.pin_memory) and not self.warned:
             self.warned = True
             warnings.warn(f"{held} served batches are still referenced (kept in a list, a cache, ...): the Loader keeps "
                           "them intact and serves further batches as copies; pass copy=True to copy every batch, or "
-                          "raise hold_bytes to keep more in its ring", stacklevel=4)
+                          "raise hold_bytes to keep more in its ring", stacklevel=3)
         out, views = [], []
         for k, a in self.rows(layout, slot, 0, n).items():
             t = torch.from_numpy(a)
             shape, dt = layout[k]
             small = math.prod(shape) * dt.itemsize <= SMALL_FIELD
-            if self.pin_memory:
+            if serving.pin_memory:
                 t = t.pin_memory() if torch.cuda.is_available() else t.clone()
-            elif small or self.copy or spill:
+            elif small or serving.copy or spill:
                 t = t.clone()
             else:
                 views.append(a)  # torch.from_numpy holds a reference to `a` for as long as any view of t lives
-            if k == "images" and self.channels_first:
+            if k == "images" and serving.channels_first:
                 t = t.permute(0, 3, 1, 2)
             out.append(t)
         if views:

@@ -9,7 +9,7 @@ crop does not, nor does the Loader's own thread, which is why processes stay the
 (docs/benchmarks.md, Crops: two threads serve 0.82x two processes' rate on 2 cores).
 
 The rules the processes keep hold here too: a slot is refilled only when no batch in flight uses it and
-no tensor served from it is alive (Loader._free_slot), so a held batch never changes; a part of a pass
+no tensor served from it is alive (Ring.free_slot), so a held batch never changes; a part of a pass
 left early may still be writing its slot, so that slot stays busy until the part is done, and the next
 pass waits for every such part before it starts (the dataset's state, e.g. the resolution it holds,
 changes only between passes). A pass that raises (a fill's error, a timeout, Ctrl-C in the consumer)
