@@ -55,6 +55,7 @@ def test_every_target_within_a_document_is_served_exactly_once(strategy, context
     for epoch in range(3):
         plan = packing.plan(seed=7, epoch=epoch)
         assert (times_served(plan, lengths) == 1).all()
+        assert plan.documents_cut == int((np.bincount(plan.document, minlength=len(lengths)) > 1).sum())
 
 
 @pytest.mark.parametrize("strategy", ["best_fit", "first_fit"])

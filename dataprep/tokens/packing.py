@@ -82,13 +82,16 @@ class RowPlan:
 def _ragged(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """`concatenate([arange(s, s + c) for s, c in zip(starts, counts)])` as int64, built in one array (a
     step of 1, a jump at each run's first place, summed in place)."""
-    counts = np.asarray(counts, np.int64)
-    keep = counts > 0
-    starts, counts = np.asarray(starts, np.int64)[keep], counts[keep]
-    out = np.ones(int(counts.sum()), np.int64)
+    if len(counts) and int(counts.min()) <= 0:
+        keep = counts > 0
+        starts, counts = starts[keep], counts[keep]
+    ends = np.cumsum(counts, dtype=np.int64)
+    out = np.ones(int(ends[-1]) if len(ends) else 0, np.int64)
     if len(out):
-        first = np.cumsum(counts) - counts
-        out[first[1:]] = starts[1:] - (starts[:-1] + counts[:-1] - 1)
+        jump = starts[1:].astype(np.int64)
+        jump -= starts[:-1]
+        jump -= counts[:-1]
+        out[ends[:-1]] = jump + 1
         out[0] = starts[0]
         np.cumsum(out, out=out)
     return out
@@ -252,14 +255,18 @@ def _fit(counts: np.ndarray, context: int, first: bool) -> tuple[np.ndarray, np.
     """
     rows, took_rows, took = _place(counts, context, first)
     total = int(counts.sum())
-    row_of = np.concatenate(took_rows) if took_rows else np.zeros(0, np.int64)
-    take = np.concatenate(took) if took else np.zeros(0, np.int64)
+    index = _index_type(total)
+    row_of = np.concatenate(took_rows).astype(index) if took_rows else np.zeros(0, index)
+    take = np.concatenate(took).astype(index) if took else np.zeros(0, index)
+    del took_rows, took
     # the runs went longest first, so a run's first piece is its rank among the pieces sorted so
-    rank = np.cumsum(take) - take
+    rank = np.cumsum(take, dtype=np.int64)
+    rank -= take
     row_starts = np.zeros(rows + 1, np.int64)
     np.cumsum(np.bincount(row_of, weights=take, minlength=rows).astype(np.int64), out=row_starts[1:])
     by_row = _stable_order(row_of)  # a row's runs in the order they came: its longest pieces first
-    return row_starts, _ragged(rank[by_row], take[by_row]).astype(_index_type(total))
+    del row_of
+    return row_starts, _ragged(rank[by_row], take[by_row]).astype(index)
 
 
 def _lower_bound(counts: np.ndarray, context: int) -> int:
@@ -348,30 +355,36 @@ class Packing:
         ends = np.cumsum(starts)
         np.subtract(ends, starts, out=starts)
         total = int(ends[-1]) if len(ends) else 0
+        # documents cut: those whose first and last tokens lie in different rows (row k holds stream
+        # tokens k * (c - 1) to k * (c - 1) + c - 1; one that starts where a row ends is in both)
+        last_row = (ends - 1) // (c - 1)
+        np.minimum(last_row, self.rows - 1, out=last_row)
+        cut = int(np.count_nonzero(last_row > np.maximum(0, -(-(starts - c + 1) // (c - 1)))))
+        del last_row
         lo = np.arange(self.rows, dtype=np.int64) * (c - 1)  # row k: stream tokens lo[k] to hi[k]
         hi = np.minimum(lo + c, total)
         first = np.searchsorted(ends, lo, side="right")  # the first document ending past the row's start
         count = np.searchsorted(ends, hi, side="left") + 1 - first  # to the one that ends at or past its end
         np.minimum(count, len(ends) - first, out=count)
-        at = _ragged(first, count)  # each segment's place in the stream's order
-        again = at[1:] == at[:-1]  # a document in the row after too
-        cut = int(np.count_nonzero(again[1:] & ~again[:-1]) + (1 if len(again) and again[0] else 0))
-        del again
+        rows = rng.permutation(self.rows)  # the epoch's order of rows (searched in stream order: far faster)
+        lo, hi, first, count = lo[rows], hi[rows], first[rows], count[rows]
+        del rows
+        at = _ragged(first, count)  # each segment's document, as its place in the stream
+        del first
         length = np.repeat(hi, count)  # where each segment ends, then its length
         np.minimum(length, ends[at], out=length)
-        del ends
+        del ends, hi
         offset = np.repeat(lo, count)  # where each segment starts in the stream, then in its document
         first_token = starts[at]
         np.maximum(offset, first_token, out=offset)
         length -= offset
         offset -= first_token
-        del starts, first_token
+        del starts, first_token, lo
+        document = order[at]
+        del order, at
         row_starts = np.zeros(self.rows + 1, np.int64)
         np.cumsum(count, out=row_starts[1:])
-        row_starts, places = _reordered(row_starts, rng.permutation(self.rows))
-        document = order[at[places]]
-        del order, at
-        return RowPlan(c, "concat", row_starts, document, offset[places], length[places], cut)
+        return RowPlan(c, "concat", row_starts, document, offset, length, cut)
 
 
 def _reordered(row_starts: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
