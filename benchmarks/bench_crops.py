@@ -149,7 +149,6 @@ def stage_costs(ds, rounds: int) -> dict[str, float]:
     image and per batch: boxes, paths, views). Wrappers cost ~0.3 us a call."""
     import dataprep.images.batches as batches
     import dataprep.images.codec as codec
-    import dataprep.images.dataset as dataset
 
     spent: dict[str, float] = {"header": 0.0, "cut": 0.0, "decode": 0.0, "resample": 0.0, "flip": 0.0}
 
@@ -162,17 +161,17 @@ def stage_costs(ds, rounds: int) -> dict[str, float]:
                 spent[stage] += time.perf_counter() - t0
         return run
 
-    patches = [(dataset, "jpeg_header", "header"), (batches, "jpeg_header", "header"),
-               (batches, "decode_cv2_reduced", "decode"), (batches, "decode_fast", "decode"),
+    patches = [(batches, "jpeg_refusal", "header"), (batches, "decode_cv2_reduced", "decode"), (batches, "decode_fast", "decode"),
                (batches, "region_of", "cut"), (batches.crops, "apply", "resample"),
                (batches.resample, "warp_into", "resample"), (batches.resample, "bilinear_window_into", "resample"),
                (batches.crops, "flip_into", "flip")]
     saved = [(mod, name, getattr(mod, name)) for mod, name, _ in patches]
-    saved_cv2 = codec.DECODERS["cv2"]
+    whole = ds.decode  # the whole-image decoder `image(i)` calls: the dataset's own decode= value's
+    saved_whole = codec.DECODERS[whole]
     try:
         for mod, name, stage in patches:
             setattr(mod, name, timed(stage, getattr(mod, name)))
-        codec.DECODERS["cv2"] = timed("decode", saved_cv2)
+        codec.DECODERS[whole] = timed("decode", saved_whole)
         totals = []
         for _ in range(rounds):
             for k in spent:
@@ -183,7 +182,7 @@ def stage_costs(ds, rounds: int) -> dict[str, float]:
     finally:
         for mod, name, fn in saved:
             setattr(mod, name, fn)
-        codec.DECODERS["cv2"] = saved_cv2
+        codec.DECODERS[whole] = saved_whole
     n = len(ds)
     out = {k: 1e3 * v / n for k, v in parts.items()}
     out["bookkeeping"] = 1e3 * (total - sum(parts.values())) / n
