@@ -570,10 +570,8 @@ def _labels_of(d) -> tuple[str | None, list | None]:
     if isinstance(target, dict):  # a table pack: a classification target
         return ("target", list(target.get("classes") or []) or None) if target.get("task") == "classification" else (None, None)
     classes = list(contract.attribute(d, "classes") or []) or None
-    if hasattr(d, "labelled"):  # image packs: unlabelled ones serve no labels
+    if hasattr(d, "labelled"):  # image and volume packs: unlabelled ones serve no labels
         return ("labels", classes) if d.labelled else (None, None)
-    if hasattr(d, "_labels"):  # volumes
-        return ("labels", classes) if d._labels is not None else (None, None)
     return ("labels", classes) if classes else (None, None)
 
 

@@ -70,6 +70,11 @@ class VolumeDataset(Dataset):
         return len(self._arrays["volume_shapes"])
 
     @property
+    def labelled(self) -> bool:
+        """Whether the pack stores a class label per volume (then served under "labels")."""
+        return self._labels is not None
+
+    @property
     def shapes(self) -> np.ndarray:
         """(N, 3): every volume's (D, H, W)."""
         return self._arrays["volume_shapes"]
