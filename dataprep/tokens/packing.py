@@ -256,8 +256,8 @@ def _fit(counts: np.ndarray, context: int, first: bool) -> tuple[np.ndarray, np.
     rows, took_rows, took = _place(counts, context, first)
     total = int(counts.sum())
     index = _index_type(total)
-    row_of = np.concatenate(took_rows).astype(index) if took_rows else np.zeros(0, index)
-    take = np.concatenate(took).astype(index) if took else np.zeros(0, index)
+    row_of: np.ndarray = np.concatenate(took_rows).astype(index) if took_rows else np.zeros(0, index)
+    take: np.ndarray = np.concatenate(took).astype(index) if took else np.zeros(0, index)
     del took_rows, took
     # the runs went longest first, so a run's first piece is its rank among the pieces sorted so
     rank = np.cumsum(take, dtype=np.int64)
