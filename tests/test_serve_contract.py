@@ -263,3 +263,25 @@ def test_a_hook_set_to_none_is_absent_and_unknown_names_are_refused():
     for check in (contract.hook, contract.has_hook, contract.flag, contract.attribute):
         with pytest.raises(KeyError):
             check(Counted(3), "fill_rows")  # a misspelt name is an error, never silently absent
+
+
+class CountedDicts(Counted):
+    """Counted, served as dicts: finish_batch adds a key computed from the whole batch."""
+
+    serves_dicts = True
+
+    def finish_batch(self, batch):
+        return {**batch, "total": batch["y"].sum()}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_dataset_that_serves_dicts_gets_dicts_with_what_finish_batch_adds(workers):
+    ds = CountedDicts(23)
+    loader = dataprep.Loader(ds, 5, seed=3, num_workers=workers, indices=True)
+    got = list(loader)
+    assert all(isinstance(b, dict) and list(b) == ["x", "y", "total", "indices"] for b in got)
+    assert [b["indices"].tolist() for b in got] == [list(range(a, min(a + 5, 23))) for a in range(0, 23, 5)]
+    assert all(torch.equal(b["y"], 10 * b["indices"]) and int(b["total"]) == int(b["y"].sum()) for b in got)
+    assert np.array_equal(got[1]["x"].numpy(), expected(range(5, 10), 0, 3, workers > 0))
+    plain = dataprep.Loader(Counted(23), 5, seed=3, num_workers=workers)
+    assert all(isinstance(b, tuple) for b in plain)  # without the flag: tuples, as before

@@ -143,7 +143,8 @@ class Windowed(Protocol):
 class FinishesBatch(Protocol):
     """finish_batch(batch) -> batch: called in the Loader's process on each batch's tensors ({key: tensor},
     in batch_layout's order), after they are made and before the batch is handed out; gives the batch to
-    serve, the same keys in the same order. It may cut a tensor (a detection batch's boxes to the batch's
+    serve, the same keys in the same order (a dataset that `serves_dicts` may add keys after them: packed
+    token rows add `cu_seqlens`). It may cut a tensor (a detection batch's boxes to the batch's
     largest count: `t[:, :m]`) or replace one, never write into one: a tensor may be a view of the Loader's
     ring, and a view of it holds its slot as the tensor itself does, so a held batch still never changes.
     The buffers keep the full layout; only what is served is cut. A Mixture uses its first member's."""
@@ -162,6 +163,7 @@ FLAGS: dict[str, str] = {
     "ordered": "the dataset orders its samples itself (a Mixture): the Loader refuses shuffle=True",
     "fills_in_threads": "fill_batch may run in several threads of one process at once, on disjoint rows of one request "
                         "(Loader(threads=True)); the dataset's state moves only in the first fill of a pass",
+    "serves_dicts": "each batch is served as a dict (batch_layout's keys, then any finish_batch adds), not a tuple",
     "independent_samples": "samples are independent random draws keyed by (epoch, index) (random token windows): a "
                            "Mixture serves them in index order, drawing no shuffle for them",
 }

@@ -63,7 +63,8 @@ HOLD_BYTES = 1 << 30  # default bytes of spare ring slots for batches a caller k
 
 class Loader:
     """A drop-in for `DataLoader(dataset, batch_size, shuffle, sampler, num_workers, drop_last)` over
-    dataprep datasets, yielding a tuple of tensors per batch in the dataset's batch layout: for images
+    dataprep datasets, yielding a tuple of tensors per batch in the dataset's batch layout (a dict where the
+    dataset `serves_dicts`: packed token rows): for images
     `(images, labels)`, images uint8 (N, C, H, W) in channels-last memory (`layout="nhwc"` for
     (N, H, W, C)), labels int64.
 
@@ -426,7 +427,8 @@ class Loader:
             self._latest = epoch
         self._buffers(layout, epoch)
         return PassPlan(epoch, start, batches, after, req, layout, self._fills_for_pass(), self._slots() - 1,
-                        Serving(self.copy, self.pin_memory, self.layout == "nchw"), self._runs(),
+                        Serving(self.copy, self.pin_memory, self.layout == "nchw", contract.flag(self.dataset, "serves_dicts")),
+                        self._runs(),
                         contract.hook(self.dataset, "finish_batch"), rec, self.indices,
                         on_first=lambda: self._prefetch(epoch + 1), on_error=self.close)
 

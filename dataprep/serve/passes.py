@@ -144,7 +144,7 @@ class Pass:
     def __iter__(self) -> "Pass":
         return self
 
-    def __next__(self) -> tuple[torch.Tensor, ...]:
+    def __next__(self) -> tuple[torch.Tensor, ...] | dict[str, Any]:
         asked = time.perf_counter()
         if self.over:
             raise StopIteration
@@ -174,12 +174,13 @@ class Pass:
         if b == 0 and p.on_first is not None:  # any workers are forked by now: a thread may run
             p.on_first()
         if p.indices:
-            view = view + (torch.from_numpy(p.batches[b].copy()),)
+            idx = torch.from_numpy(p.batches[b].copy())
+            view = {**view, "indices": idx} if isinstance(view, dict) else view + (idx,)
         if p.rec is not None:
             p.rec.served(len(p.batches[b]), time.perf_counter() - asked)
         return view
 
-    def _schedule(self, want: int) -> tuple[torch.Tensor, ...]:
+    def _schedule(self, want: int) -> tuple[torch.Tensor, ...] | dict[str, Any]:
         """Batch `want`: batches up to `depth` ahead submitted into free slots, then waited for."""
         p = self.plan
         assert p is not None

@@ -20,7 +20,7 @@ import math
 import mmap
 import sys
 import warnings
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -42,11 +42,13 @@ class Serving(NamedTuple):
         copy: fresh tensors, not views of the slot.
         pin_memory: new pinned tensors (copies).
         channels_first: "images" as (N, C, H, W) views of the (N, H, W, C) rows.
+        as_dict: a batch as a dict of its keys (the dataset `serves_dicts`), not a tuple.
     """
 
     copy: bool = False
     pin_memory: bool = False
     channels_first: bool = True
+    as_dict: bool = False
 
 
 class Ring:
@@ -113,7 +115,7 @@ class Ring:
         return None
 
     def view(self, layout: Layout, slot: int, n: int, serving: Serving,
-             finish: Callable | None = None) -> tuple[torch.Tensor, ...]:
+             finish: Callable | None = None) -> tuple[torch.Tensor, ...] | dict[str, Any]:
         """The batch in `slot`, one tensor per key of `layout`. Large fields are views of the slot unless
         copying is asked for (`serving`: copy, pin_memory) or the spare slots are all held; the views are
         recorded so the slot is not refilled while any is alive. `finish`: the dataset's finish_batch hook."""
@@ -142,7 +144,7 @@ class Ring:
             self.handed[slot] = views
         else:
             self.handed.pop(slot, None)
+        batch = dict(zip(layout, out))
         if finish is not None:  # views of the tensors hold the slot as the tensors do (see held)
-            done = finish(dict(zip(layout, out)))
-            out = [done[k] for k in layout]
-        return tuple(out)
+            batch = finish(batch)
+        return batch if serving.as_dict else tuple(batch[k] for k in layout)
