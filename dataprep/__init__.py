@@ -26,6 +26,7 @@ _LAZY = {
     "TabularDataset": ("dataprep.tables.dataset", "TabularDataset"),
     "TokenDataset": ("dataprep.tokens.dataset", "TokenDataset"),
     "DocumentDataset": ("dataprep.tokens.dataset", "DocumentDataset"),
+    "PackedDocuments": ("dataprep.tokens.packed", "PackedDocuments"),  # rows of whole documents, with document ids
     "document_mask": ("dataprep.tokens.attention", "document_mask"),  # attention within packed documents (SDPA)
     "Schedule": ("dataprep.serve.progressive", "Schedule"),
     "DataWait": ("dataprep.serve.stats", "DataWait"),
@@ -69,6 +70,7 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time __getattr__ im
     from .tables.dataset import TabularDataset
     from .tokens.attention import document_mask
     from .tokens.dataset import DocumentDataset, TokenDataset
+    from .tokens.packed import PackedDocuments
     from .volumes.build import build_volumes
     from .volumes.dataset import VolumeDataset
 

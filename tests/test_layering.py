@@ -156,10 +156,10 @@ def third_party(path: Path, source: str | None = None) -> set[str]:
 
 
 def may_import_torch(m: str) -> bool:
-    """ARCHITECTURE.md's torch rule: a kind's dataset.py, transforms.py and dali.py (what serves batches),
+    """ARCHITECTURE.md's torch rule: a kind's dataset.py, packed.py, transforms.py and dali.py (what serves batches),
     its attention.py (masks over served batches), serve/, gpu.py, lightning.py and bench/ (the serving
     benchmarks); building never."""
-    return (top(m) in KINDS and m.rsplit(".", 1)[-1] in {"dataset", "dali", "transforms", "attention"}) or top(m) in ("serve", "bench") \
+    return (top(m) in KINDS and m.rsplit(".", 1)[-1] in {"dataset", "packed", "dali", "transforms", "attention"}) or top(m) in ("serve", "bench") \
         or m in ("dataprep.gpu", "dataprep.lightning")
 
 

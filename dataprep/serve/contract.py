@@ -163,6 +163,9 @@ FLAGS: dict[str, str] = {
     "ordered": "the dataset orders its samples itself (a Mixture): the Loader refuses shuffle=True",
     "fills_in_threads": "fill_batch may run in several threads of one process at once, on disjoint rows of one request "
                         "(Loader(threads=True)); the dataset's state moves only in the first fill of a pass",
+    "pads_empty": "the samples that make an epoch's last global batch a multiple of the ranks are asked for as index "
+                  "-1, which fill_batch fills as a sample that counts nothing (packed rows: a row of padding), "
+                  "instead of the epoch's first samples served again",
     "serves_dicts": "each batch is served as a dict (batch_layout's keys, then any finish_batch adds), not a tuple",
     "independent_samples": "samples are independent random draws keyed by (epoch, index) (random token windows): a "
                            "Mixture serves them in index order, drawing no shuffle for them",
@@ -180,6 +183,8 @@ ATTRIBUTES: dict[str, str] = {
     "manifest": "with `split`: the pack a Loader state records (a digest of the split's shard checksums), so a "
                 "state from another pack of the same length is refused; without them only the length is checked",
     "split": "see `manifest`",
+    "plan_key": "a string naming what a position counts in besides the pack (packed rows: the context, strategy and "
+                "seed of their plan); a Loader state records it, and one saved under another is refused",
     "decode_paths": "a dict {path: count} the dataset adds to as it fills batches (image packs: 'full', '1/2', "
                     "'full from 256 px', ...), per process; Loader.stats() sums it over the workers, per epoch",
 }

@@ -232,7 +232,8 @@ class Loader:
         self._prefetched = ((epoch, self.seed, len(self.dataset)), thread, box)
 
     def padding(self, epoch: int = 0) -> int:
-        """How many samples of a whole epoch are served twice to give every rank equal batches.
+        """How many samples of a whole epoch are served twice (or, for a dataset that `pads_empty`, as empty
+        samples) to give every rank equal batches.
 
         Args:
             epoch: the epoch (every epoch pads the same number today).
@@ -418,7 +419,7 @@ class Loader:
         layout = self._layout(req)
         if self.sampler is None:
             batches, after = rank_batches(self._order_of(epoch), start, self.rank, self.world_size, self.batch_size,
-                                          self.drop_last)
+                                          self.drop_last, -1 if contract.flag(self.dataset, "pads_empty") else None)
         else:  # a sampler's order is this rank's already
             batches, after = rank_batches(self.epoch_order(epoch), start, 0, 1, self.batch_size, self.drop_last)
         rec = None

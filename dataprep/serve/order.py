@@ -14,8 +14,10 @@ from ..errors import DataprepError
 
 
 def rank_batches(order: np.ndarray, start: int, rank: int, world_size: int, batch_size: int,
-                 drop_last: bool) -> tuple[list[np.ndarray], list[int]]:
-    """This rank's batches of `order` from global position `start`, and the global position after each."""
+                 drop_last: bool, pad_index: int | None = None) -> tuple[list[np.ndarray], list[int]]:
+    """This rank's batches of `order` from global position `start`, and the global position after each.
+    The epoch's last global batch, without drop_last, is made a multiple of world_size with the order's
+    first samples, or with `pad_index` where given (a dataset that fills it as a sample counting nothing)."""
     n, g = len(order), world_size * batch_size
     full = max(n - start, 0) // g
     batches, after = [], []
@@ -29,7 +31,8 @@ def rank_batches(order: np.ndarray, start: int, rank: int, world_size: int, batc
         extra = share * world_size - tail
         last = order[start + full * g :]
         if extra:
-            last = np.concatenate([last, np.resize(order, extra)])
+            pad = np.resize(order, extra) if pad_index is None else np.full(extra, pad_index, order.dtype)
+            last = np.concatenate([last, pad])
         batches.append(last[rank * share : (rank + 1) * share])
         after.append(n)
     return batches, after

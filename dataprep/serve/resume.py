@@ -42,7 +42,7 @@ def loader_state(loader) -> dict[str, Any]:
             "length": int(total), "shuffle": loader.shuffle, "sampler": loader.sampler is not None,
             "crop": repr(loader.crop), "flip": loader.flip, "partition": partition_state(loader.dataset),
             "resolution": loader.schedule(epoch) if loader.schedule is not None else contract.attribute(loader.dataset, "resolution"),
-            "pack": pack_identity(loader.dataset)}
+            "pack": pack_identity(loader.dataset), "plan": contract.attribute(loader.dataset, "plan_key")}
 
 
 def pack_identity(dataset) -> str | None:
@@ -132,6 +132,11 @@ def check_state(loader, state: Any) -> int:
         raise DataprepError(f"the saved run served another pack of the same length (identity {str(saved)[:12]}..., this "
                             f"Loader's {ours[:12]}...): its position names other samples here; restore a state saved "
                             "from this pack (a state without 'pack', as older dataprep saved, is not checked)")
+    plan = contract.attribute(loader.dataset, "plan_key")
+    if plan is not None and state.get("plan") != plan:
+        raise DataprepError(f"the saved run served rows of another plan ({state.get('plan')}), this Loader's are "
+                            f"{plan}: its position names other rows here; restore it into a dataset made as the saved "
+                            "run's was")
     mine = partition_state(loader.dataset)
     if state.get("partition") != mine:
         raise DataprepError(f"the saved run's partitioned cache was {state.get('partition')}, this one is "

@@ -79,7 +79,7 @@ class RowPlan:
         return self.padding / (self.rows * self.context) if self.rows else 0.0
 
 
-def _ragged(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+def ragged(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """`concatenate([arange(s, s + c) for s, c in zip(starts, counts)])` as int64, built in one array (a
     step of 1, a jump at each run's first place, summed in place)."""
     if len(counts) and int(counts.min()) <= 0:
@@ -133,7 +133,7 @@ def cut_documents(lengths: np.ndarray, context: int) -> tuple[np.ndarray, np.nda
     per = np.where(long, (lengths - 2) // (context - 1) + 1, 1)
     index = _index_type(max(int(per.sum()), int(lengths.max())))
     doc: np.ndarray = np.repeat(np.arange(n, dtype=index), per)
-    start = _ragged(np.zeros(n, np.int64), per)
+    start = ragged(np.zeros(n, np.int64), per)
     start *= context - 1
     length = np.minimum(lengths[doc] - start, context).astype(_index_type(context + 1))
     return doc, start.astype(index), length
@@ -266,7 +266,7 @@ def _fit(counts: np.ndarray, context: int, first: bool) -> tuple[np.ndarray, np.
     np.cumsum(np.bincount(row_of, weights=take, minlength=rows).astype(np.int64), out=row_starts[1:])
     by_row = _stable_order(row_of)  # a row's runs in the order they came: its longest pieces first
     del row_of
-    return row_starts, _ragged(rank[by_row], take[by_row]).astype(index)
+    return row_starts, ragged(rank[by_row], take[by_row]).astype(index)
 
 
 def _lower_bound(counts: np.ndarray, context: int) -> int:
@@ -369,7 +369,7 @@ class Packing:
         rows = rng.permutation(self.rows)  # the epoch's order of rows (searched in stream order: far faster)
         lo, hi, first, count = lo[rows], hi[rows], first[rows], count[rows]
         del rows
-        at = _ragged(first, count)  # each segment's document, as its place in the stream
+        at = ragged(first, count)  # each segment's document, as its place in the stream
         del first
         length = np.repeat(hi, count)  # where each segment ends, then its length
         np.minimum(length, ends[at], out=length)
@@ -392,7 +392,7 @@ def _reordered(row_starts: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, n
     counts = np.diff(row_starts)[order]
     out = np.zeros(len(order) + 1, np.int64)
     np.cumsum(counts, out=out[1:])
-    return out, _ragged(row_starts[order], counts)
+    return out, ragged(row_starts[order], counts)
 
 
 def plan_rows(lengths, context: int, strategy: str = "best_fit", seed: int = 0, epoch: int = 0) -> RowPlan:
