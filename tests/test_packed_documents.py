@@ -4,7 +4,8 @@ contiguous, labels and positions as docs/training.md says; and the batch a trans
 
 The documents are made of unique words, one id each, counted up through the corpus: token t of the corpus
 has id t + 2, so a target (id -> next id) names its document and place, and a pair across two documents,
-or one served twice, is seen at once."""
+or one served twice, is seen at once. Real text (a slice of the corpus, WordPiece) repeats ids, so there a
+target is counted with its document id."""
 from __future__ import annotations
 
 import collections
@@ -15,7 +16,10 @@ import torch
 
 import dataprep
 from dataprep.errors import DataprepError, UsageError
+from dataprep.tokens.dataset import DocumentDataset
 from dataprep.tokens.packed import IGNORE, PackedDocuments, pad_cu_seqlens
+
+from .conftest import corpus_dir
 
 CONTEXT = 32
 EOT = 1
@@ -47,17 +51,20 @@ def coded(tmp_path_factory):
     return base / "p", ids
 
 
-def targets(docs) -> collections.Counter:
-    """Every within-document target (token -> next token of the same document, its end-of-text included)."""
-    return collections.Counter((d[i], (d + (EOT,))[i + 1]) for d in docs for i in range(len(d)))
+def targets(docs, eot: int = EOT, by_document: bool = False) -> collections.Counter:
+    """Every within-document target (token -> next token of the same document, its end-of-text included),
+    with its document's index where `by_document`."""
+    return collections.Counter((d[i], (d + (eot,))[i + 1], *((k,) if by_document else ()))
+                               for k, d in enumerate(docs) for i in range(len(d)))
 
 
-def served_targets(batches) -> collections.Counter:
+def served_targets(batches, by_document: bool = False) -> collections.Counter:
     got: collections.Counter = collections.Counter()
     for b in batches:
-        x, y = b["input_ids"].reshape(-1), b["labels"].reshape(-1)
-        keep = y != IGNORE
-        got.update(zip(x[keep].tolist(), y[keep].tolist()))
+        keys = ("input_ids", "labels", "document_ids") if by_document else ("input_ids", "labels")
+        cols = [b[k].reshape(-1) for k in keys]
+        keep = cols[1] != IGNORE
+        got.update(zip(*(c[keep].tolist() for c in cols)))
     return got
 
 
@@ -100,6 +107,34 @@ def test_every_target_is_served_exactly_once_an_epoch(coded, packing, workers, t
                 check_rows(b, by_doc)
             epochs.append(torch.cat([b["document_ids"] for b in batches]))
     assert not torch.equal(epochs[0], epochs[1])  # documents share other rows, and rows come in another order
+
+
+@pytest.fixture(scope="module")
+def real_text(tmp_path_factory):
+    """A token pack of two of the corpus's plays (about 285 KB), a document a paragraph, encoded with the
+    corpus's WordPiece tokenizer; each document's ids (DocumentDataset: without its end-of-text id), and
+    that id."""
+    base = tmp_path_factory.mktemp("real")
+    plays = [corpus_dir("text", name) for name in ("comedy_of_errors_gut.txt", "macbeth_gut.txt")]
+    dataprep.build.tokenize([str(p) for p in plays], base / "p", tokenizer=str(corpus_dir("tokenizer", "tokenizer.json")),
+                            split_docs="paragraph")
+    docs = DocumentDataset(base / "p")
+    return base / "p", [tuple(docs[i].tolist()) for i in range(len(docs))], docs.data.eot_id
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("packing", ["best_fit", "first_fit", "concat"])
+def test_real_text_every_target_is_served_exactly_once_with_two_workers(real_text, packing):
+    pack, docs, eot = real_text
+    context = 128
+    want = targets(docs, eot, by_document=True)
+    assert sum(len(d) + 1 > context for d in docs) >= 10  # long paragraphs are cut
+    assert max(targets(docs, eot).values()) > 1  # ids repeat: only the document id tells two targets apart
+    with loader(PackedDocuments(pack, context, packing=packing, seed=1), batch_size=8, num_workers=2) as ld:
+        assert served_targets(ld, by_document=True) == want
+    if packing == "best_fit":
+        first_fit = PackedDocuments(pack, context, packing="first_fit").info()["padding_share"]
+        assert PackedDocuments(pack, context).info()["padding_share"] <= first_fit
 
 
 def test_two_ranks_together_serve_every_target_once_and_pad_with_empty_rows(coded):
