@@ -191,3 +191,66 @@ def test_gpt_resumes_mid_epoch_on_the_same_windows(gpt):
 @slow
 def test_gpt_resumed_weights_equal_uninterrupted(gpt):
     check_weights(gpt)
+
+
+# -- the GPT on packed rows --------------------------------------------------------------------------
+# 60 documents in 44 best-fit rows of 64 tokens, batch 8: 5 steps an epoch. Stopped at step 7 (mid-epoch 1,
+# whose plan deals the documents to other rows), resumed to step 12 with 0 workers instead of 2.
+@pytest.fixture(scope="module")
+def packed_gpt(tmp_path_factory):
+    base = tmp_path_factory.mktemp("packed_gpt")
+    run("prepare.py", "text", base / "text", "--out", base / "pack", "--docs", 60)
+    common = [base / "pack", "--packed", "best_fit", "--context", 64, "--batch-size", 8, "--log-every", 4, "--device", "cpu"]
+    return {"pack": base / "pack", **three_runs("train_gpt.py", base, common, GPT_TOTAL, GPT_STOP)}
+
+
+@slow
+def test_packed_gpt_prints_its_plan_and_figures(packed_gpt):
+    out = packed_gpt["full"]
+    assert "packed rows: 60 documents in 44 rows of 64 tokens (best_fit; padding 11.6%, 1 document cut)" in out, out
+    assert re.search(r"5 steps an epoch of 8 x 64", out)
+    assert len(re.findall(r"^step \d+  loss \d+\.\d{4}  [\d,]+ tokens/s", out, re.M)) == 3  # steps 4, 8, 12
+    assert re.search(r"^sample: '.+'$", out, re.M)
+
+
+@slow
+def test_packed_gpt_resumes_mid_epoch_on_the_same_rows(packed_gpt):
+    assert "(step 2)" in packed_gpt["stopped"] and f"(step {GPT_STOP})" in packed_gpt["stopped"]
+    assert f"resumed from {packed_gpt['part']} at step {GPT_STOP} (epoch 1, 16 rows of it trained on)" in packed_gpt["resumed"]
+    check_resume(packed_gpt, GPT_TOTAL, GPT_STOP)
+    assert packed_gpt["full.log"][:5] != packed_gpt["full.log"][5:10]  # epoch 1's plan is not epoch 0's
+
+
+@slow
+def test_packed_gpt_resumed_weights_equal_uninterrupted(packed_gpt):
+    check_weights(packed_gpt)
+
+
+@slow
+def test_packed_gpt_sees_each_document_as_if_alone(packed_gpt):
+    """What the example feeds its model from a packed batch (its `model_inputs`: the document mask, positions
+    from 0 in each segment) gives every segment's tokens the logits that segment alone gives; without the
+    mask (plain causal attention, the negative control) the later segments of a row see the ones before."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("train_gpt", ROOT / "examples" / "train_gpt.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    ds = dataprep.PackedDocuments(packed_gpt["pack"], 64)
+    torch.manual_seed(0)
+    model = example.GPT(int(ds.manifest["tokenizer"]["vocab_size"]), 64).eval()
+    batch = next(iter(dataprep.Loader(ds, 4)))
+    ids, labels, extra = example.model_inputs(batch)
+    assert torch.equal(ids, batch["input_ids"]) and torch.equal(labels, batch["labels"])
+    flat, docs, cu = ids.reshape(-1), batch["document_ids"].reshape(-1), batch["cu_seqlens"].tolist()
+    with torch.no_grad():
+        packed, causal = (model(ids, **extra).flatten(0, 1), model(ids, positions=extra["positions"]).flatten(0, 1))
+        gaps, later = [], 0
+        for a, b in zip(cu, cu[1:]):  # every segment of the batch (a row's padding run too: skipped)
+            if docs[a] < 0:
+                continue
+            alone = model(flat[a:b].unsqueeze(0))[0]
+            assert torch.allclose(packed[a:b], alone, atol=1e-5), (a, b)
+            gaps.append(float((causal[a:b] - alone).abs().max()))
+            later += a % 64 > 0
+    assert later and max(gaps) > 1e-3  # rows held several segments, and attention across them would show
