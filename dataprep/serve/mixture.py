@@ -85,6 +85,14 @@ class Mixture:
     `passes` gives each member's epochs per mixture epoch; `classes` the names of the labels it serves (None
     where it serves none, or the members' lists differ and labels="as_is"). The Loader serves it with
     shuffle=False (the order is the mixture's own), sharded, resumed and scheduled like any dataset.
+
+    Members of packed token rows (`PackedDocuments`, one context) are served as they are alone: dicts, a
+    finish_batch that adds cu_seqlens, rows of padding to even out the ranks (`pads_empty`), a Loader state
+    refused under another plan (`plan_key`: the members' and the mixture's). Every row holds `context`
+    tokens, so weights are shares of the tokens served, padding counted; member m's share of the real
+    tokens is w_m f_m / sum_j w_j f_j, f being a member's fill (1 - `info()["padding_share"]`). Member m's
+    document ids are numbered on past the documents of members 0..m-1 (`documents`), so an id names one
+    document of one member.
     """
 
     ordered = True  # the Loader must not shuffle it: the interleaving is the point
@@ -105,9 +113,12 @@ class Mixture:
                 raise UsageError(f"Mixture: datasets[{m}] has a per-sample transform; members must have none (the Loader crops and flips)")
             if len(d) == 0:
                 raise UsageError(f"Mixture: datasets[{m}] is empty")
-        kinds = {type(d).__name__ for d in self.datasets}
-        if len(kinds) > 1:
-            raise UsageError(f"a Mixture mixes datasets of one kind, not {sorted(kinds)}")
+        kinds = [type(d).__name__ for d in self.datasets]
+        odd = next((m for m, k in enumerate(kinds) if k != kinds[0]), None)
+        if odd is not None:
+            raise UsageError(f"a Mixture mixes datasets of one kind, not {sorted(set(kinds))}: member {odd} "
+                             f"({_name(self.datasets[odd], odd)}) is a {kinds[odd]}, member 0 "
+                             f"({_name(self.datasets[0], 0)}) a {kinds[0]}")
         self._classes, self._label_key, self._luts = _label_space(self.datasets, labels)
         # the first member's finish_batch (contract.FinishesBatch; members are of one class), None where it has
         # none: an instance attribute, so the hook is absent for the Loader and for isinstance alike
@@ -125,6 +136,12 @@ class Mixture:
             raise DataprepError("a Mixture epoch of no samples (a member is too small for its weight?)")
         self._per_epoch = self.counts(self.samples)
         self.epoch = 0
+        if self.serves_dicts:  # packed rows take no crop: their layouts are known now, and must agree now
+            self.batch_layout(Request())
+        # where each member's document ids start in the mixture's (`documents`), None where members have none
+        documents = [getattr(d, "documents", None) for d in self.datasets]
+        whole = all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in documents)
+        self._doc_starts = np.cumsum([0] + documents[:-1]).astype(np.int64) if whole else None
 
     # -- the apportionment --------------------------------------------------------------------------
     def counts(self, c) -> np.ndarray:
@@ -151,6 +168,35 @@ class Mixture:
         """The names of the labels this mixture serves (label i is classes[i]), or None: its members serve
         no labels, or labels="as_is" over members whose lists differ."""
         return None if self._classes is None else list(self._classes)
+
+    @property
+    def serves_dicts(self) -> bool:
+        """Whether batches are dicts (the contract's `serves_dicts`): as the members' (one class) are."""
+        return contract.flag(self.datasets[0], "serves_dicts")
+
+    @property
+    def pads_empty(self) -> bool:
+        """Whether position -1 is a sample that counts nothing (the contract's `pads_empty`): where the
+        members' (one class) is, the first member fills it."""
+        return contract.flag(self.datasets[0], "pads_empty")
+
+    @property
+    def plan_key(self) -> str | None:
+        """What a Loader state's position counts in besides the packs (the contract's `plan_key`), where a
+        member has one: the members' keys, the weights, seed, epoch length and how members restart and
+        shuffle. A state saved over another mixture of such members is refused; None where no member has one."""
+        keys = [contract.attribute(d, "plan_key") for d in self.datasets]
+        if all(k is None for k in keys):
+            return None
+        weights = ", ".join(f"{w:.17g}" for w in self.weights)
+        return (f"mixture of [{'; '.join(map(str, keys))}], weights [{weights}], seed {self.seed}, "
+                f"{self.samples} samples, exhausted {self.exhausted}, shuffle {self.shuffle}")
+
+    @property
+    def documents(self) -> int | None:
+        """The members' documents (packed rows), their ids numbered on from member to member; None where a
+        member has no `documents`."""
+        return None if self._doc_starts is None else int(self._doc_starts[-1]) + self.datasets[-1].documents
 
     @property
     def passes(self) -> list[float]:
@@ -372,7 +418,8 @@ class Mixture:
 
     def __getitem__(self, i):
         """Position i of `set_epoch`'s epoch, as the Loader (seed 0) serves it: a tuple of tensors, one per
-        key of the members' batch layout (a label is a 0-d tensor)."""
+        key of the members' batch layout (a label is a 0-d tensor); a dict of them where the members
+        `serves_dicts`."""
         import torch
 
         if not -self.samples <= int(i) < self.samples:
@@ -380,6 +427,8 @@ class Mixture:
         req = Request(epoch=self.epoch)
         out = {k: np.empty((1, *shape), np.dtype(dt)) for k, (shape, dt) in self.batch_layout(req).items()}
         self.fill_batch(np.array([int(i) % self.samples]), out, req)
+        if self.serves_dicts:
+            return {k: torch.from_numpy(v[0, ...]) for k, v in out.items()}
         return tuple(torch.from_numpy(v[0, ...]) for v in out.values())  # [0, ...]: a label a 0-d array, not a scalar
 
     def worker_init(self) -> None:
@@ -401,10 +450,14 @@ class Mixture:
         request = request or Request()
         layouts = [d.batch_layout(request) for d in self.datasets]
         first = {k: (tuple(s), np.dtype(t)) for k, (s, t) in layouts[0].items()}
-        for lay in layouts[1:]:
-            if {k: (tuple(s), np.dtype(t)) for k, (s, t) in lay.items()} != first:
-                raise DataprepError(f"a Mixture's members serve different batches ({first} vs {lay}): one context, "
-                                    "one image size (or one crop), one dtype, one max_boxes (detection packs)")
+        for m, lay in enumerate(layouts[1:], 1):
+            got = {k: (tuple(s), np.dtype(t)) for k, (s, t) in lay.items()}
+            if got != first:
+                key = next((k for k in first if got.get(k) != first[k]), None) or next(k for k in got if k not in first)
+                raise DataprepError(
+                    f"a Mixture's members serve different batches (member {m}, {_name(self.datasets[m], m)}: {key} "
+                    f"{_shape(got.get(key))} vs member 0, {_name(self.datasets[0], 0)}: {_shape(first.get(key))}): one "
+                    "context, one image size (or one crop), one dtype, one max_boxes (detection packs)")
         return layouts[0]
 
     fills_rows = True
@@ -425,6 +478,8 @@ class Mixture:
             rows: The batch rows to write; None is the first len(idx).
         """
         r = request or Request()
+        if isinstance(idx, range) and idx.start < 0:  # a part of one padding position (request.as_run)
+            idx = np.asarray(idx, np.int64)
         if isinstance(idx, range) and idx.step == 1:
             if not len(idx):
                 return
@@ -435,6 +490,9 @@ class Mixture:
             idx = np.asarray(idx, np.int64).reshape(-1)
             if not idx.size:
                 return
+            if int(idx.min()) == -1 and self.pads_empty:
+                self._fill_padded(idx, out, r, rows)
+                return
             run = self._run(idx)
         if run is None:
             self._fill_scattered(idx, out, r, rows)
@@ -444,6 +502,18 @@ class Mixture:
             self._fill_joined(run, join, out, r, rows)
         else:
             self._fill_run(run, out, r, rows)
+
+    def _fill_padded(self, idx: np.ndarray, out: dict[str, np.ndarray], r: Request, rows) -> None:
+        """Positions with padding among them (-1: the Loader evens out the ranks' last batch, `pads_empty`):
+        the others as any positions, the padding by the first member (as its own -1), in the member epoch
+        that ends the mixture epoch (a plan it holds already)."""
+        at = np.arange(len(idx)) if rows is None else np.asarray(rows)
+        real, pad = np.flatnonzero(idx >= 0), np.flatnonzero(idx < 0)
+        if len(real):
+            self.fill_batch(idx[real], out, r, at[real])
+        per = int(self._per_epoch[0])
+        epoch = r.epoch if self.exhausted == "stop" else max(0, (r.epoch * per + per - 1) // int(self.lengths[0]))
+        self._fill_part(Part(0, epoch, pad, np.full(len(pad), -1, np.int64)), out, r, at)
 
     def _fill_joined(self, run: tuple[int, int], join: Joined, out: dict[str, np.ndarray], r: Request, rows) -> None:
         """Token members that line up (one dtype and context): one gather of the run's windows through the
@@ -469,6 +539,18 @@ class Mixture:
         self._fill_parts(parts, out, r, rows)
         if self._luts is not None and self._label_key in out:
             self._relabel(parts, out[self._label_key], rows)
+        if self._doc_starts is not None and "document_ids" in out:
+            self._renumber_documents(parts, out["document_ids"], rows)
+
+    def _renumber_documents(self, parts: list[Part], docs: np.ndarray, rows) -> None:
+        """Each member's document ids in the batch (packed rows) moved past the documents of the members
+        before it, so an id names one document of one member; padding (-1) is kept."""
+        for p in parts:
+            start = int(self._doc_starts[p.member])
+            if start:
+                at = p.rows if rows is None else np.asarray(rows)[p.rows]
+                got = docs[at]
+                docs[at] = np.where(got >= 0, got + start, got)
 
     def _relabel(self, parts: list[Part], labels: np.ndarray, rows) -> None:
         """Each member's labels in the batch renumbered into the mixture's classes (labels="by_name" or
@@ -541,6 +623,11 @@ class Mixture:
             self.__dict__.pop("_plans", None)
             got = self.__dict__["_joined"] = Joined(windows)
         return got if got.view is not None else None
+
+
+def _shape(spec) -> str:
+    """A batch key's (sample shape, dtype) as an error says it."""
+    return "absent" if spec is None else f"{spec[0]} {spec[1]}"
 
 
 class ClassListsDiffer(DataprepError, ValueError):
