@@ -20,7 +20,7 @@ except ImportError as e:  # pragma: no cover - the extra is installed by `make t
 
 import torch
 
-from .errors import DataprepError
+from .errors import DataprepError, UsageError
 from .kinds import kind_of
 from .pack.backends import read_manifest
 from .serve.loader import Loader
@@ -66,16 +66,24 @@ class PackDataModule(pl.LightningDataModule):
             the batch uint8; the conversion runs on the device after the transfer, channels-last.
         dtype: the normalised batch's dtype.
         dataset_kwargs: passed to the kind's dataset class (e.g. context=1024 for tokens).
+        packed: for token packs, rows of whole documents instead of windows: PackedDocuments' arguments
+            (`dict(context=2048, packing="best_fit")`; its plan's seed [default: `seed`]). Batches are
+            dicts (input_ids, labels, position_ids, document_ids, cu_seqlens, max_seqlen).
     """
 
     def __init__(self, pack: str | os.PathLike, train_split: str = "train", val_split: str | None = "val",
                  batch_size: int = 256, num_workers: int = 8, seed: int = 0, crop: Any = None, val_crop: Any = None,
                  flip: bool = False, schedule=None, cache: str | None = None, normalize: Any = "imagenet",
-                 dtype: torch.dtype = torch.float32, drop_last: bool = False, dataset_kwargs: dict | None = None):
+                 dtype: torch.dtype = torch.float32, drop_last: bool = False, dataset_kwargs: dict | None = None,
+                 packed: dict | None = None):
         super().__init__()
         self.pack = Path(pack)
         self.manifest = read_manifest(self.pack)
         self.kind = kind_of(self.manifest, self.pack / "manifest.json").name
+        if packed is not None and (self.kind != "tokens" or dataset_kwargs):
+            raise UsageError(f"PackDataModule: packed= takes the place of dataset_kwargs and serves token packs; {self.pack} "
+                             f"is a {self.kind!r} pack" + (" and dataset_kwargs is given" if dataset_kwargs else ""))
+        self.packed = None if packed is None else {"seed": seed, **packed}
         images = self.kind in IMAGE_KINDS
         if not images and (crop is not None or val_crop is not None or flip):
             raise DataprepError(f"crop and flip apply to image packs; {self.pack} is a {self.kind!r} pack")
@@ -111,6 +119,10 @@ class PackDataModule(pl.LightningDataModule):
 
     # -- LightningDataModule --------------------------------------------------------------------------
     def _dataset(self, split: str):
+        if self.packed is not None:
+            from .tokens.packed import PackedDocuments
+
+            return PackedDocuments(self.pack, split=split, cache=self.cache, **self.packed)
         cls = kind_of(self.manifest).dataset_class()
         return cls(self.pack, split=split, cache=self.cache, **self.dataset_kwargs)
 

@@ -1,6 +1,6 @@
 """dataprep.lightning.PackDataModule under a real lightning.Trainer on CPU: a model learns from it, DDP
 ranks see disjoint halves of every epoch, and a run stopped mid-epoch resumes from its checkpoint with
-exactly the batches it had not trained on."""
+exactly the batches it had not trained on, packed token rows (`packed=`) included."""
 from __future__ import annotations
 
 import json
@@ -23,6 +23,7 @@ from dataprep.lightning import PackDataModule  # noqa: E402
 from dataprep.settings import BuildSettings  # noqa: E402
 from dataprep.sources import scan_imagenet  # noqa: E402
 from dataprep.synthetic import decode_index  # noqa: E402
+from tests.test_packed_documents import CONTEXT, coded, served_targets, targets  # noqa: E402,F401 - coded: the unique-id token pack
 
 ROOT = Path(__file__).resolve().parents[1]
 # Lightning's own advice (few workers, a small batch) and its dependencies' deprecations are not under test
@@ -247,3 +248,45 @@ def test_a_mid_epoch_world_size_change_is_refused_under_lightning(index_pack):
         _TrainerLoader(ds, 2, shuffle=True, rank=0, world_size=2).load_state_dict(one.state_dict())
     list(it)  # at the epoch's end a new world size is fine
     _TrainerLoader(ds, 2, shuffle=True, rank=0, world_size=2).load_state_dict(one.state_dict())
+
+
+class RowRecorder(pl.LightningModule):
+    """Records each packed batch's rows (dicts pass Lightning's transfer as they are)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(1, 1)
+        self.seen: list[dict] = []
+
+    def training_step(self, batch, i):
+        assert batch["cu_seqlens"].dtype == torch.int32 and batch["input_ids"].shape[1] == CONTEXT
+        self.seen.append({k: batch[k].clone() for k in ("input_ids", "labels")})
+        return self.lin(batch["input_ids"].float().mean(1, keepdim=True)).sum()
+
+    def validation_step(self, batch, i):
+        pass
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), 0.01)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_packed_rows_of_a_token_pack_serve_every_target_an_epoch_and_resume_mid_epoch(coded, tmp_path, workers):  # noqa: F811
+    pack, docs = coded
+
+    def run(callbacks=(), ckpt=None):
+        model = RowRecorder()
+        dm = PackDataModule(pack, batch_size=4, num_workers=workers, seed=3, packed=dict(context=CONTEXT, packing="first_fit"))
+        trainer(max_epochs=2, limit_val_batches=0, callbacks=list(callbacks)).fit(model, dm, ckpt_path=ckpt)
+        return model.seen
+
+    whole = run()
+    steps = len(whole) // 2
+    for e in range(2):
+        assert served_targets(whole[e * steps : (e + 1) * steps]) == targets(docs)  # every target once an epoch
+    head = run([StopMidEpoch(1, 2, tmp_path / "mid.ckpt")])
+    rest = run(ckpt=tmp_path / "mid.ckpt")
+    assert len(head) == steps + 3 and len(head) + len(rest) == len(whole)
+    assert all(torch.equal(a[k], b[k]) for a, b in zip(head + rest, whole) for k in a)  # nothing lost or repeated
+    with pytest.raises(DataprepError, match="token packs"):
+        PackDataModule(pack, packed=dict(context=CONTEXT), dataset_kwargs=dict(context=CONTEXT))
