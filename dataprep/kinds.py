@@ -4,9 +4,9 @@ of keeping tables keyed by kind; the storage layer (pack/) and serving (serve/) 
 
 A kind's package holds `field.py` with `fields_of(manifest)` (every field of such a pack),
 `served_fields(manifest, resolution)` (those a dataset holds by default, the served one first) and
-`summary(manifest)` (its lines in `dataprep info`), a build function and a dataset class. Adding a kind
-is one new package and one line below (ARCHITECTURE.md, "How to add a kind"). Nothing is imported until
-a kind is used.
+`summary(manifest)` (its lines in `dataprep info`; where its samples pack into rows, as tokens do,
+`packed_rows` too), a build function and a dataset class. Adding a kind is one new package and one
+line below (ARCHITECTURE.md, "How to add a kind"). Nothing is imported until a kind is used.
 """
 from __future__ import annotations
 
@@ -40,6 +40,12 @@ class Kind:
     def summary(self, manifest: dict[str, Any]) -> list[str]:
         """Lines `dataprep info` prints about this kind's own settings."""
         return self._module("field").summary(manifest)
+
+    def packed_rows(self, pack: str | Path, manifest: dict[str, Any], context: int, strategy: str) -> dict[str, Any] | None:
+        """What packing each split into rows of `context` tokens gives (`dataprep info --context`: the
+        kind's `packed_rows`), or None for a kind whose samples are not packed into rows."""
+        plan = getattr(self._module("field"), "packed_rows", None)
+        return None if plan is None else plan(pack, manifest, context, strategy)
 
     def build_function(self):
         return getattr(self._module(self.build_module), self.build)

@@ -285,3 +285,73 @@ def test_audit_json_help_names_every_key_a_report_row_can_have():
     help_text = next(p.help for p in command.params if p.name == "as_json")
     missing = [k for k in [*report, *report["pairs"][0]] if f'"{k}"' not in help_text]
     assert not missing, f"--json's help leaves out {missing}: {help_text}"
+
+
+# -- info --context: a token pack's packing plan --------------------------------------------------------
+@pytest.fixture(scope="module")
+def paragraphs_pack(tmp_path_factory):
+    """A token pack of 240 paragraphs of 3 to 160 words (many past a 64-token row), train and val, in
+    shards of about 2,000 tokens (cut where a 4 KiB chunk of text ends); and its copies as HDF5 and Zarr."""
+    import numpy as np
+
+    from dataprep.tokens.tokenize import TokenizeSettings, tokenize
+
+    base = tmp_path_factory.mktemp("paragraphs")
+    rng = np.random.default_rng(3)
+    words = [f"w{j}" for j in range(200)]
+    (base / "docs.txt").write_text("\n\n".join(" ".join(rng.choice(words, int(n))) for n in rng.integers(3, 160, 240)))
+    tokenize([str(base / "docs.txt")], base / "p", TokenizeSettings(split="paragraph", val_fraction=0.2,
+                                                                    shard_tokens=2000, chunk_bytes=4096),
+             train_bpe_vocab=400)
+    for fmt, name in (("hdf5", "p.h5"), ("zarr", "p.zarr")):
+        assert run("convert", base / "p", "--to", fmt, "--out", base / name).exit_code == 0
+    return base
+
+
+@pytest.mark.parametrize("packing", ["best_fit", "first_fit", "concat"])
+@pytest.mark.parametrize("name", ["p", "p.h5", "p.zarr"])
+def test_info_context_gives_the_plan_packed_documents_serves(paragraphs_pack, name, packing):
+    """Each split's rows, padding and documents cut, read from the document offsets alone, are what
+    PackedDocuments plans for the split (seed 0, epoch 0), on every backend, in the text and in --json."""
+    from dataprep import PackedDocuments
+
+    pack = paragraphs_pack / name
+    m = read_manifest(pack)
+    assert len(m["splits"]["train"]["shards"]) > 1 and m["splits"]["val"]["count"] > 0
+    r = run("info", pack, "--context", 64, "--packing", packing, "--json")
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.output)
+    assert got["splits"] == m["splits"] and got["packed_rows"]["context"] == 64 and got["packed_rows"]["packing"] == packing
+    text = run("info", pack, "--context", 64, "--packing", packing)
+    assert text.exit_code == 0 and f"packed:    rows of 64 tokens by {packing}" in text.output, text.output
+    for split in ("train", "val"):
+        want = PackedDocuments(paragraphs_pack / "p", 64, packing=packing, split=split).info()
+        figures = got["packed_rows"]["splits"][split]
+        assert {k: figures[k] for k in ("documents", "rows", "tokens", "padding_share", "documents_cut")} == \
+            {k: want[k] for k in ("documents", "rows", "tokens", "padding_share", "documents_cut")}
+        assert figures["padding"] == want["rows"] * 64 - want["tokens"] and figures["documents_cut"] > 0
+        cut = want["documents_cut"]
+        assert (f"  {split}: {want['documents']:,} documents in {want['rows']:,} rows, padding "
+                f"{100 * want['padding_share']:.3f} % ({figures['padding']:,} tokens), {cut:,} documents cut") in text.output
+
+
+def test_info_without_context_prints_no_plan_and_best_fit_is_the_default(paragraphs_pack):
+    r = run("info", paragraphs_pack / "p")
+    assert r.exit_code == 0 and "packed" not in r.output
+    assert "packed_rows" not in json.loads(run("info", paragraphs_pack / "p", "--json").output)
+    r = run("info", paragraphs_pack / "p", "--context", 64)
+    assert r.exit_code == 0 and "rows of 64 tokens by best_fit" in r.output
+
+
+def test_info_context_on_what_is_not_a_local_token_pack_is_a_clear_error(paragraphs_pack, index_tree, tmp_path):
+    assert run("build", "folder", index_tree / "train", "--out", tmp_path / "img", "--size", 16, "-j", 1).exit_code == 0
+    r = run("info", tmp_path / "img", "--context", 64)
+    assert r.exit_code == 2 and f"--context: {tmp_path / 'img'} is a pack of images; rows of tokens are packed from a " \
+                                "token pack's documents" in r.output, r.output
+    r = run("info", paragraphs_pack / "p", "--packing", "concat")
+    assert r.exit_code == 2 and "--packing says how --context's rows are packed: give --context too" in r.output
+    r = run("info", paragraphs_pack / "p", "--context", 1)
+    assert r.exit_code == 2 and "--context" in r.output
+    url = (paragraphs_pack / "p").as_uri()
+    r = run("info", url, "--context", 64)
+    assert r.exit_code == 1 and f"--context: {url} is at a URL; the plan is made from a local pack's document offsets" in r.output, r.output

@@ -1,5 +1,7 @@
 """`dataprep info PACK`: the manifest in a readable form (or as JSON), and a cheap check that every file it
-records is there (by existence and recorded size; `dataprep verify` reads and hashes them)."""
+records is there (by existence and recorded size; `dataprep verify` reads and hashes them). With `--context`,
+a token pack's packing plan too: rows an epoch, padding and documents cut per split, from the document
+offsets alone."""
 from __future__ import annotations
 
 import json
@@ -8,6 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import click
+
+from ..errors import DataprepError, UsageError
+from ..tokens.packing import STRATEGIES
 
 
 def first_of(items: list, n: int, what: str = "more") -> str:
@@ -56,18 +61,26 @@ def missing_files(pack: str | os.PathLike, m: dict[str, Any]) -> tuple[str, int,
 
 @click.command()
 @click.argument("pack", type=click.Path())
-@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON (with --context, and packed_rows).")
 @click.option("--skipped", is_flag=True, help="List every skipped source file with its reason.")
+@click.option("--context", type=click.IntRange(min=2), default=None,
+              help="A token pack: also the rows of this many tokens packing its documents makes, per split.")
+@click.option("--packing", type=click.Choice(STRATEGIES), default=None,
+              help="The packing strategy of --context's rows [default: best_fit].")
 @click.pass_context
-def info(ctx, pack, as_json, skipped):
+def info(ctx, pack, as_json, skipped, context, packing):
     """Describe a pack: kind, format, settings, splits, classes, fields and skipped files; check that every file
     the manifest records exists with its recorded size (exit 1 when one does not; `dataprep verify` also reads
-    and hashes them)."""
+    and hashes them). With --context (and --packing), a token pack's packed rows as PackedDocuments serves
+    them: rows an epoch, padding share and documents cut, per split."""
     from ..kinds import kind_of
     from ..pack.backends import read_manifest
     from ..remote.urls import is_url
 
-    if is_url(pack):  # the manifest read from the store, every object looked up (sizes), none read
+    if packing is not None and context is None:
+        raise UsageError("--packing says how --context's rows are packed: give --context too")
+    remote = is_url(pack)
+    if remote:  # the manifest read from the store, every object looked up (sizes), none read
         from ..remote.fetch import RemotePack, missing_objects
 
         rp = RemotePack(pack)
@@ -77,10 +90,15 @@ def info(ctx, pack, as_json, skipped):
     else:
         m = read_manifest(pack)
         what, checked, bad = missing_files(pack, m)
+    kind = kind_of(m, pack)
+    # a pack missing files says so first; its plan would fail on them
+    rows = None if context is None or bad else packed(pack, m, kind, context, packing or STRATEGIES[0], remote)
     if as_json:
-        click.echo(json.dumps(m, indent=1))
+        click.echo(json.dumps(m if rows is None else {**m, "packed_rows": rows}, indent=1))
     else:
-        describe(pack, m, skipped, kind_of(m, pack))
+        describe(pack, m, skipped, kind)
+        if rows is not None:
+            describe_rows(rows)
         if not bad:
             click.echo(f"files:     {checked:,} {what}: all present" if checked > 1 else f"files:     one {what}: present")
     if bad:
@@ -88,6 +106,28 @@ def info(ctx, pack, as_json, skipped):
             click.echo(f"BAD {line}", err=as_json)
         click.echo(f"FAILED: {pack}: {len(bad):,} of {checked:,} files missing or not as recorded", err=True)
         ctx.exit(1)
+
+
+def packed(pack, m: dict[str, Any], kind, context: int, strategy: str, remote: bool) -> dict[str, Any]:
+    """The JSON's `packed_rows`: the context, the strategy and each split's figures (the kind's `packed_rows`);
+    a UsageError for a pack whose kind packs no rows, a DataprepError for a pack at a URL."""
+    if remote:
+        raise DataprepError(f"--context: {pack} is at a URL; the plan is made from a local pack's document offsets: "
+                            "copy it first (dataprep convert URL --to npy --out DIR) and run info on DIR")
+    splits = kind.packed_rows(pack, m, context, strategy)
+    if splits is None:
+        raise UsageError(f"--context: {pack} is a pack of {m['kind']}; rows of tokens are packed from a token pack's "
+                         "documents (dataprep tokenize)")
+    return {"context": context, "packing": strategy, "splits": splits}
+
+
+def describe_rows(rows: dict[str, Any]) -> None:
+    click.echo(f"packed:    rows of {rows['context']:,} tokens by {rows['packing']}, as PackedDocuments serves them "
+               "(as many rows every epoch)")
+    for name, r in rows["splits"].items():
+        cut = r["documents_cut"]
+        click.echo(f"  {name}: {r['documents']:,} documents in {r['rows']:,} rows, padding {100 * r['padding_share']:.3f} % "
+                   f"({r['padding']:,} tokens), {cut:,} document{'s' * (cut != 1)} cut")
 
 
 def describe(pack, m: dict[str, Any], skipped: bool, kind) -> None:

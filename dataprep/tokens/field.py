@@ -86,3 +86,56 @@ def summary(m: dict[str, Any]) -> list[str]:
     tok = m["tokenizer"]
     return [f"tokens:    {np.dtype(m['fields']['tokens']['dtype']).name}, vocabulary {tok['vocab_size']:,}, end-of-text id {tok['eot_id']}"]
 
+
+
+def document_lengths(reader, split: str) -> np.ndarray:
+    """Each document's tokens, its end-of-text id included, in a split: from the document offsets alone,
+    shard by shard (no token is read), through any backend's reader.
+
+    Args:
+        reader: The pack's reader (pack/backends' `open_reader`).
+        split: The split's name.
+
+    Returns:
+        (documents,) int64, each >= 1.
+    """
+    field = TokensField.from_manifest(reader.manifest, reader.root)
+    parts = []
+    for k, shard in enumerate(reader.manifest["splits"][split]["shards"]):
+        lengths = np.diff(np.asarray(reader.shard_array(split, k, field.offsets), np.int64))
+        if len(lengths) != int(shard["count"]) or (len(lengths) and int(lengths.min()) < 1):
+            raise PackError(f"{reader.root}: {split}/{shard['name']}/{field.offsets}.npy: not {shard['count']} documents "
+                            "of at least one token each (run dataprep verify)")
+        parts.append(lengths)
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def packed_rows(pack: str | Path, m: dict[str, Any], context: int, strategy: str) -> dict[str, dict[str, Any]]:
+    """What packing each split's documents into rows of `context` tokens gives (`dataprep info --context`):
+    the plan `PackedDocuments` serves, made of seed 0's epoch 0. Rows and padding are the same in every
+    epoch; the documents concat cuts vary a little with the epoch's order, the fits' do not.
+
+    Args:
+        pack: A local token pack (any backend).
+        m: Its manifest.
+        context: Tokens a row (>= 2).
+        strategy: A packing strategy (tokens/packing.py's `STRATEGIES`).
+
+    Returns:
+        split -> documents, rows, tokens (in rows: a cut's overlapping token counts twice), padding (tokens),
+        padding_share, documents_cut.
+    """
+    from ..pack.backends import open_reader
+    from .packing import Packing
+
+    reader = open_reader(pack)
+    try:
+        out = {}
+        for split in m["splits"]:
+            lengths = document_lengths(reader, split)
+            plan = Packing(lengths, context, strategy).plan(0, 0)
+            out[split] = {"documents": len(lengths), "rows": plan.rows, "tokens": plan.tokens, "padding": plan.padding,
+                          "padding_share": plan.padding_share, "documents_cut": plan.documents_cut}
+        return out
+    finally:
+        reader.close()
