@@ -55,6 +55,7 @@ class PackedDocuments:
     serves_dicts = True  # a batch is a dict: its cu_seqlens is made from the whole batch (finish_batch)
     pads_empty = True  # rows that even out the ranks' last batch are rows of padding (index -1), not rows again
     fills_in_threads = True  # fills write disjoint rows; the plans are made under a lock
+    fills_rows = True  # fill_batch takes rows= (a Mixture writes a member's scattered rows in place)
 
     def __init__(self, pack: str | os.PathLike, context: int, packing: str = "best_fit", split: str = "train",
                  seed: int = 0, cache: str = "ram"):
