@@ -5,7 +5,7 @@ import shutil
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from dataprep.errors import PackError
@@ -25,6 +25,8 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=12,
 )
+# A negative control needs the property to fail, not the smallest failing case: no shrinking (most of its time)
+NO_SHRINK = [Phase.explicit, Phase.reuse, Phase.generate]
 SLOW = settings(max_examples=int(__import__("os").environ.get("DATAPREP_EXAMPLES", 60)), deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -79,7 +81,7 @@ def test_the_manifest_property_catches_a_reader_that_ignores_format_and_version(
     # negative control: a check_manifest that accepts any dict with mappings for splits and fields
     monkeypatch.setattr("dataprep.pack.manifest.check_manifest", _names_only)
 
-    @settings(max_examples=200, deadline=None, database=None)
+    @settings(max_examples=200, deadline=None, database=None, phases=NO_SHRINK)
     @given(value=json_values | near_manifests)
     def prop(value):
         _manifest_property(tmp_path, value)
@@ -156,7 +158,7 @@ def _offsets_from_sizes_load_blob(*args, **kw):
 @pytest.mark.parametrize("wrong", [_zero_load_blob, _offsets_from_sizes_load_blob], ids=["zeros", "even_offsets"])
 def test_the_offsets_property_catches_a_wrong_load_blob(tmp_path, wrong):
     # negative control: a load_blob serving zeros (or offsets it made up) must make the property fail
-    @settings(max_examples=200, deadline=None, database=None)
+    @settings(max_examples=200, deadline=None, database=None, phases=NO_SHRINK)
     @given(**OFFSETS_CASES)
     def prop(sizes, noise, replace):
         _offsets_property(wrong, tmp_path, sizes, noise, replace)
