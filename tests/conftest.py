@@ -12,11 +12,28 @@ from dataprep.synthetic import write_tree
 CORPUS = Path(os.environ.get("DATAPREP_CORPUS", Path(__file__).resolve().parents[2] / "shared" / "corpus"))
 
 
+def _fsync_checked(fd) -> None:
+    """os.fsync in this process, as the tests see it: the descriptor is checked as fsync checks it (a closed
+    or wrong one raises OSError, anything else TypeError), and nothing is forced to the disk."""
+    if not isinstance(fd, int):
+        if not hasattr(fd, "fileno"):
+            raise TypeError("argument must be an int, or have a fileno() method.")
+        fd = fd.fileno()
+    os.fstat(fd)
+
+
 def pytest_configure(config):
     """No cyclic garbage collection while the test modules are imported: collecting imports torch, lightning,
     dask and every test module, and the collector walked that growing heap again and again (a fifth of the
-    time collection takes). pytest_collection_finish turns it back on."""
+    time collection takes). pytest_collection_finish turns it back on.
+
+    And no fsync to the disk in this process (DATAPREP_TEST_FSYNC=1 keeps it): every shard, manifest and
+    file written in place is fsynced, some 30 a build, and a test cannot tell a synced file from one in the
+    page cache (that takes a power cut); on a shared disk they cost over a tenth of a build-heavy file's
+    time. Forked workers inherit this; a process started with a new interpreter still fsyncs."""
     gc.disable()
+    if os.environ.get("DATAPREP_TEST_FSYNC") != "1":
+        os.fsync = _fsync_checked
 
 
 def pytest_collection_finish(session):
