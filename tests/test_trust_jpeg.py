@@ -429,3 +429,23 @@ def test_tampered_jpeg_bytes_give_an_error_naming_the_sample_or_pixels(tmp_path)
     assert len(lies) == 24 and all(g[3] == "named" for g in lies), [g for g in lies if g[3] != "named"]
     named = sum(g[3] == "named" for g in got)
     assert named > len(got) // 4, named  # most lies are caught before a decoder runs
+
+
+def test_each_stored_jpeg_is_checked_once_a_process_and_a_forged_one_still_refused(tmp_path, monkeypatch):
+    """The header check runs before a sample's first decode in a process, not every epoch (the held bytes do
+    not change); a sample that fails it is refused on every attempt."""
+    src = tree(tmp_path / "src", {f"p{k}.JPEG": pil_jpeg(photo(48, 64, k), quality=90) for k in range(5)})
+    pack = build(src, tmp_path / "pack", size=40, mode="encoded")
+    calls = []
+    real = batches.jpeg_refusal
+    monkeypatch.setattr(batches, "jpeg_refusal", lambda *a: calls.append(1) or real(*a))
+    ds = dataprep.InMemoryImageDataset(pack)
+    with Loader(ds, 3, crop=dataprep.RandomResizedCrop(24), flip=True) as ld:
+        for _ in range(3):
+            assert sum(len(x) for x, _ in ld) == len(ds)
+    assert len(calls) == len(ds)  # three epochs, one check a sample
+    forge(pack, 2, declaring(pil_jpeg(photo(48, 64, 9), quality=90), 30000, 30000), (48, 64, 3))
+    forged = dataprep.InMemoryImageDataset(pack)
+    for _ in range(2):
+        with pytest.raises(PackError, match="sample 2"):
+            list(Loader(forged, 3, crop=dataprep.RandomResizedCrop(24)))

@@ -204,15 +204,31 @@ class BatchFilling:
         """Sample i's JPEG bytes in a held resolution's store (a view), once every serving path may decode them
         (field.jpeg_refusal: its frame header, its bytes and the pack's caps). Read from the header before a
         decoder allocates: a damaged or forged pack must not make a 633-byte sample decode to gigabytes,
-        whatever its shapes say."""
+        whatever its shapes say. The held bytes never change, so a sample is checked once per process and
+        store (`_passed`), not every epoch."""
         a = store.arrays
-        h, w = (int(v) for v in a["shapes"][i, :2])
         buf = a["images"][a["offsets"][i] : a["offsets"][i + 1]]
+        passed = self._passed_in(store)
+        if passed[i]:
+            return buf
+        h, w = (int(v) for v in a["shapes"][i, :2])
         why = jpeg_refusal(buf, h, w, self.manifest, res)
         if why is not None:
             raise PackError(f"{self.pack}/{self.split}: sample {i} ({self._sources[i]}) at {res} px {why}; "
                             "not decoded (verify the pack, or rebuild it)")
+        passed[i] = True  # threads may race here: each writes True for a sample it checked
         return buf
+
+    def _passed_in(self, store) -> np.ndarray:
+        """The samples of `store` whose JPEG header passed in this process (one byte each), made at first use.
+        Keyed by the store object, which the entry keeps alive so its id is never reused while listed."""
+        held = self.__dict__.setdefault("_passed", {})
+        entry = held.get(id(store))
+        if entry is None or entry[0] is not store:
+            if len(held) > 8:  # stores switched away from (resolutions, partition parts): let them go
+                held.clear()
+            entry = held[id(store)] = (store, np.zeros(len(store.arrays["offsets"]) - 1, bool))
+        return entry[1]
 
     def _decoded(self, store, field, i: int, factor: int, res) -> np.ndarray:
         """Sample i of a held resolution's store, decoded at 1/factor (JPEG) or as stored (raw)."""

@@ -18,6 +18,8 @@ import numpy as np
 from ..errors import PackError
 from ..pack.arrays import BYTES, OFFSETS, SHAPES, LoadContext, blob_arrays, blob_shapes, load_blob, load_rows, rows_shape
 from ..pack.fields import Field, IdsField, LabelField, RowsField, StringsField
+from .jpegseg import jpeg_problem
+from .settings import over_caps
 
 # What each role's arrays are called: the generic keys a field's `load` returns (its stored names add the
 # field's suffix). Distinct per role, so one split's fields load into one flat dict.
@@ -234,9 +236,6 @@ def jpeg_refusal(buf, h: int, w: int, manifest: dict[str, Any], res) -> str | No
     Returns:
         The reason, worded to follow "sample i at R px"; None where it may be decoded.
     """
-    from .jpegseg import jpeg_problem
-    from .settings import over_caps
-
     why = jpeg_problem(buf, h, w)
     if why is not None:
         return f"holds {why}, but the pack records {w}x{h}"
