@@ -248,7 +248,7 @@ def main(argv=None) -> None:
     loader = Loader(ds, args.batch_size, shuffle=True, seed=args.seed, num_workers=args.workers, drop_last=True)
     if not len(loader):
         sys.exit(f"{args.pack}: {len(ds)} {what} of {args.context} tokens an epoch, fewer than one batch of {args.batch_size}")
-    vocab = int(ds.data.manifest["tokenizer"]["vocab_size"])
+    vocab = ds.vocab_size
     model = GPT(vocab, args.context).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1, betas=(0.9, 0.95))
     step = resume(args.checkpoint, model, opt, loader) if args.resume else 0
@@ -281,7 +281,7 @@ def main(argv=None) -> None:
     loader.close()
     first = ds[0]["input_ids"] if args.packed else ds[0][0]  # a packed row starts with a document's first tokens
     prompt = first[:8].unsqueeze(0).to(device)
-    print("sample:", repr(ds.data.tokenizer.decode(model.generate(prompt, 32, args.context)[0].tolist())), flush=True)
+    print("sample:", repr(ds.tokenizer.decode(model.generate(prompt, 32, args.context)[0].tolist())), flush=True)
 
 
 if __name__ == "__main__":

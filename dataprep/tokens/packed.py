@@ -95,6 +95,16 @@ class PackedDocuments:
         return self.data.eot_id
 
     @property
+    def vocab_size(self) -> int:
+        """The tokenizer's vocabulary size (ids are below it)."""
+        return int(self.data.manifest["tokenizer"]["vocab_size"])
+
+    @property
+    def tokenizer(self):
+        """The pack's copy of its tokenizer, read on first use."""
+        return self.data.tokenizer
+
+    @property
     def documents(self) -> int:
         """Documents in the split."""
         return len(self.data.doc_offsets) - 1
