@@ -10,10 +10,10 @@ TORCH  ?= torch==2.13.0
 # `make test` installs nothing, and a change to setup.cfg, pyproject.toml, setup.py, the C source it builds
 # (dataprep/images/_jpegseg.c) or this file installs again.
 STAMP  ?= $(VENV)/.installed
-# Extras `make test` (and `make install`) add: test, dask and lightning everywhere; DALI's wheels exist for Linux x86_64
+# Extras `make test` (and `make install`) add: test, dask, lightning and video (PyAV) everywhere; DALI's wheels exist for Linux x86_64
 # only (about 1 GB installed); lightning for dataprep.lightning. `make test EXTRAS=test` leaves them out, and their
 # tests are skipped with the reason.
-EXTRAS ?= $(if $(filter Linux-x86_64,$(shell uname -s)-$(shell uname -m)),test$(comma)dask$(comma)lightning$(comma)dali,test$(comma)dask$(comma)lightning)
+EXTRAS ?= $(if $(filter Linux-x86_64,$(shell uname -s)-$(shell uname -m)),test$(comma)dask$(comma)lightning$(comma)video$(comma)dali,test$(comma)dask$(comma)lightning$(comma)video)
 comma  := ,
 EXTRA_STAMPS = $(addprefix $(STAMP)-,$(subst $(comma), ,$(EXTRAS)))
 

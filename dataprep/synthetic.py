@@ -129,3 +129,99 @@ def write_segmentation_tree(root: str | Path, splits: dict[str, int] | None = No
             m.save(root / "masks" / split / f"scene_{j:04d}.png")
             k += 1
     return root / "images", root / "masks"
+
+
+def video_frame(n: int, h: int, w: int) -> np.ndarray:
+    """Frame `n` (n < 1024) of a frame-coded video: the top half one flat colour coding n (index_colour: levels 8
+    apart, read back by averaging, so a lossy codec cannot change it), the bottom half a ramp, red rising with x
+    and green with y (255 at the far edge), blue at 128."""
+    top = h // 2
+    img = np.empty((h, w, 3), np.uint8)
+    img[:top] = index_colour(n)
+    y, x = np.mgrid[top:h, 0:w]
+    img[top:, :, 0] = (255 * x // max(w - 1, 1)).astype(np.uint8)
+    img[top:, :, 1] = (255 * y // max(h - 1, 1)).astype(np.uint8)
+    img[top:, :, 2] = 128
+    return img
+
+
+def decode_frame_number(img: np.ndarray) -> int:
+    """The frame number of a frame-coded video's frame (`video_frame`), from the middle of its top half."""
+    h, w = img.shape[:2]
+    return decode_index(img[h // 8 : max(3 * h // 8, h // 8 + 1)].reshape(-1, w, img.shape[2]))
+
+
+def write_video(path: str | Path, frames: int, h: int, w: int, fps: float = 10, codec: str = "mpeg4", first: int = 0,
+                times: list[float] | None = None, rotate: int = 0) -> Path:
+    """A frame-coded video (`video_frame`): frame k shows number `first + k`. Needs PyAV (the `video` extra).
+
+    Args:
+        path: The file; its extension picks the container (mp4, mkv, webm, avi, mov).
+        frames: How many frames.
+        h, w: The frame size (even sizes for the 4:2:0 codecs).
+        fps: The frame rate, when `times` is None.
+        codec: An FFmpeg encoder PyAV's wheels hold: mpeg4, libx264, libvpx-vp9 (webm), mjpeg.
+        first: The first frame's number.
+        times: Each frame's time in seconds (a variable frame rate); None: k / fps.
+        rotate: 90, 180 or 270: an mp4 or mov whose display matrix says to turn it that many degrees clockwise.
+
+    Returns:
+        The path.
+    """
+    import fractions
+
+    import av
+
+    path = Path(path)
+    tb = fractions.Fraction(1, 1000)
+    with av.open(str(path), "w") as out:
+        s = out.add_stream(codec, rate=fractions.Fraction(fps).limit_denominator(1000))
+        s.width, s.height, s.pix_fmt = w, h, "yuv420p" if codec != "mjpeg" else "yuvj420p"
+        s.codec_context.time_base = s.time_base = tb
+        s.bit_rate = 20_000_000  # far above what tiny frames need: the coded colours stay within index_colour's margin
+        if codec == "libx264":
+            s.options = {"crf": "12"}
+        for k in range(frames):
+            frame = av.VideoFrame.from_ndarray(video_frame(first + k, h, w), format="rgb24")
+            frame.pts = round((times[k] if times is not None else k / fps) * 1000)
+            frame.time_base = tb
+            for p in s.encode(frame):
+                out.mux(p)
+        for p in s.encode():
+            out.mux(p)
+    if rotate:
+        _set_rotation(path, rotate)
+    return path
+
+
+def _set_rotation(path: Path, degrees: int) -> None:
+    """Write a display matrix turning the video `degrees` clockwise into its mp4/mov track header (tkhd)."""
+    import struct
+
+    one = 0x10000  # 16.16 fixed point
+    a, b = {90: (0, one), 180: (-one, 0), 270: (0, -one)}[degrees % 360]
+    data = bytearray(path.read_bytes())
+    k = data.find(b"tkhd")
+    if k < 0:
+        raise ValueError(f"{path}: no track header to rotate (only mp4 and mov have one)")
+    at = k + 8 + (28 if data[k + 4] == 0 else 40) + 8  # past version/flags, the times, track id and the layer fields
+    data[at : at + 36] = struct.pack(">9i", a, b, 0, -b, a, 0, 0, 0, 0x40000000)
+    path.write_bytes(bytes(data))
+
+
+def write_video_tree(root: str | Path, classes: int = 2, per_class: int = 2, frames: int = 12, h: int = 32, w: int = 48,
+                     fps: float = 10, split: str = "train", codec: str = "mpeg4", ext: str = ".mp4") -> list[Path]:
+    """Class folders of frame-coded videos: `root/<split>/class_<c>/video_<j><ext>`, video g (counted over the
+    tree) numbering its frames from g * frames (keep classes * per_class * frames under 1024).
+
+    Returns:
+        The videos written, in the order the build lists them.
+    """
+    out = []
+    for c in range(classes):
+        d = Path(root) / split / f"class_{c}"
+        d.mkdir(parents=True, exist_ok=True)
+        for j in range(per_class):
+            g = c * per_class + j
+            out.append(write_video(d / f"video_{j}{ext}", frames, h, w, fps, codec, first=g * frames))
+    return out
