@@ -9,6 +9,7 @@
     build.coco(images, out, annotations="instances_train2017.json")
     build.yolo("datasets/coco8", out, split="val")
     build.volumes(src, out, shape=(64, 128, 128))
+    build.video("clips/", out, size=128, fps=8)
     build.table("train.csv", out, target="label")
     build.tokenize(["corpus/"], out, tokenizer="tokenizer.json")      # also dataprep.tokenize
 
@@ -39,12 +40,14 @@ from .options import (
     IMAGE_OPTIONS,
     TABLE_OPTIONS,
     TOKENIZE_OPTIONS,
+    VIDEO_OPTIONS,
     VOLUME_OPTIONS,
     ImageOptions,
     RunOptions,
     ShardOptions,
     TableOptions,
     TokenizeOptions,
+    VideoOptions,
     VolumeOptions,
 )
 from .options import check as _check
@@ -58,9 +61,10 @@ else:  # PEP 692's Unpack is typing's from 3.11; before, typing_extensions' (set
 if TYPE_CHECKING:
     from .driver import BuildSummary
 
-__all__ = ["DETECTION_OPTIONS", "IMAGE_OPTIONS", "TABLE_OPTIONS", "TOKENIZE_OPTIONS", "VOLUME_OPTIONS", "BuildInterrupted", "ImageOptions",
-           "NothingStored", "RunOptions", "ShardOptions", "TableOptions", "TableSummary", "TokenizeOptions", "TokenizeSummary", "VolumeOptions",
-           "coco", "folder", "imagenet", "list", "parquet", "segmentation", "table", "tokenize", "volumes", "webdataset", "yolo"]
+__all__ = ["DETECTION_OPTIONS", "IMAGE_OPTIONS", "TABLE_OPTIONS", "TOKENIZE_OPTIONS", "VIDEO_OPTIONS", "VOLUME_OPTIONS", "BuildInterrupted",
+           "ImageOptions", "NothingStored", "RunOptions", "ShardOptions", "TableOptions", "TableSummary", "TokenizeOptions", "TokenizeSummary",
+           "VideoOptions", "VolumeOptions", "coco", "folder", "imagenet", "list", "parquet", "segmentation", "table", "tokenize", "video",
+           "volumes", "webdataset", "yolo"]
 
 
 class BuildInterrupted(KeyboardInterrupt):
@@ -505,6 +509,35 @@ def volumes(src: str | os.PathLike, out: str | os.PathLike, **options: Unpack[Vo
     source = scan_files(src, o["split"], VOLUME_EXTENSIONS)
     fn = functools.partial(build_volumes, volume=vs, masks=o["masks"], mask_dtype=None if o["mask_dtype"] == "auto" else o["mask_dtype"])
     return run(source, fn, _settings(o), o, "volumes")
+
+
+def video(src: str | os.PathLike, out: str | os.PathLike, *, root: str | os.PathLike | None = None,
+          **options: Unpack[VideoOptions]) -> BuildSummary:
+    """Pack videos as JPEG frames at the training size: `SRC/<split>/<class>/*.mp4|mkv|webm|avi|mov`,
+    `SRC/<class>/*.mp4` (one split), or a CSV of `path,label` rows.
+
+    Every kept frame is stored as a JPEG (shorter side to `size`, as images), with each frame's timestamp and
+    where each video's frames begin. Decoding needs PyAV (`pip install 'dataprep[video]'`).
+
+    Args:
+        src: A folder of split folders or class folders, or a CSV file.
+        out: The pack's folder.
+        root: The folder a CSV's paths are relative to; None is the CSV's folder.
+        **options: The video options: `size`, `fps`, `max_frames`, `max_seconds`, `workers`, ... (`VideoOptions`;
+            their defaults: `VIDEO_OPTIONS`).
+
+    Returns:
+        The build's summary; `.lines()` is what the CLI prints.
+    """
+    from .images.settings import ImageSettings
+    from .video.build import build_video, scan_videos
+    from .video.read import VideoSettings
+
+    o = {**_options(options, VIDEO_OPTIONS, "video"), "out": out}
+    image = ImageSettings(size=o["size"], sizes=o["sizes"], resize=o["resize"], upscale=o["upscale"], quality=o["quality"])
+    vs = VideoSettings(o["fps"], o["max_frames"], o["max_seconds"])
+    source = scan_videos(src, o["split"], root, strict=o["strict"])
+    return run(source, functools.partial(build_video, image=image, video=vs), _settings(o), o, "videos")
 
 
 class TokenizeSummary(dict):

@@ -80,6 +80,12 @@ class ImageDecodeError(DataprepError):
         return (type(self), (self.path, self.reason, self.detail))
 
 
+class VideoDecodeError(ImageDecodeError):
+    """One source video cannot be turned into frames (empty, not a video, truncated, no video stream, over a
+    cap); `reason` is a short, countable tag. An ImageDecodeError, so builds skip and count it as they do
+    an unusable image (or stop on it with --strict)."""
+
+
 class PackExistsError(DataprepError, FileExistsError):
     """The output directory already holds a pack or an unfinished build."""
 

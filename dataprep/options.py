@@ -2,7 +2,7 @@
 (underscores for dashes): their defaults (the *_OPTIONS tables, which the CLI's options take theirs from),
 what each may be (ranges, fixed choices) and the checks the front door (dataprep/build.py) makes of a
 call's options before anything is listed: a bad value is a UsageError, an unknown name a TypeError. Each
-table has its TypedDict (ImageOptions, VolumeOptions, TokenizeOptions, TableOptions): every option's type
+table has its TypedDict (ImageOptions, VolumeOptions, VideoOptions, TokenizeOptions, TableOptions): every option's type
 and what it does, so that an IDE completes the front door's keywords and mypy checks them.
 """
 from __future__ import annotations
@@ -13,8 +13,9 @@ from typing import Any, Literal, Mapping, Sequence, TypedDict
 
 from .errors import UsageError, brief
 
-__all__ = ["COUNT_MAX", "DETECTION_OPTIONS", "IMAGE_OPTIONS", "TABLE_OPTIONS", "TOKENIZE_OPTIONS", "VOLUME_OPTIONS", "ImageOptions",
-           "RunOptions", "ShardOptions", "TableOptions", "TokenizeOptions", "VolumeOptions", "bounds", "check", "options", "out_of_range"]
+__all__ = ["COUNT_MAX", "DETECTION_OPTIONS", "IMAGE_OPTIONS", "TABLE_OPTIONS", "TOKENIZE_OPTIONS", "VIDEO_OPTIONS", "VOLUME_OPTIONS",
+           "ImageOptions", "RunOptions", "ShardOptions", "TableOptions", "TokenizeOptions", "VideoOptions", "VolumeOptions", "bounds", "check",
+           "options", "out_of_range"]
 
 # Options every build takes, by where the output goes and how the work runs.
 _RUN_OPTIONS: dict[str, Any] = {"overwrite": False, "progress": False, "engine": "local", "address": None,
@@ -35,6 +36,12 @@ VOLUME_OPTIONS: dict[str, Any] = {
     "shape": None, "resample": "linear", "depth": 16, "window": None, "masks": None, "mask_dtype": "auto", "split": "train",
     **{k: IMAGE_OPTIONS[k] for k in ("workers", "limit", "shard_size", "strict", "resume")},
     "max_bytes": "8GiB", **_RUN_OPTIONS,
+}
+# `dataprep build video`: frames stored as JPEGs at the training size (shorter side to `size`, as images).
+VIDEO_OPTIONS: dict[str, Any] = {
+    "size": 128, "sizes": None, "resize": "shorter", "upscale": False, "quality": 90, "fps": None, "max_frames": None,
+    "max_seconds": None, "split": "train", **{k: IMAGE_OPTIONS[k] for k in ("workers", "limit", "shard_size", "strict", "resume")},
+    "max_bytes": "16GiB", **_RUN_OPTIONS,
 }
 TOKENIZE_OPTIONS: dict[str, Any] = {
     "tokenizer": None, "train_bpe": None, "split_docs": "file", "text_field": "text", "eot": None, "eot_id": None,
@@ -134,6 +141,29 @@ class VolumeOptions(ShardOptions, RunOptions, TypedDict, total=False):
     """The split's name."""
 
 
+class VideoOptions(ShardOptions, RunOptions, TypedDict, total=False):
+    """The options of the video build (VIDEO_OPTIONS holds their defaults)."""
+
+    size: int
+    """Every frame's target size in pixels, 8 to 16384; `resize` says which side takes it."""
+    sizes: Sequence[int] | str | None
+    """Several sizes in one pass, e.g. (112, 160) or "112,160"; it replaces `size`."""
+    resize: Literal["center-crop", "longer", "pad", "shorter"]
+    """shorter or longer: that side to `size`, aspect kept; center-crop: then the central square; pad: then padded to a square."""
+    upscale: bool
+    """Enlarge frames smaller than `size`."""
+    quality: int
+    """The frames' JPEG quality, 1 to 100."""
+    fps: float | None
+    """Resample every video to this frame rate by its timestamps; None keeps every frame."""
+    max_frames: int | None
+    """Store at most this many frames a video (its first ones); None stores all."""
+    max_seconds: float | None
+    """Store only a video's frames before this many seconds; None stores all."""
+    split: str
+    """The split's name when the source has no split folders (or is a CSV list)."""
+
+
 class TokenizeOptions(RunOptions, TypedDict, total=False):
     """The options of `tokenize` (TOKENIZE_OPTIONS holds their defaults)."""
 
@@ -223,7 +253,7 @@ COUNT_MAX = (1 << 63) - 1
 # the skipped line numbers (skip_rows); numpy's generators taking a non-negative seed (table), kept to 64 bits.
 _RANGES = {"size": (8, 16384), "quality": (1, 100), "workers": (1, 4096), "limit": (1, None), "shard_size": (1, None),
            "train_bpe": (256, 1 << 32), "eot_id": (0, (1 << 32) - 1), "chunk_mb": (1, 1 << 20), "task_mb": (1, 1 << 20),
-           "skip_rows": (0, 1_000_000), "seed": (0, (1 << 64) - 1),
+           "skip_rows": (0, 1_000_000), "seed": (0, (1 << 64) - 1), "max_frames": (1, None),
            "max_categories": (0, None), "num_classes": (1, 65536), "max_boxes": (1, None)}
 
 
@@ -275,6 +305,10 @@ def check(o: dict[str, Any]) -> None:
         spelled = {str(a) for a in allowed if a is not None}  # the CLI's spelling: depth "8" for 8
         if k in o and o[k] not in allowed and not (isinstance(o[k], str) and o[k] in spelled):
             raise UsageError(f"{k}={o[k]!r}: must be one of {', '.join(sorted(spelled))}")
+    for k in ("fps", "max_seconds"):  # the video build's rates and durations: positive finite numbers
+        v = o.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf or (k == "fps" and v > 1000)):
+            raise UsageError(f"{k}={brief(v)}: must be a number above 0" + (" and at most 1000" if k == "fps" else " (seconds)"))
     v = o.get("val_fraction")
     if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1):
         raise UsageError(f"val_fraction={v!r}: must be a number from 0 up to (not including) 1")

@@ -91,6 +91,12 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
            "list": base / "list.csv", "seg": base / "seg", "vol": base / "vol",
            "table": base / "t.csv", "text": base / "text", "tokenizer": base / "bpe" / "tokenizer.json"}
     try:
+        from dataprep.synthetic import write_video_tree
+        write_video_tree(base / "videos", classes=2, per_class=1, frames=4, h=32, w=48)
+        out["video"] = base / "videos"
+    except ImportError:  # no PyAV: the video case skips
+        pass
+    try:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -124,6 +130,8 @@ CASES = {
     "volumes": (lambda i, o: ["build", "volumes", i["vol"], "--shape", "4,8,8", "--depth", "8", "--window", "0,4000", "-j", 1,
                               "--out", o],
                 lambda i, o: build.volumes(i["vol"], o, shape=(4, 8, 8), depth=8, window=(0, 4000), workers=1)),
+    "video": (lambda i, o: ["build", "video", i["video"], "--size", 16, "--fps", 5, "-j", 1, "--out", o],
+              lambda i, o: build.video(i["video"], o, size=16, fps=5, workers=1)),
     "table": (lambda i, o: ["table", i["table"], "--target", "y", "--val-fraction", "0.25", "--seed", 3, "--out", o],
               lambda i, o: build.table(i["table"], o, target="y", val_fraction=0.25, seed=3)),
     "tokenize": (lambda i, o: ["tokenize", i["text"], "--tokenizer", i["tokenizer"], "--split-docs", "line", "--val-fraction", "0.2",
@@ -136,6 +144,8 @@ CASES = {
 def test_the_front_door_builds_what_the_cli_builds_byte_for_byte(name, inputs, tmp_path, capsys):
     if name == "parquet" and "parquet" not in inputs:
         pytest.skip("needs pyarrow (the parquet extra: pip install 'dataprep[parquet]')")
+    if name == "video" and "video" not in inputs:
+        pytest.skip("needs PyAV (the video extra: pip install 'dataprep[video]')")
     args, call = CASES[name]
     r = cli(*args(inputs, tmp_path / "cli"), "--no-progress")
     assert r.exit_code == 0, r.output
@@ -190,8 +200,8 @@ FRONT = {"imagenet": (build.imagenet, build.IMAGE_OPTIONS), "folder": (build.fol
          "webdataset": (build.webdataset, build.IMAGE_OPTIONS), "parquet": (build.parquet, build.IMAGE_OPTIONS),
          "list": (build.list, build.IMAGE_OPTIONS), "segmentation": (build.segmentation, build.IMAGE_OPTIONS),
          "coco": (build.coco, build.IMAGE_OPTIONS), "yolo": (build.yolo, build.IMAGE_OPTIONS),
-         "volumes": (build.volumes, build.VOLUME_OPTIONS), "table": (build.table, build.TABLE_OPTIONS),
-         "tokenize": (build.tokenize, build.TOKENIZE_OPTIONS)}
+         "volumes": (build.volumes, build.VOLUME_OPTIONS), "video": (build.video, build.VIDEO_OPTIONS),
+         "table": (build.table, build.TABLE_OPTIONS), "tokenize": (build.tokenize, build.TOKENIZE_OPTIONS)}
 CLI_ONLY = {"config", "profile_to"}  # a YAML of defaults and a cProfile: what a command line needs, not a call
 
 
@@ -328,6 +338,7 @@ def test_a_refusal_names_the_keyword_from_python_and_the_flag_from_the_cli(input
 # --- the options typed: what an IDE completes and mypy checks ------------------------------------------------
 
 TYPED = {"image": (build.ImageOptions, build.IMAGE_OPTIONS), "volume": (build.VolumeOptions, build.VOLUME_OPTIONS),
+         "video": (build.VideoOptions, build.VIDEO_OPTIONS),
          "tokenize": (build.TokenizeOptions, build.TOKENIZE_OPTIONS), "table": (build.TableOptions, build.TABLE_OPTIONS)}
 
 
@@ -415,7 +426,7 @@ def test_the_drift_check_sees_a_missing_key_a_wrong_type_and_a_wrong_choice():
 
 FRONT_TYPED = {"imagenet": "ImageOptions", "folder": "ImageOptions", "webdataset": "ImageOptions", "parquet": "ImageOptions",
                "list": "ImageOptions", "segmentation": "ImageOptions", "coco": "ImageOptions", "yolo": "ImageOptions",
-               "volumes": "VolumeOptions", "tokenize": "TokenizeOptions", "table": "TableOptions"}
+               "volumes": "VolumeOptions", "video": "VideoOptions", "tokenize": "TokenizeOptions", "table": "TableOptions"}
 # Each build's arguments but its options, any path: an unknown option is refused before a path is read.
 ARGS = {"segmentation": ("i", "m", "o"), "coco": ("i", "o"), "table": ("t", "o")}
 KW = {"coco": {"annotations": "a.json"}, "table": {"target": "y"}}

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "dataprep"
-KINDS = ("images", "segmentation", "volumes", "tokens", "tables", "detection")
-# Between kinds, imports run only toward images/ (segmentation, volumes and detection build on its pixel stages).
-MAY_IMPORT = {"segmentation": {"images"}, "volumes": {"images"}, "detection": {"images"}}
+KINDS = ("images", "segmentation", "volumes", "tokens", "tables", "detection", "video")
+# Between kinds, imports run only toward images/ (segmentation, volumes, detection and video build on its pixel stages).
+MAY_IMPORT = {"segmentation": {"images"}, "volumes": {"images"}, "detection": {"images"}, "video": {"images"}}
 KIND_FREE = ("pack", "serve", "engine", "remote", "audit")
 
 
@@ -173,6 +173,11 @@ def test_fsspec_is_imported_only_by_remote_urls():
     """remote/urls.py is where a missing backend is named with its extra; every other module reaches the
     store through it."""
     assert sorted(m for m, p in MODULES.items() if "fsspec" in third_party(p)) == ["dataprep.remote.urls"]
+
+
+def test_pyav_is_imported_only_by_video_read():
+    """The video extra's decoder: one module imports it, and says how to install it when it is missing."""
+    assert sorted(m for m, p in MODULES.items() if "av" in third_party(p) and top(m) != "synthetic") == ["dataprep.video.read"]
 
 
 def test_the_import_rules_can_fail():

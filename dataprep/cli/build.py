@@ -1,4 +1,4 @@
-"""`dataprep build imagenet|folder|webdataset|parquet|list|segmentation|coco|yolo|volumes`: parse the options, call
+"""`dataprep build imagenet|folder|webdataset|parquet|list|segmentation|coco|yolo|volumes|video`: parse the options, call
 the front door's build of the same name (dataprep/build.py: it lists the source, makes the settings and
 runs the build), print its summary. The options' defaults are the front door's (IMAGE_OPTIONS,
 VOLUME_OPTIONS), so the two never drift apart."""
@@ -8,6 +8,7 @@ import click
 
 from ..build import DETECTION_OPTIONS as DET
 from ..build import IMAGE_OPTIONS as IMG
+from ..build import VIDEO_OPTIONS as VID
 from ..build import VOLUME_OPTIONS as VOL
 from ..images.resize import RESIZE_MODES
 from ..images.settings import IMAGE_MODES
@@ -360,3 +361,41 @@ def volumes(src, out, shape, resample, depth, window, masks, mask_dtype, split, 
                    mask_dtype=mask_dtype, split=split, workers=workers, limit=limit, shard_size=shard_size, strict=strict,
                    max_bytes=max_bytes, overwrite=overwrite, resume=resume, progress=progress, engine=engine, address=address,
                    scheduler_file=scheduler_file, fmt=fmt, compress=compress)
+
+
+@build.command()
+@click.argument("src", type=click.Path())
+@click.option("--out", "-o", required=True, type=click.Path(), help="Pack to create: a directory (npy, zarr) or an .h5 file (hdf5).")
+@click.option("--root", type=click.Path(file_okay=False), default=None, help="What a CSV's paths are relative to [default: its folder].")
+@click.option("--size", type=Ranged("size"), default=VID["size"], show_default=True, help="Every frame's target size in pixels.")
+@click.option("--sizes", default=None, callback=_sizes, help="Several sizes in one pass, e.g. 112,160 (each frame decoded once); replaces --size.")
+@click.option("--resize", type=click.Choice(sorted(RESIZE_MODES)), default=VID["resize"], show_default=True,
+              help="; ".join(f"{m.name}: {m.help}" for m in RESIZE_MODES.values()))
+@click.option("--upscale/--no-upscale", default=VID["upscale"], show_default=True, help="Enlarge frames smaller than SIZE.")
+@click.option("--quality", type=Ranged("quality"), default=VID["quality"], show_default=True, help="The frames' JPEG quality.")
+@click.option("--fps", type=float, default=None, help="Resample every video to this frame rate by its timestamps [default: every frame].")
+@click.option("--max-frames", type=Ranged("max_frames"), default=None, help="Store at most N frames a video (its first ones).")
+@click.option("--max-seconds", type=float, default=None, help="Store only a video's frames before this many seconds.")
+@click.option("--split", default=VID["split"], show_default=True, help="The split's name for class folders without split folders, or a CSV.")
+@click.option("--workers", "-j", type=Ranged("workers"), default=None, help="Processes [default: all cores].")
+@click.option("--limit", type=Ranged("limit"), default=None, help="Build only N videos per split, spread over the classes.")
+@click.option("--shard-size", type=Ranged("shard_size"), default=None, help="Videos per shard [default: from the split's size].")
+@click.option("--strict/--skip-bad", default=VID["strict"], show_default=True, help="Fail on the first unusable video.")
+@max_bytes_option(VID["max_bytes"], "video")
+@click.option("--overwrite", is_flag=True, help="Replace a pack or unfinished build already in --out.")
+@click.option("--resume", is_flag=True, help="Continue an interrupted build, keeping its intact shards.")
+@progress_option
+@config_option
+@profile_option
+@engine_options
+@storage_options
+def video(src, out, root, size, sizes, resize, upscale, quality, fps, max_frames, max_seconds, split, workers, limit, shard_size,
+          strict, max_bytes, overwrite, resume, progress, engine, address, scheduler_file, fmt, compress):
+    """Pack videos as JPEG frames at the training size: SRC/<split>/<class>/*.mp4|mkv|webm|avi|mov, SRC/<class>/*.mp4,
+    or a CSV of path,label rows. Needs PyAV: pip install 'dataprep[video]'."""
+    from .. import build as front
+
+    _image_build(front.video, src, out, root=root, size=size, sizes=sizes, resize=resize, upscale=upscale, quality=quality, fps=fps,
+                 max_frames=max_frames, max_seconds=max_seconds, split=split, workers=workers, limit=limit, shard_size=shard_size,
+                 strict=strict, max_bytes=max_bytes, overwrite=overwrite, resume=resume, progress=progress, engine=engine,
+                 address=address, scheduler_file=scheduler_file, fmt=fmt, compress=compress)

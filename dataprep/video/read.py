@@ -1,0 +1,194 @@
+"""Video decoding: takes a source video file and the video settings, gives its frames one at a time as upright
+RGB uint8 pixels with their timestamps (seconds from the video's first frame), or a `VideoDecodeError` naming the
+file and the reason. The only module that imports PyAV (the `video` extra: `pip install 'dataprep[video]'`; its
+wheels bundle FFmpeg).
+
+Timestamps come from each frame's pts, so a variable frame rate is kept as it is. `fps` resamples by them: the
+frame shown at k / fps (the last one at or before it) is given for every k, so frames repeat when upsampling and
+are dropped when downsampling. Rotation metadata (the display matrix) is applied. What a file may cost is bounded
+before a frame is decoded where the container says it: its bytes (`max_bytes`), each frame's pixels
+(`max_pixels`), its declared frame count (`limits.VIDEO_MAX_FRAMES`, unless `max_frames` or `max_seconds` bound
+what is read); and while decoding, the frame count again (a container that declares none, or lies). Frames are
+given as they are decoded: a video is never held whole.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import stat
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+
+from ..errors import DataprepError, VideoDecodeError
+from ..limits import VIDEO_MAX_BYTES, VIDEO_MAX_FRAMES, over_cap
+
+VIDEO_EXTENSIONS = frozenset({".mp4", ".mkv", ".webm", ".avi", ".mov"})
+EPSILON = 1e-6  # seconds: a grid time this close to a frame's is its time (k / fps and pts * time_base round apart)
+INSTALL = "PyAV is not installed: pip install 'dataprep[video]' (PyAV's wheels bundle FFmpeg)"
+
+
+@dataclass(frozen=True)
+class VideoSettings:
+    """Which frames of each source video are stored; all of it is recorded in the manifest."""
+
+    fps: float | None = None  # resample to this frame rate by the timestamps; None keeps every frame
+    max_frames: int | None = None  # store at most this many frames a video (the first ones)
+    max_seconds: float | None = None  # store only frames before this many seconds
+
+    def __post_init__(self) -> None:
+        if self.fps is not None and not (isinstance(self.fps, (int, float)) and 0 < self.fps <= 1000):
+            raise DataprepError(f"fps must be a number above 0 and at most 1000, got {self.fps!r}")
+        if self.max_frames is not None and (isinstance(self.max_frames, bool) or not isinstance(self.max_frames, int)
+                                            or self.max_frames < 1):
+            raise DataprepError(f"max_frames must be a positive integer, got {self.max_frames!r}")
+        if self.max_seconds is not None and not (isinstance(self.max_seconds, (int, float)) and 0 < self.max_seconds < float("inf")):
+            raise DataprepError(f"max_seconds must be a positive finite number, got {self.max_seconds!r}")
+        for k in ("fps", "max_seconds"):  # 5 and 5.0 are one setting: one fingerprint, one manifest
+            if getattr(self, k) is not None:
+                object.__setattr__(self, k, float(getattr(self, k)))
+
+    @property
+    def bounded(self) -> bool:
+        """Whether max_frames or max_seconds bounds what is read of a video, whatever its length."""
+        return self.max_frames is not None or self.max_seconds is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _av():
+    try:
+        import av
+    except ImportError:
+        raise DataprepError(INSTALL) from None
+    return av
+
+
+def _stream_info(path: str, stream, max_pixels: int, settings: VideoSettings) -> None:
+    """Refuse a stream from what the container declares, before anything is decoded."""
+    cc = stream.codec_context
+    w, h = int(cc.width or 0), int(cc.height or 0)
+    if w * h > max_pixels:
+        raise VideoDecodeError(path, "too large", f"{w}x{h} frames, over the {max_pixels:,}-pixel cap on one frame")
+    declared = int(stream.frames or 0)
+    if not declared and stream.duration and stream.time_base and stream.average_rate:
+        declared = int(float(stream.duration * stream.time_base) * float(stream.average_rate))
+    if declared > VIDEO_MAX_FRAMES and not settings.bounded:
+        raise VideoDecodeError(path, "too many frames", f"declares {declared:,} frames, over the {VIDEO_MAX_FRAMES:,} one video "
+                               "may give (pass --max-frames or --max-seconds to keep its start)")
+
+
+def _upright(pixels: np.ndarray, rotation: float) -> np.ndarray:
+    """Pixels turned as the display matrix says: `rotation` is FFmpeg's counter-clockwise angle in degrees."""
+    k = int(round(rotation / 90.0)) % 4
+    return np.ascontiguousarray(np.rot90(pixels, k)) if k else pixels
+
+
+def _decoded(path: str, container, stream, max_pixels: int) -> Iterator[tuple[np.ndarray, float, float | None]]:
+    """Every decoded frame: upright RGB pixels, its time in seconds from the first frame, and its duration in
+    seconds where the stream gives one."""
+    av = _av()
+    first = None
+    last_t = 0.0
+    rate = float(stream.average_rate) if stream.average_rate else None
+    n = 0
+    try:
+        for frame in container.decode(stream):
+            n += 1
+            if n > VIDEO_MAX_FRAMES:
+                raise VideoDecodeError(path, "too many frames", f"more than the {VIDEO_MAX_FRAMES:,} frames one video may give "
+                                       "(pass --max-frames or --max-seconds to keep its start)")
+            if frame.width * frame.height > max_pixels:
+                raise VideoDecodeError(path, "too large", f"a {frame.width}x{frame.height} frame, over the {max_pixels:,}-pixel cap")
+            if frame.pts is None or frame.time_base is None:  # no pts: one frame period after the last
+                t = last_t + (1.0 / rate if rate and n > 1 else 0.0)
+            else:
+                at = float(frame.pts * frame.time_base)
+                first = at if first is None else first
+                t = at - first
+            t = max(t, last_t)  # a stream whose pts run backwards keeps its times non-decreasing
+            last_t = t
+            dur = float(frame.duration * frame.time_base) if frame.duration and frame.time_base else (1.0 / rate if rate else None)
+            yield _upright(frame.to_ndarray(format="rgb24"), float(frame.rotation or 0)), t, dur
+    except av.FFmpegError as e:
+        raise VideoDecodeError(path, "truncated" if n else "unreadable", f"decoding frame {n}: {e}") from None
+
+
+def read_frames(path: str, settings: VideoSettings = VideoSettings(), max_bytes: int | None = None,
+                max_pixels: int = 178_956_970) -> Iterator[tuple[np.ndarray, float]]:
+    """The frames a build stores of one video, as they are decoded.
+
+    Args:
+        path: The video file.
+        settings: fps, max_frames, max_seconds.
+        max_bytes: The cap on the file's bytes (None: `limits.VIDEO_MAX_BYTES`).
+        max_pixels: The cap on one frame's pixels.
+
+    Returns:
+        An iterator of (pixels, seconds): upright HWC RGB uint8 pixels and their time from the first frame,
+        non-decreasing. The same pixels object is given again for a frame `fps` repeats. A file that gives no
+        frame raises `VideoDecodeError` (path, reason: empty file, too large, unreadable, no video stream,
+        too many frames, truncated, no frames).
+    """
+    av = _av()
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise VideoDecodeError(path, "unreadable", e.strerror or str(e)) from None
+    with f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would block the decoder, a device never end
+            raise VideoDecodeError(path, "not a regular file")
+        if st.st_size == 0:
+            raise VideoDecodeError(path, "empty file", "0 bytes")
+        why = over_cap(st.st_size, VIDEO_MAX_BYTES if max_bytes is None else max_bytes)
+        if why:
+            raise VideoDecodeError(path, "too large", why)
+        try:
+            container = av.open(f, "r")
+        except (av.FFmpegError, ValueError, OSError) as e:
+            raise VideoDecodeError(path, "unreadable", f"not a video FFmpeg reads: {e}") from None
+        with container:
+            if not container.streams.video:
+                what = "audio only" if container.streams.audio else "no streams FFmpeg decodes"
+                raise VideoDecodeError(path, "no video stream", what)
+            stream = container.streams.video[0]
+            stream.thread_type = "AUTO"
+            _stream_info(path, stream, max_pixels, settings)
+            n = 0
+            for pixels, t in _resampled(_decoded(path, container, stream, max_pixels), settings.fps):
+                if settings.max_seconds is not None and t >= settings.max_seconds:
+                    break
+                yield pixels, t
+                n += 1
+                if settings.max_frames is not None and n >= settings.max_frames:
+                    break
+            if not n:
+                raise VideoDecodeError(path, "no frames", "its video stream decodes to no frame")
+
+
+def _resampled(frames: Iterator[tuple[np.ndarray, float, float | None]], fps: float | None) -> Iterator[tuple[np.ndarray, float]]:
+    """`frames` as they come (fps None), or at the times k / fps: the frame shown then (the last one at or
+    before it), stamped with it. The last frame lasts its duration (else the gap before it)."""
+    if fps is None:
+        for pixels, t, _ in frames:
+            yield pixels, t
+        return
+    k = 0
+    prev: tuple[np.ndarray, float, float | None] | None = None
+    gap = None
+    for cur in frames:
+        if prev is not None:
+            gap = cur[1] - prev[1]
+            while k / fps < cur[1] - EPSILON:
+                yield prev[0], k / fps
+                k += 1
+        prev = cur
+    if prev is None:
+        return
+    end = prev[1] + (prev[2] or gap or 1.0 / fps)
+    while k / fps < end - EPSILON or k == 0:
+        yield prev[0], k / fps
+        k += 1

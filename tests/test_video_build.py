@@ -1,0 +1,209 @@
+"""The video build: frame-coded generated videos (each frame's top half codes its number, dataprep.synthetic) built
+into packs whose stored JPEGs are decoded back, so every frame's order, timestamp, orientation and size is checked
+exactly; --fps, --max-frames, --max-seconds; and the awkward inputs (empty, text named .mp4, truncated, audio only),
+each skipped with its reason and counted."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("av", reason="needs the video extra (pip install 'dataprep[video]')")
+
+import cv2  # noqa: E402
+
+from dataprep import build  # noqa: E402
+from dataprep.cli import main  # noqa: E402
+from dataprep.errors import NothingStored, VideoDecodeError  # noqa: E402
+from dataprep.kinds import kind_of  # noqa: E402
+from dataprep.synthetic import decode_frame_number, write_video, write_video_tree  # noqa: E402
+from dataprep.video.field import FramesField  # noqa: E402
+from dataprep.video.read import VideoSettings, read_frames  # noqa: E402
+
+
+def split_arrays(pack: Path, split: str = "train", key: str = "frame") -> dict:
+    """A split's arrays as the kind's fields load them (every field, one flat dict)."""
+    m = json.loads((pack / "manifest.json").read_text())
+    out: dict = {}
+    for f in kind_of(m).fields_of(m).values():
+        if isinstance(f, FramesField) and f.image.suffix != ("" if key == "frame" else f"_r{key.split('@')[1]}"):
+            continue
+        out.update(f.load(pack / split, m["splits"][split]["shards"]))
+    return out
+
+
+def frames_of(a: dict, v: int) -> list[np.ndarray]:
+    """Video v's stored frames, decoded."""
+    s, e = int(a["video_starts"][v]), int(a["video_starts"][v + 1])
+    return [cv2.cvtColor(cv2.imdecode(np.asarray(a["images"][a["offsets"][k]:a["offsets"][k + 1]]), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+            for k in range(s, e)]
+
+
+def one(tmp_path: Path, name: str = "v.mp4", **kw) -> Path:
+    """A folder holding one frame-coded video (a class folder of one video), its path."""
+    (tmp_path / "src" / "c").mkdir(parents=True, exist_ok=True)
+    write_video(tmp_path / "src" / "c" / name, **{"frames": 12, "h": 32, "w": 48, **kw})
+    return tmp_path / "src"
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("videos")
+    write_video_tree(root, classes=2, per_class=2, frames=12, h=32, w=48)
+    return root
+
+
+def test_a_build_stores_every_frame_in_order_with_its_timestamp_label_and_source(tree, tmp_path):
+    summary = build.video(tree, tmp_path / "p", size=24, workers=1, shard_size=3)
+    a = split_arrays(tmp_path / "p")
+    assert a["video_starts"].tolist() == [0, 12, 24, 36, 48] and a["video_starts"].dtype == np.dtype("<i8")
+    assert a["labels"].tolist() == [0, 0, 1, 1] and a["labels"].dtype == np.dtype("<i8")
+    assert a["timestamps"].dtype == np.dtype("<f8") and a["shapes"].tolist() == [[24, 36, 3]] * 48
+    for v in range(4):
+        assert [decode_frame_number(f) for f in frames_of(a, v)] == list(range(12 * v, 12 * v + 12))
+        np.testing.assert_allclose(a["timestamps"][12 * v : 12 * v + 12], np.arange(12) / 10, atol=1e-6)
+    sources = [json.loads((tmp_path / "p" / "manifest.json").read_text())["source"]["layout"]]
+    assert sources == ["splits"] and "48 frames stored" in "\n".join(summary.lines())
+    r = CliRunner().invoke(main, ["verify", str(tmp_path / "p"), "--decode"])
+    assert r.exit_code == 0, r.output
+
+
+def test_several_sizes_store_each_frame_at_each(tree, tmp_path):
+    build.video(tree, tmp_path / "p", sizes=(16, 32), workers=1, limit=2)
+    for key, shape in (("frame@32", [32, 48, 3]), ("frame@16", [16, 24, 3])):
+        a = split_arrays(tmp_path / "p", key=key)
+        assert a["shapes"].tolist() == [shape] * 24
+        assert [decode_frame_number(f) for f in frames_of(a, 0)] == list(range(12))
+
+
+@pytest.mark.parametrize("fps,numbers,times", [
+    (5, list(range(0, 12, 2)), [k / 5 for k in range(6)]),  # every second frame
+    (20, [k // 2 for k in range(24)], [k / 20 for k in range(24)]),  # each frame twice
+])
+def test_fps_resamples_by_the_timestamps(tmp_path, fps, numbers, times):
+    build.video(one(tmp_path), tmp_path / "p", size=32, fps=fps, workers=1)
+    a = split_arrays(tmp_path / "p")
+    assert [decode_frame_number(f) for f in frames_of(a, 0)] == numbers
+    np.testing.assert_allclose(a["timestamps"], times, atol=1e-9)
+
+
+def test_max_frames_and_max_seconds_keep_a_videos_start(tmp_path):
+    src = one(tmp_path)
+    build.video(src, tmp_path / "f", size=32, max_frames=5, workers=1)
+    build.video(src, tmp_path / "s", size=32, max_seconds=0.55, workers=1)
+    assert [decode_frame_number(f) for f in frames_of(split_arrays(tmp_path / "f"), 0)] == [0, 1, 2, 3, 4]
+    assert [decode_frame_number(f) for f in frames_of(split_arrays(tmp_path / "s"), 0)] == [0, 1, 2, 3, 4, 5]
+
+
+def test_rotation_metadata_turns_the_frames_upright(tmp_path):
+    build.video(one(tmp_path, rotate=90), tmp_path / "p", size=32, workers=1)
+    a = split_arrays(tmp_path / "p")
+    frames = frames_of(a, 0)
+    assert a["shapes"][0].tolist() == [48, 32, 3]  # 48 wide, 32 high, turned a quarter clockwise
+    # the number's flat block, the top half before turning, is now the right half; the ramp is on the left
+    assert frames[3][:, 20:].std(axis=(0, 1)).max() < 6 and frames[3][:, :12].std(axis=(0, 1)).max() > 20
+    assert [decode_frame_number(np.rot90(f, 1)) for f in frames] == list(range(12))
+
+
+def test_odd_sizes_and_a_one_frame_video(tmp_path):
+    (tmp_path / "src" / "c").mkdir(parents=True)
+    write_video(tmp_path / "src" / "c" / "odd.mkv", 5, 34, 50, first=7)
+    write_video(tmp_path / "src" / "c" / "one.mp4", 1, 32, 48, first=9)
+    build.video(tmp_path / "src", tmp_path / "p", size=17, workers=1)
+    a = split_arrays(tmp_path / "p")
+    assert a["video_starts"].tolist() == [0, 5, 6]
+    assert a["shapes"].tolist() == [[17, 25, 3]] * 5 + [[17, 26, 3]]
+    assert [decode_frame_number(f) for f in frames_of(a, 0)] + [decode_frame_number(f) for f in frames_of(a, 1)] == [7, 8, 9, 10, 11, 9]
+    assert a["timestamps"][5] == 0.0
+
+
+def test_a_variable_frame_rate_keeps_each_frames_time(tmp_path):
+    times = [0, 0.1, 0.15, 0.4, 0.41]
+    src = one(tmp_path, frames=5, times=times)
+    build.video(src, tmp_path / "p", size=32, workers=1)
+    a = split_arrays(tmp_path / "p")
+    assert [decode_frame_number(f) for f in frames_of(a, 0)] == [0, 1, 2, 3, 4]
+    np.testing.assert_allclose(a["timestamps"], times, atol=1e-3)
+    got = [(decode_frame_number(p), round(t, 6)) for p, t in read_frames(str(src / "c" / "v.mp4"), VideoSettings(fps=10))][:5]
+    assert got == [(0, 0.0), (1, 0.1), (2, 0.2), (2, 0.3), (3, 0.4)]  # the frame shown at each tenth of a second
+
+
+def _awkward(root: Path) -> None:
+    """One class folder of good videos and every awkward input the issue lists."""
+    d = root / "train" / "c"
+    d.mkdir(parents=True)
+    write_video(d / "good.mp4", 6, 32, 48)
+    (d / "empty.mp4").write_bytes(b"")
+    (d / "text.mp4").write_text("this is not a video\n" * 20)
+    whole = write_video(root / "whole.mp4", 20, 32, 48).read_bytes()
+    assert whole.rfind(b"moov") > len(whole) // 2  # the index comes last: cutting the file loses it
+    (d / "truncated.mp4").write_bytes(whole[: len(whole) // 2])
+    import av
+
+    with av.open(str(d / "audio.mp4"), "w") as out:
+        s = out.add_stream("aac", rate=8000)
+        fr = av.AudioFrame.from_ndarray(np.zeros((1, 1024), np.float32), format="fltp", layout="mono")
+        fr.sample_rate = 8000
+        for p in [*s.encode(fr), *s.encode()]:
+            out.mux(p)
+
+
+def test_awkward_inputs_are_skipped_with_their_reasons_and_counted(tmp_path):
+    _awkward(tmp_path / "src")
+    summary = build.video(tmp_path / "src", tmp_path / "p", size=32, workers=1)
+    m = json.loads((tmp_path / "p" / "manifest.json").read_text())
+    skipped = {Path(s["source"]).name: s["reason"] for s in m["splits"]["train"]["skipped"]}
+    assert skipped == {"empty.mp4": "empty file", "text.mp4": "unreadable", "truncated.mp4": "unreadable", "audio.mp4": "no video stream"}
+    assert m["splits"]["train"]["count"] == 1 and summary.splits[0].skipped == {"empty file": 1, "unreadable": 2, "no video stream": 1}
+    assert [decode_frame_number(f) for f in frames_of(split_arrays(tmp_path / "p"), 0)] == list(range(6))
+    with pytest.raises(VideoDecodeError, match=r"truncated\.mp4: unreadable \(not a video FFmpeg reads"):
+        list(read_frames(str(tmp_path / "src" / "train" / "c" / "truncated.mp4")))
+
+
+def test_a_build_that_stores_nothing_exits_non_zero(tmp_path):
+    _awkward(tmp_path / "src")
+    (tmp_path / "src" / "train" / "c" / "good.mp4").unlink()
+    r = CliRunner().invoke(main, ["build", "video", str(tmp_path / "src"), "--out", str(tmp_path / "p"), "-j", "1", "--no-progress"])
+    assert r.exit_code == 1 and "nothing stored" in r.output and not (tmp_path / "p" / "manifest.json").exists()
+    with pytest.raises(NothingStored):
+        build.video(tmp_path / "src", tmp_path / "q", workers=1)
+
+
+def test_a_csv_list_of_videos_is_a_source(tree, tmp_path):
+    videos = sorted((tree / "train").rglob("*.mp4"))
+    (tmp_path / "list.csv").write_text("".join(f"{p},{'b' if k % 2 else 'a'}\n" for k, p in enumerate(videos)))
+    build.video(tmp_path / "list.csv", tmp_path / "p", size=24, root="/", workers=1)
+    a = split_arrays(tmp_path / "p")
+    assert a["labels"].tolist() == [0, 1, 0, 1] and a["video_starts"].tolist() == [0, 12, 24, 36, 48]
+
+
+def test_frame_caps_refuse_before_decoding(tmp_path, monkeypatch):
+    import dataprep.video.read as read
+
+    path = str(one(tmp_path) / "c" / "v.mp4")
+    monkeypatch.setattr(read, "VIDEO_MAX_FRAMES", 5)
+    with pytest.raises(VideoDecodeError, match="too many frames.*declares 12 frames"):
+        next(read_frames(path))
+    assert len(list(read_frames(path, VideoSettings(max_frames=3)))) == 3  # bounded: read its start
+    with pytest.raises(VideoDecodeError, match="too large.*48x32 frames, over the 1,000-pixel cap"):
+        next(read_frames(path, max_pixels=1000))
+    with pytest.raises(VideoDecodeError, match="too large.*over the 100-byte cap"):
+        next(read_frames(path, max_bytes=100))
+
+
+def test_the_frame_index_check_finds_what_verify_reports(tree, tmp_path):
+    build.video(tree, tmp_path / "p", size=24, workers=1, limit=2)
+    m = json.loads((tmp_path / "p" / "manifest.json").read_text())
+    field = kind_of(m).fields_of(m)["frame"]
+    a = split_arrays(tmp_path / "p")
+    assert field.check(a) == []
+    back = {**a, "timestamps": a["timestamps"].copy()}
+    back["timestamps"][15] = 0.05  # video 1's frame 3, before its frame 2
+    assert field.check(back) == ["timestamps.npy: video 1's frame 3 is at 0.05 s, before the frame ahead of it (0.2 s)"]
+    short = {**a, "video_starts": np.array([0, 12, 23])}
+    assert "but the split stores 24 frames" in field.check(short)[0]
+    empty = {**a, "video_starts": np.array([0, 24, 24])}
+    assert "video 1 has no frames" in field.check(empty)[0]
