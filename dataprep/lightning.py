@@ -67,7 +67,8 @@ class PackDataModule(pl.LightningDataModule):
         dtype: the normalised batch's dtype.
         dataset_kwargs: passed to the kind's dataset class (e.g. context=1024 for tokens).
         packed: for token packs, rows of whole documents instead of windows: PackedDocuments' arguments
-            (`dict(context=2048, packing="best_fit")`; its plan's seed [default: `seed`]). Batches are
+            (`dict(context=2048, packing="best_fit")`, and its plan's seed [default: `seed`]; the split and
+            cache are the module's). Batches are
             dicts (input_ids, labels, position_ids, document_ids, cu_seqlens, max_seqlen).
     """
 
@@ -83,6 +84,10 @@ class PackDataModule(pl.LightningDataModule):
         if packed is not None and (self.kind != "tokens" or dataset_kwargs):
             raise UsageError(f"PackDataModule: packed= takes the place of dataset_kwargs and serves token packs; {self.pack} "
                              f"is a {self.kind!r} pack" + (" and dataset_kwargs is given" if dataset_kwargs else ""))
+        if packed is not None:
+            if not isinstance(packed, dict) or "context" not in packed or set(packed) - {"context", "packing", "seed"}:
+                raise UsageError(f"PackDataModule: packed= is a dict of PackedDocuments' context (required), packing and "
+                                 f"seed, not {packed!r}: the split and cache come from the module's own arguments")
         self.packed = None if packed is None else {"seed": seed, **packed}
         images = self.kind in IMAGE_KINDS
         if not images and (crop is not None or val_crop is not None or flip):

@@ -222,3 +222,29 @@ def test_bad_arguments_are_clear_errors(coded, tmp_path):
         PackedDocuments(tmp_path / "images", CONTEXT)
     with pytest.raises(DataprepError, match="crop and flip"):
         loader(PackedDocuments(pack, CONTEXT), flip=True)
+
+
+def test_a_mapped_shard_cut_short_under_the_loader_is_a_pack_error_not_a_crash(coded, tmp_path):
+    """cache="mmap": a shard truncated while mapped is refused as the token windows refuse it (reading it
+    would be SIGBUS); run in a child, which a crash would kill."""
+    import shutil
+    import subprocess
+    import sys
+
+    pack = tmp_path / "p"
+    shutil.copytree(coded[0], pack)
+    code = (f"import os, dataprep\nfrom dataprep.tokens.packed import PackedDocuments\n"
+            f"ds = PackedDocuments({str(pack)!r}, {CONTEXT}, cache='mmap')\n"
+            "os.truncate(ds.data.tokens.filename, 64)\n"
+            "try:\n    next(iter(dataprep.Loader(ds, 4)))\nexcept Exception as e:\n    print(type(e).__name__, e)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("PackError") and "while mapped" in r.stdout, (r.returncode, r.stdout, r.stderr[-300:])
+
+
+def test_pack_data_module_refuses_packed_arguments_it_does_not_take(coded):
+    pytest.importorskip("lightning")
+    from dataprep.lightning import PackDataModule
+
+    for bad in (dict(context=16, cache="mmap"), dict(context=16, split="val"), dict(packing="concat"), [16]):
+        with pytest.raises(UsageError, match="packed="):
+            PackDataModule(coded[0], batch_size=2, packed=bad)

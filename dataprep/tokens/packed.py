@@ -48,14 +48,15 @@ class PackedDocuments:
         context: Tokens a row (>= 2).
         packing: "best_fit" [default], "first_fit" or "concat" (tokens/packing.py).
         split: The split's name.
-        seed: The seed of the plan: which documents share a row, and the rows' order, change every epoch.
+        seed: The seed of the plan: the rows' order changes every epoch, and which documents share a row
+            (fully with "concat"; with the fits, among documents of equal length: docs/training.md).
         cache: "ram" (the split read into memory) or "mmap" (its shard files mapped).
     """
 
     serves_dicts = True  # a batch is a dict: its cu_seqlens is made from the whole batch (finish_batch)
     pads_empty = True  # rows that even out the ranks' last batch are rows of padding (index -1), not rows again
     fills_in_threads = True  # fills write disjoint rows; the plans are made under a lock
-    fills_rows = True  # fill_batch takes rows= (a Mixture writes a member's scattered rows in place)
+    fills_rows = True  # fill_batch takes rows= (a Mixture's member fills its scattered rows of the batch)
 
     def __init__(self, pack: str | os.PathLike, context: int, packing: str = "best_fit", split: str = "train",
                  seed: int = 0, cache: str = "ram"):
@@ -190,6 +191,8 @@ class PackedDocuments:
                 out[k][rows] = target[k]
 
     def _fill(self, plan: RowPlan, idx: np.ndarray, out: dict[str, np.ndarray]) -> None:
+        if self.data.guard:
+            self.data.guard.check()  # a mapped shard cut short under us: a PackError, never SIGBUS
         c, n = self.context, len(idx)
         first = plan.row_starts[idx]
         count = plan.row_starts[idx + 1] - first
