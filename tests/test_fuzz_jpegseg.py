@@ -4,7 +4,7 @@ and a short seeded libFuzzer run under AddressSanitizer and UndefinedBehaviorSan
 fuzz/agree.py is the check the fuzzer makes on every input: region() gives the Python path's bytes for
 every box, and what add_restarts() gives serves what its source serves. Here it runs with the ordinary build
 on every committed input, each its own test: fuzz/seeds/ (what a build meets, and damaged kinds of it) and
-fuzz/regressions/ (inputs the fuzzer found). The short run is `make fuzz` for FUZZ_SECONDS=30 with a fixed
+fuzz/regressions/ (inputs the fuzzer found). The short run is `make fuzz` for FUZZ_SECONDS=10 with a fixed
 libFuzzer seed; it needs clang with its fuzzer and sanitizer runtimes and is skipped, with the reason,
 where they are missing.
 """
@@ -120,7 +120,7 @@ def test_a_short_seeded_fuzz_run_finds_nothing(tmp_path):
         pytest.skip(why)
     if not codec.compiled():
         pytest.skip("images/_jpegseg.c is not built here: fuzz/agree.py compares it with the Python path")
-    done = subprocess.run([sys.executable, str(FUZZ / "run.py"), "--seconds", "30", "--seed", "1", "--corpus",
+    done = subprocess.run([sys.executable, str(FUZZ / "run.py"), "--seconds", "10", "--seed", "1", "--corpus",
                            str(tmp_path / "corpus")], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert "no sanitizer report, no disagreement" in done.stdout
