@@ -114,3 +114,10 @@ def test_serving_modules_read_no_private_name_of_another_object(name):
            and not (isinstance(n.value, ast.Name) and n.value.id in ("self", "cls"))
            and not (isinstance(n.value, ast.Call) and ast.unparse(n.value.func) == "super")]
     assert bad == []
+
+
+def test_the_loader_keeps_configuration_in_a_short_constructor():
+    """Issue 53: Loader.__init__ under 40 lines (checks in serve/arguments.py, the pass's state in Pass)."""
+    tree = ast.parse((ROOT / "dataprep" / "serve" / "loader.py").read_text())
+    init = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    assert init.end_lineno - init.lineno + 1 < 40
