@@ -14,6 +14,7 @@ _LAZY = {
     "SegmentationDataset": ("dataprep.segmentation.dataset", "SegmentationDataset"),
     "VolumeDataset": ("dataprep.volumes.dataset", "VolumeDataset"),
     "DetectionDataset": ("dataprep.detection.dataset", "DetectionDataset"),
+    "VideoDataset": ("dataprep.video.dataset", "VideoDataset"),  # clips of a video pack
     "detection_collate": ("dataprep.detection.dataset", "collate"),  # a DetectionDataset through the stock DataLoader
     "Loader": ("dataprep.serve.loader", "Loader"),
     "Mixture": ("dataprep.serve.mixture", "Mixture"),
@@ -71,6 +72,7 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time __getattr__ im
     from .tokens.attention import document_mask
     from .tokens.dataset import DocumentDataset, TokenDataset
     from .tokens.packed import PackedDocuments
+    from .video.dataset import VideoDataset
     from .volumes.build import build_volumes
     from .volumes.dataset import VolumeDataset
 

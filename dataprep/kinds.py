@@ -61,7 +61,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("detection", "dataprep.detection", "build_detection", "DetectionDataset"),
     Kind("tokens", "dataprep.tokens", "tokenize", "TokenDataset", build_module="tokenize"),
     Kind("table", "dataprep.tables", "build_table", "TabularDataset"),
-    Kind("video", "dataprep.video", "build_video", "VideoDataset"),  # VideoDataset: not written yet (issue 55)
+    Kind("video", "dataprep.video", "build_video", "VideoDataset"),
 )}
 
 

@@ -19,7 +19,7 @@ _MASK, _START = (1 << 64) - 1, 0x243F6A8885A308D3  # 64 bits; the chain's first 
 
 # Every consumer of draws leads its key with its own tag, so no two streams ever share bits (a mixture's
 # shuffle of member 0 must not be the crop's area draw of the same sample, for instance).
-CROP, FLIP, MIXTURE, TOKENS, PAD = 0xC209, 0xF119, 0x3A7E, 0x70C5, 0x9AD0
+CROP, FLIP, MIXTURE, TOKENS, PAD, CLIP = 0xC209, 0xF119, 0x3A7E, 0x70C5, 0x9AD0, 0xC11B
 
 
 def _mix(x: np.ndarray) -> np.ndarray:

@@ -41,7 +41,8 @@ class Serving(NamedTuple):
     Args:
         copy: fresh tensors, not views of the slot.
         pin_memory: new pinned tensors (copies).
-        channels_first: "images" as (N, C, H, W) views of the (N, H, W, C) rows.
+        channels_first: "images" as (N, C, H, W) views of the (N, H, W, C) rows (clips: (N, T, C, H, W) of
+            (N, T, H, W, C); the last axis moves before the two ahead of it).
         as_dict: a batch as a dict of its keys (the dataset `serves_dicts`), not a tuple.
     """
 
@@ -138,7 +139,8 @@ class Ring:
             else:
                 views.append(a)  # torch.from_numpy holds a reference to `a` for as long as any view of t lives
             if k == "images" and serving.channels_first:
-                t = t.permute(0, 3, 1, 2)
+                d = t.dim()
+                t = t.permute(*range(d - 3), d - 1, d - 3, d - 2)
             out.append(t)
         if views:
             self.handed[slot] = views

@@ -1,0 +1,162 @@
+"""Serving a video pack as clips (VideoDataset through the Loader): frame-coded generated videos (dataprep.synthetic:
+each frame's top half codes its number, its bottom half ramps red with x and green with y), so every served frame
+says which frame it is, and its bottom row says where it was cut and whether it was flipped."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("av", reason="needs the video extra (pip install 'dataprep[video]')")
+
+import dataprep  # noqa: E402
+from dataprep import build  # noqa: E402
+from dataprep.synthetic import write_video, write_video_tree  # noqa: E402
+
+FRAMES, PER_CLASS, CLASSES = 12, 3, 2  # frames a video, videos a class: video g numbers its frames from 12 g
+T, STRIDE = 4, 2
+CROP = dataprep.RandomResizedCrop(32, scale=(0.6, 1.0))  # a box at least 0.6 of the frame tall: it spans both halves
+
+
+@pytest.fixture(scope="module")
+def pack(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("clips")
+    write_video_tree(root / "src", classes=CLASSES, per_class=PER_CLASS, frames=FRAMES, h=64, w=96)
+    build.video(root / "src", root / "pack", size=64, workers=1)
+    return root / "pack"
+
+
+def numbers(clip: torch.Tensor) -> list[int]:
+    """The frame number of each frame of a served clip (T, 3, H, W), from its top two rows (they come from the coded
+    half): index_colour's low part is red and 255 - blue, its high part green, levels 8 apart from 4 (read from red
+    and blue together, as the codecs' colour conversion moves each by a few levels)."""
+    out = []
+    for f in clip:
+        r, g, b = f[:, :2].to(torch.float64).mean((1, 2)).tolist()
+        out.append(round(((r + 255 - b) / 2 - 4) / 8) + 32 * round((g - 4) / 8))
+    return out
+
+
+def ramp(frame: torch.Tensor) -> tuple[int, int, int]:
+    """Where a served frame (3, H, W) was cut: its bottom row's red at the left and right ends (the box's left and
+    right edges, in the order served: a flipped frame's left is redder) and its green (the box's bottom)."""
+    row = frame[:, -1].to(torch.int64)
+    return int(row[0, 0]), int(row[0, -1]), int(row[1].median())
+
+
+def check_clips(clips: torch.Tensor, labels: torch.Tensor) -> list[tuple[int, int, int]]:
+    """Every clip's frames consecutive at the stride within one video, its label the video's class, one crop and one
+    flip across its frames (the ramp equal on every frame, within the codecs' error); gives each clip's cut."""
+    cuts = []
+    for clip, label in zip(clips, labels.tolist()):
+        got = numbers(clip)
+        video = got[0] // FRAMES
+        assert got == [got[0] + STRIDE * k for k in range(T)] and got[-1] < FRAMES * (video + 1), got
+        assert label == video // PER_CLASS
+        first = ramp(clip[0])
+        for frame in clip[1:]:
+            assert np.abs(np.subtract(ramp(frame), first)).max() <= 8, ("one box and one flip a clip", first, ramp(frame))
+        cuts.append(first)
+    return cuts
+
+
+def served(pack: Path, epochs=(0,), **kw) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    ds = dataprep.VideoDataset(pack, frames=T, stride=STRIDE, clips_per_video=kw.pop("clips_per_video", 1))
+    opts = {"batch_size": 4, "shuffle": True, "seed": 5, "crop": CROP, "flip": True, **kw}
+    out = []
+    with_loader = dataprep.Loader(ds, **opts)
+    for e in epochs:
+        with_loader.set_epoch(e)
+        out += [(x.clone(), y.clone()) for x, y in with_loader]
+    with_loader.close()
+    return out
+
+
+def test_clips_are_consecutive_frames_at_the_stride_with_one_crop_and_one_flip_and_their_labels(pack):
+    batches = served(pack, epochs=(0, 1, 2))
+    assert batches[0][0].shape == (4, T, 3, 32, 32) and batches[0][0].dtype == torch.uint8
+    cuts = [c for x, y in batches for c in check_clips(x, y)]
+    assert {left > right for left, right, _ in cuts} == {True, False}  # both flipped and unflipped clips served
+
+
+def test_every_video_appears_once_an_epoch_and_starts_and_crops_vary_across_epochs(pack):
+    seen = {}
+    for epoch in range(3):
+        clips = [(c, n) for x, y in served(pack, epochs=(epoch,)) for c, n in zip(check_clips(x, y), (numbers(k)[0] for k in x))]
+        assert sorted(n // FRAMES for _, n in clips) == list(range(CLASSES * PER_CLASS))
+        for cut, n in clips:
+            seen.setdefault(n // FRAMES, []).append((n % FRAMES, cut))
+    starts = [len({s for s, _ in v}) for v in seen.values()]
+    cuts = [len({c for _, c in v}) for v in seen.values()]
+    assert max(starts) > 1 and sum(starts) > len(seen) + 2  # starts change with the epoch
+    assert min(cuts) > 1  # and every video's crop does
+    twice = [n // FRAMES for x, y in served(pack, clips_per_video=2) for n in (numbers(k)[0] for k in x)]
+    assert sorted(twice) == sorted(list(range(CLASSES * PER_CLASS)) * 2)
+
+
+def test_zero_and_two_workers_and_threads_serve_identical_batches(pack):
+    ref = served(pack, epochs=(0, 1))
+    for kw in ({"num_workers": 2}, {"num_workers": 2, "threads": True}):
+        got = served(pack, epochs=(0, 1), **kw)
+        assert len(got) == len(ref)
+        assert all(torch.equal(a, b) and torch.equal(la, lb) for (a, la), (b, lb) in zip(ref, got)), kw
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_resumed_run_serves_what_the_uninterrupted_run_would(pack, workers):
+    ds = dataprep.VideoDataset(pack, frames=T, stride=STRIDE)
+    opts = {"batch_size": 2, "shuffle": True, "seed": 9, "crop": CROP, "flip": True, "num_workers": workers}
+    loader = dataprep.Loader(ds, **opts)
+    loader.set_epoch(3)
+    whole = [(x.clone(), y.clone()) for x, y in loader]
+    loader.set_epoch(3)
+    for k, _ in enumerate(loader):
+        if k == 1:
+            state = loader.state_dict()
+            break
+    loader.close()
+    restored = dataprep.Loader(dataprep.VideoDataset(pack, frames=T, stride=STRIDE), **opts)
+    restored.load_state_dict(state)
+    rest = [(x.clone(), y.clone()) for x, y in restored]
+    restored.close()
+    assert len(rest) == len(whole) - 2
+    assert all(torch.equal(a, b) and torch.equal(la, lb) for (a, la), (b, lb) in zip(whole[2:], rest))
+
+
+def test_layouts_and_center_crops_serve_the_same_clips(pack):
+    plain = served(pack, crop=dataprep.CenterCrop(48), flip=False)
+    x, y = plain[0]
+    assert x.shape == (4, T, 3, 48, 48)
+    check_clips(x, y)
+    ds = dataprep.VideoDataset(pack, frames=T, stride=STRIDE, layout="cthw")
+    loader = dataprep.Loader(ds, batch_size=4, shuffle=True, seed=5, crop=dataprep.CenterCrop(48))
+    c, _ = next(iter(loader))
+    assert c.shape == (4, 3, T, 48, 48) and torch.equal(c, x.transpose(1, 2))
+    loader.close()
+    last = dataprep.Loader(dataprep.VideoDataset(pack, frames=T, stride=STRIDE), batch_size=4, shuffle=True, seed=5,
+                           layout="nhwc")
+    whole, _ = next(iter(last))
+    assert whole.shape == (4, T, 64, 96, 3)
+    last.close()
+
+
+def test_a_short_video_repeats_its_last_frame_and_videos_of_two_sizes_need_a_crop(tmp_path):
+    (tmp_path / "src" / "a").mkdir(parents=True)
+    (tmp_path / "src" / "b").mkdir(parents=True)
+    write_video(tmp_path / "src" / "a" / "short.mp4", frames=3, h=32, w=48)
+    write_video(tmp_path / "src" / "b" / "square.mp4", frames=12, h=48, w=48, first=100)
+    build.video(tmp_path / "src", tmp_path / "p", size=32, workers=1)
+    ds = dataprep.VideoDataset(tmp_path / "p", frames=T, stride=STRIDE)
+    with pytest.raises(dataprep.DataprepError, match="2 sizes"):
+        dataprep.Loader(ds, batch_size=2)
+    loader = dataprep.Loader(ds, batch_size=2, crop=(32, 32))
+    for _ in range(3):  # three epochs
+        x, y = next(iter(loader))
+        assert numbers(x[0]) == [0, 2, 2, 2] and y.tolist() == [0, 1]
+        n = numbers(x[1])
+        assert n == [n[0] + STRIDE * k for k in range(T)] and 100 <= n[0] <= 100 + FRAMES - 1 - STRIDE * (T - 1)
+    loader.close()
+    clip, label = ds[0]
+    assert clip.shape == (T, 3, 32, 48) and numbers(clip) == [0, 2, 2, 2] and label == 0
