@@ -27,7 +27,8 @@ from .serve.loader import Loader
 from .serve.resume import epoch_left
 from .serve.transfer import IMAGENET_MEAN, IMAGENET_STD, Normalize
 
-IMAGE_KINDS = ("images", "segmentation")
+IMAGE_KINDS = ("images", "segmentation")  # batches normalised on the device
+FRAME_KINDS = (*IMAGE_KINDS, "video")  # a crop plan and flip apply (video: one box and one flip a clip)
 
 
 class _TrainerLoader(Loader):
@@ -59,10 +60,11 @@ class PackDataModule(pl.LightningDataModule):
         train_split, val_split: split names (a missing val split means no validation loader).
         batch_size, num_workers, seed: as the Loader's (per rank: the global batch is batch_size x ranks).
         crop, flip: the train loader's crop plan (e.g. dataprep.RandomResizedCrop(224)) and flip.
-        val_crop: the validation loader's (e.g. dataprep.CenterCrop(224)); images only.
+        val_crop: the validation loader's (e.g. dataprep.CenterCrop(224)); image and video packs only.
         schedule: a resolution Schedule over epochs (the train loader's).
-        cache: where the split lives [default: "shm" for images, "ram" otherwise].
-        normalize: for image packs, "imagenet" (the default), (mean, std) in 0-255 units, or None to keep
+        cache: where the split lives [default: "shm" for images and video, "ram" otherwise].
+        normalize: for image packs (video clips stay uint8, (B, T, 3, H, W)), "imagenet" (the default),
+            (mean, std) in 0-255 units, or None to keep
             the batch uint8; the conversion runs on the device after the transfer, channels-last.
         dtype: the normalised batch's dtype.
         dataset_kwargs: passed to the kind's dataset class (e.g. context=1024 for tokens).
@@ -90,8 +92,8 @@ class PackDataModule(pl.LightningDataModule):
                                  f"seed, not {packed!r}: the split and cache come from the module's own arguments")
         self.packed = None if packed is None else {"seed": seed, **packed}
         images = self.kind in IMAGE_KINDS
-        if not images and (crop is not None or val_crop is not None or flip):
-            raise DataprepError(f"crop and flip apply to image packs; {self.pack} is a {self.kind!r} pack")
+        if self.kind not in FRAME_KINDS and (crop is not None or val_crop is not None or flip):
+            raise DataprepError(f"crop and flip apply to image packs and video packs; {self.pack} is a {self.kind!r} pack")
         splits = self.manifest.get("splits", {})
         if train_split not in splits:
             raise DataprepError(f"{self.pack}: no split {train_split!r} (it has {sorted(splits)})")
@@ -99,7 +101,7 @@ class PackDataModule(pl.LightningDataModule):
         self.val_split = val_split if val_split in splits else None
         self.batch_size, self.num_workers, self.seed, self.drop_last = batch_size, num_workers, seed, drop_last
         self.crop, self.val_crop, self.flip, self.schedule = crop, val_crop, flip, schedule
-        self.cache = cache or ("shm" if images else "ram")
+        self.cache = cache or ("shm" if self.kind in FRAME_KINDS else "ram")
         self.dataset_kwargs = dict(dataset_kwargs or {})
         if normalize == "imagenet":  # a grayscale pack gets the channels' averages
             gray = images and bool(self.manifest.get("settings", {}).get("image", {}).get("grayscale"))
@@ -121,6 +123,12 @@ class PackDataModule(pl.LightningDataModule):
     def table(cls, pack, batch_size: int, categorical: str = "separate", **kw) -> "PackDataModule":
         """A table pack: rows (TabularDataset)."""
         return cls(pack, batch_size=batch_size, dataset_kwargs={"categorical": categorical, **kw.pop("dataset_kwargs", {})}, **kw)
+
+    @classmethod
+    def video(cls, pack, batch_size: int, frames: int = 16, stride: int = 2, clips_per_video: int = 1, **kw) -> "PackDataModule":
+        """A video pack: clips of `frames` frames `stride` apart (VideoDataset), uint8 (B, T, 3, H, W)."""
+        return cls(pack, batch_size=batch_size, dataset_kwargs={"frames": frames, "stride": stride, "clips_per_video": clips_per_video,
+                                                                 **kw.pop("dataset_kwargs", {})}, **kw)
 
     # -- LightningDataModule --------------------------------------------------------------------------
     def _dataset(self, split: str):

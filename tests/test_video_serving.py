@@ -160,3 +160,17 @@ def test_a_short_video_repeats_its_last_frame_and_videos_of_two_sizes_need_a_cro
     loader.close()
     clip, label = ds[0]
     assert clip.shape == (T, 3, 32, 48) and numbers(clip) == [0, 2, 2, 2] and label == 0
+
+
+def test_a_pack_data_module_serves_a_video_pack_with_its_crop_and_flip(pack):
+    pytest.importorskip("lightning")
+    from dataprep.lightning import PackDataModule
+
+    dm = PackDataModule.video(pack, batch_size=4, frames=T, stride=STRIDE, num_workers=0, crop=CROP, flip=True, cache="ram")
+    loader = dm.train_dataloader()
+    batches = [(x.clone(), y.clone()) for x, y in loader]
+    assert batches[0][0].shape == (4, T, 3, 32, 32) and batches[0][0].dtype == torch.uint8
+    assert sorted(numbers(k)[0] // FRAMES for x, y in batches for k in x) == list(range(CLASSES * PER_CLASS))
+    for x, y in batches:
+        check_clips(x, y)
+    dm.teardown()
