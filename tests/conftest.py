@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gc
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,49 @@ def pytest_collection_finish(session):
     gc.enable()
     gc.collect()
     gc.freeze()
+
+
+QUIET_LOAD = 1.0  # runnable tasks per core, over the last minute, up to which the machine counts as quiet
+QUIET_SHARE = 0.8  # the share of a core a busy loop here must get for the machine to count as quiet
+
+
+def machine_noise(sample_s: float = 0.2) -> tuple[bool, str]:
+    """Whether this machine is quiet enough now for a bound on seconds to say something about the code, and
+    the figures that say so: the 1-minute load average per core this process may run on, and the share of a
+    core that a busy loop of `sample_s` seconds got (its CPU seconds over its wall seconds; under 1 when other
+    work, a CPU quota or a host's other guests take turns with it).
+
+    Returns:
+        (quiet, the figures in words, for a skip reason or a failure message).
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    load = os.getloadavg()[0]
+    wall, cpu = time.perf_counter(), time.process_time()
+    while time.perf_counter() - wall < sample_s:
+        sum(range(1000))
+    share = (time.process_time() - cpu) / (time.perf_counter() - wall)
+    quiet = load <= QUIET_LOAD * cores and share >= QUIET_SHARE
+    return quiet, (f"load {load:.1f} over the last minute on {cores} cores (quiet: up to {QUIET_LOAD * cores:.0f}), "
+                   f"a busy loop got {share:.0%} of a core over {sample_s} s (quiet: {QUIET_SHARE:.0%} or more)")
+
+
+def quiet_machine(need: str) -> str:
+    """Skips the test unless the machine is quiet enough to say `need` (what the test would conclude from its
+    timing), naming the figures measured; returns them where it is quiet."""
+    quiet, figures = machine_noise()
+    if not quiet:
+        pytest.skip(f"{need}: the machine is too busy to say ({figures})")
+    return figures
+
+
+def within(seconds: float, bound: float, what: str) -> None:
+    """`what` took `seconds`, under `bound`: a bound on time that holds only where the machine is quiet enough
+    to say. Under the bound it passes whatever the machine; over it, it fails on a quiet machine and skips on
+    a busy one, with the seconds and the figures measured (a slow path and a slow machine look alike there)."""
+    if seconds < bound:
+        return
+    figures = quiet_machine(f"{what} took {seconds:.2f} s, not under {bound:g} s")
+    raise AssertionError(f"{what} took {seconds:.2f} s, not under {bound:g} s, on a quiet machine ({figures})")
 
 
 def own_segments(base) -> set[str]:
