@@ -659,6 +659,8 @@ def test_many_equal_hashes_cost_time_and_memory_by_samples_not_pairs(flips):
     import subprocess
     import sys
 
+    from .conftest import within  # here: test_trust_audit imports this module as a top-level one
+
     r = subprocess.run([sys.executable, "-c", _MANY_EQUAL, flips], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout)
@@ -673,5 +675,5 @@ def test_many_equal_hashes_cost_time_and_memory_by_samples_not_pairs(flips):
     assert s["shown"]["leaking_samples"] == {"shown": 100, "left_off": 200}  # one panel each, as far as 100 go
     assert s["drop_duplicates"] == {"train": 49_999 + 19_999, "val": 300}
     assert s["groups"] == 2 and s["largest_group"] == 50_000 and s["samples_in_groups"] == 50_000 + 20_300
-    assert out["seconds"] < 10, out["seconds"]
     assert out["grown_mib"] < 200, out["grown_mib"]
+    within(out["seconds"], 10, f"the audit of 70,300 equal hashes ({flips})")

@@ -536,6 +536,7 @@ def test_a_633_byte_jpeg_declaring_32767_square_is_refused_by_every_audit_that_d
     """--flips, a pack hashed on the fly and --sheet decode stored JPEGs: each refuses the forged frame from its
     header (the audits with an error naming the sample, the sheet with a panel that says so), in bounded time
     and memory. Before, each decoded it to 3.2 GB."""
+    from .conftest import within  # here: test_trust_audit imports this module as a top-level one
     from .test_trust_jpeg import declaring, photo, pil_jpeg
 
     tiny = declaring(pil_jpeg(photo(8, 8, 0), quality=90), 32767, 32767)
@@ -555,12 +556,12 @@ def test_a_633_byte_jpeg_declaring_32767_square_is_refused_by_every_audit_that_d
         assert "bytes, fewer than a complete 32767x32767 JPEG holds" in run["stderr"], (args, run)
     sheet = got["runs"][2]  # the sheet draws a sample it cannot load as such ("cannot load"), as it did
     assert sheet["code"] == 1 and "sheet: " in sheet["stderr"] and (tmp_path / "s.png").exists(), sheet
-    assert max(run["seconds"] for run in got["runs"]) < 30, got
     # a decoder that allocated the frame: 3.2 GB. Alone the three audits peak at ~280 MB; one full-suite run on
     # 2 loaded cores read 1,028 MB (not explained yet: the runs took well under a second), so the bound sits
     # between that and the frame
     assert got["rss_mb"] < 2000, got
     assert cli("audit", pack, "--flips").exit_code == 1  # the pack it was forged from audits (its leaks: exit 1)
+    within(max(run["seconds"] for run in got["runs"]), 30, "the slowest audit of the forged frame")
 
 
 def test_a_complete_jpeg_over_what_the_build_makes_is_refused_by_the_audit(pack, tmp_path):

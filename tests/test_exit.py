@@ -23,6 +23,7 @@ from dataprep.images.settings import ImageSettings
 from dataprep.settings import BuildSettings
 from dataprep.sources import scan_imagenet
 
+from .conftest import within
 from .test_worker_exit import alive
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -155,7 +156,6 @@ def test_a_script_that_used_the_loader_exits_by_itself(case, pack, tmp_path):
     lightning = case in LIGHTNING_CASES
     done, after, workers = run_case(CASES[case], pack, tmp_path, own_sigterm=not lightning, lightning=lightning)
     try:
-        assert after < DEADLINE, f"{case}: exited {after:.1f} s after its last statement"
         assert not [p for p in workers if alive(p)], f"{case}: workers outlived the script"
         if case == "an exception at top level":
             assert done.returncode == 1 and done.stderr.count("Traceback") == 1, done.stderr
@@ -163,6 +163,7 @@ def test_a_script_that_used_the_loader_exits_by_itself(case, pack, tmp_path):
         else:
             assert done.returncode == 0, done.stderr
             assert "Traceback" not in done.stderr, done.stderr
+        within(after, DEADLINE, f"{case}: the exit after the last statement")  # a hang: run_case's TIMEOUT
     finally:
         for p in workers:  # only on failure: ours, forked by the script we started
             if alive(p):

@@ -29,7 +29,7 @@ from dataprep.settings import BuildSettings
 from dataprep.sources import scan_imagenet
 from dataprep.synthetic import write_tree
 
-from .conftest import corpus_dir
+from .conftest import corpus_dir, within
 
 needs_c = pytest.mark.skipif(not codec.compiled(), reason="images/_jpegseg.c is not built (no C compiler at install)")
 MAX = codec.RESTART_MCUS
@@ -283,6 +283,7 @@ def twelve_bit(data: bytes) -> bytes:
 
 @needs_c
 def test_frames_that_claim_more_than_their_bytes_are_refused_quickly_in_bounded_memory():
+    slowest = (0.0, "")
     for h, w in ((65535, 65535), (4096, 4096), (65535, 16)):
         data = huge_claim(h, w)
         tracemalloc.start()
@@ -293,8 +294,9 @@ def test_frames_that_claim_more_than_their_bytes_are_refused_quickly_in_bounded_
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
         assert restarts is None and region == (h, w, None, 0, 0), (h, w)
-        assert seconds < 0.2 and peak < 1 << 20, (h, w, seconds, peak)  # per-MCU arrays would be 100s of MB
+        assert peak < 1 << 20, (h, w, seconds, peak)  # per-MCU arrays would be 100s of MB
         assert_same_region(u8(data), (0, 8, 0, 8))
+        slowest = max(slowest, (seconds, f"{h}x{w}"))
     # the controls: the real size is cut, so what is refused is the claim; and tracemalloc sees what the
     # compiled part allocates (its output buffer, for a file of some size)
     assert codec._jpegseg.region(huge_claim(32, 48), 0, 8, 0, 8)[2] is not None
@@ -304,6 +306,7 @@ def test_frames_that_claim_more_than_their_bytes_are_refused_quickly_in_bounded_
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak > len(big) > 1 << 20
+    within(slowest[0], 0.2, f"refusing a frame that claims {slowest[1]}")
 
 
 @needs_c

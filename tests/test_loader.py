@@ -18,6 +18,8 @@ from dataprep.settings import BuildSettings
 from dataprep.sources import scan_imagenet
 from dataprep.synthetic import decode_index
 
+from .conftest import within
+
 
 @pytest.fixture(scope="module")
 def packs(index_tree, tmp_path_factory):
@@ -109,7 +111,8 @@ def test_a_killed_worker_is_an_error_within_seconds(packs):
     with pytest.raises(WorkerError, match=r"died \(exit code -9\) while filling batch 3 .*13"):
         for _ in Loader(ds, 4, num_workers=2):
             pass
-    assert time.time() - t0 < 60  # a hang would wait out the 300 s timeout; a loaded machine may take a while
+    # the death is noticed, not the 300 s timeout waited out: where the machine is quiet enough to say
+    within(time.time() - t0, 60, "a killed worker's error")
 
 
 def test_a_worker_exception_names_the_batch(packs):
@@ -188,7 +191,7 @@ def test_workers_that_send_nothing_are_a_timeout_error(packs):
     t0 = time.time()
     with pytest.raises(WorkerError, match=r"no batch from the loader workers in 1 s"):
         next(iter(loader))
-    assert time.time() - t0 < 20  # the timeout, not the sleep
+    within(time.time() - t0, 20, "the 1 s timeout's error")  # the timeout, not the 30 s sleep
     loader.close()
 
 

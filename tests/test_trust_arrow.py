@@ -24,6 +24,8 @@ import pyarrow.ipc  # noqa: E402, F401 (pa.ipc)
 
 from dataprep.sources.parquet_pages import _uvarint  # noqa: E402 (the varint the crafted pages are written with)
 
+from .conftest import within  # noqa: E402
+
 STRUCT = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
 ROWS, BATCH = 8, 2  # rows of the small tables, in record batches (row groups) of 2
 
@@ -221,6 +223,7 @@ def test_validation_cost_on_a_realistic_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(parquet, "_valid", timed(parquet._valid))
     monkeypatch.setattr(parquet, "_exact_offsets", timed(parquet._exact_offsets))
+    shares = {}
     for path, fmt, units in ((tmp_path / "big.arrow", parquet.ARROW_FILE, 20), (tmp_path / "big.parquet", parquet.PARQUET, 4)):
         rows = list(range(500 if fmt == parquet.PARQUET else 100))
         best = None
@@ -233,7 +236,10 @@ def test_validation_cost_on_a_realistic_file(tmp_path, monkeypatch):
             best = (total, spent[0]) if best is None else min(best, (total, spent[0]))
         total, valid = best
         print(f"{fmt}: validation {valid * 1e3:.2f} ms of a {total * 1e3:.0f} ms read ({valid / total:.2%})")
-        assert valid < 0.05 * total
+        shares[fmt] = (valid, total)
+    fmt = max(shares, key=lambda f: shares[f][0] / shares[f][1])
+    valid, total = shares[fmt]
+    within(valid, 0.05 * total, f"validating {fmt} (5% of its {total:.3f} s read)")
 
 
 # ---------------------------------------------------------------------------------------------------------

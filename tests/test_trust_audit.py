@@ -75,6 +75,8 @@ def test_near_identical_frames_beside_a_million_equal_hashes_cost_bounded_time_a
     """4,000 near-identical frames (8e6 pairs of distinct hashes; 3,500 in train, 500 in val) beside a
     million equal hashes in train and 1,000 in val: every figure exact, the drop rule too, in seconds and
     in memory that does not grow with the pairs. Held as edges they took 1.25 GB (about 300 bytes a pair)."""
+    from .conftest import within  # here: the child imports this module as a top-level one, without its package
+
     here = __file__.rsplit("/", 1)[0]
     r = subprocess.run([sys.executable, "-c", _BOUNDED, mode, here], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -89,8 +91,8 @@ def test_near_identical_frames_beside_a_million_equal_hashes_cost_bounded_time_a
         assert out["pairs"] == k(1_001_000) + k(4000) and out["listed"] == 10_000
         assert out["groups"] == 2 and out["drop_duplicates"] == {"train": 999_999 + 3499, "val": 1000 + 500}
         assert out["leaks"]["val"]["samples"] == 1500
-    assert got["seconds"] < 60, got["seconds"]
     assert got["grown_mib"] < 700, got["grown_mib"]
+    within(got["seconds"], 60, f"the {mode} audit of a million equal hashes beside 4,000 near-identical frames")
 
 
 def _reports_equal(a, b):

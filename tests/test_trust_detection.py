@@ -19,6 +19,8 @@ from dataprep.sources.coco import scan_coco
 from dataprep.sources.yolo import scan_yolo
 from dataprep.verify import verify_pack
 
+from .conftest import within
+
 
 def _image(path: Path, h: int = 40, w: int = 50) -> None:
     import cv2
@@ -176,7 +178,9 @@ def test_a_hostile_data_yaml_is_refused_cheaply_with_a_short_message(tmp_path, t
     t = time.perf_counter()
     with pytest.raises(SourceError, match=match) as e:
         scan_yolo(root)
-    assert time.perf_counter() - t < 5 and len(str(e.value)) < 600, len(str(e.value))
+    took = time.perf_counter() - t
+    assert len(str(e.value)) < 600, len(str(e.value))
+    within(took, 5, "refusing the data.yaml")
 
 
 def _secret(tmp_path: Path) -> Path:
@@ -248,8 +252,9 @@ def test_a_polygon_of_half_a_million_points_gives_its_box_in_bounded_time(tmp_pa
     root = _yolo(tmp_path, "2 " + " ".join(f"{v:.6f}" for v in pts.ravel()) + "\n")
     t = time.perf_counter()
     src = scan_yolo(root)
-    assert time.perf_counter() - t < 20
+    took = time.perf_counter() - t
     np.testing.assert_allclose(src.splits[0].boxes[0], [0.1, 0.2, 0.9, 0.8])
+    within(took, 20, "scanning a polygon of half a million points")
 
 
 # -- COCO: files too large or not files, ids at 64 bits, names leaving the folder --------------------------------------

@@ -36,6 +36,7 @@ from dataprep.settings import BuildSettings
 from dataprep.sources import scan_imagenet
 from dataprep.synthetic import write_tree
 
+from .conftest import within
 from .test_trust import _as_other_user
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -187,7 +188,8 @@ def test_hostile_record_of_2_50_bytes_without_shape_is_refused_before_any_range(
     got = hostile(url, f"disk:{tmp_path / 'nvme'}" if cache == "disk" else cache)
     text = got.get("error", "") + json.dumps(got.get("problems", []))
     assert f"{url}/{LABELS}" in text and "unusable" in text, got
-    assert got["reads"] <= 2 and got["seconds"] < 20, got  # the manifest (and nothing of the pack's shards)
+    assert got["reads"] <= 2, got  # the manifest (and nothing of the pack's shards)
+    within(got["seconds"], 20, f"refusing a 2**50-byte record ({cache})")
 
 
 def _huge_labels(url: str, rows: int) -> None:
@@ -211,7 +213,8 @@ def test_hostile_shape_with_a_matching_byte_count_fails_at_the_first_short_range
     got = hostile(url, f"disk:{tmp_path / 'nvme'}" if cache == "disk" else cache, block=1 << 20, probe=probe)
     text = got.get("error", "") + json.dumps(got.get("problems", []))
     assert f"{url}/{LABELS}" in text and "truncated" in text, got
-    assert got["seconds"] < 20 and got["reads"] < 200, got  # not the 2**24 ranges the record spans
+    assert got["reads"] < 200, got  # not the 2**24 ranges the record spans
+    within(got["seconds"], 20, f"the first short range of a 16 TiB record ({cache}, {probe})")
 
 
 @pytest.mark.parametrize("probe", ["probe", "no-probe"])
@@ -220,7 +223,8 @@ def test_hostile_shape_in_a_ram_or_shm_fetch_fails_at_the_first_short_range(loca
     _huge_labels(url, 1 << 29)  # 4 GiB: within this machine's memory, so only the store's answers can tell
     got = hostile(url, "memory", block=1 << 20, probe=probe)
     assert got.get("error", "").startswith(f"RemoteError: {url}/{LABELS}: truncated"), got
-    assert got["seconds"] < 20 and got["reads"] < 200, got  # not the 8,192 ranges of two tries
+    assert got["reads"] < 200, got  # not the 8,192 ranges of two tries
+    within(got["seconds"], 20, f"the first short range of a 4 GiB record in memory ({probe})")
 
 
 def test_hostile_load_larger_than_this_machine_s_memory_is_refused_before_fetching(local_pack, tmp_path):
@@ -228,7 +232,8 @@ def test_hostile_load_larger_than_this_machine_s_memory_is_refused_before_fetchi
     _huge_labels(url, 1 << 41)
     got = hostile(url, "memory", block=1 << 20)
     assert "RAM and swap" in got.get("error", "") and url in got["error"], got
-    assert got["reads"] <= 1 and got["seconds"] < 20, got
+    assert got["reads"] <= 1, got
+    within(got["seconds"], 20, "refusing a load larger than this machine's memory")
 
 
 # ------------------------------------------------------------------ 2. directories other users can write
@@ -389,9 +394,10 @@ def test_a_store_that_hangs_is_an_error_within_the_deadline_naming_the_url(trick
     finally:
         server.close()
     out = p.stdout + p.stderr
-    assert p.returncode == 1 and took < 30, (took, out[-2000:])
+    assert p.returncode == 1, out[-2000:]
     assert f"http://***@127.0.0.1:{server.port}/p/manifest.json" in out and "DATAPREP_REMOTE_DEADLINE" in out, out[-2000:]
     assert SECRET not in out and "Traceback" not in out, out[-2000:]
+    within(took, 30, "verify against a store that hangs, with a 2 s deadline")  # the child's own start included
 
 
 # ------------------------------------------------------------------------- 4. what a killed run leaves

@@ -41,6 +41,8 @@ from dataprep.settings import BuildSettings
 from dataprep.sources import scan_imagenet
 from dataprep.synthetic import write_tree
 
+from .conftest import within
+
 VICTIM = 5  # the sample tampered with: shard 1's second (shards of 4)
 SHARD = "00001"
 
@@ -570,7 +572,7 @@ def test_a_fill_that_never_returns_is_a_timeout_naming_its_batch_and_its_late_wr
     t0 = time.perf_counter()
     with pytest.raises(WorkerError, match=r"no batch from the loader threads in 1 s \(batch 1, samples \[\d+"):
         epoch(ld)
-    assert time.perf_counter() - t0 < 10
+    took = time.perf_counter() - t0
     stuck = [t for t in threading.enumerate() if t.name.startswith("dataprep-loader")]
     ds.slow = set()
     ld.set_epoch(1)
@@ -581,6 +583,7 @@ def test_a_fill_that_never_returns_is_a_timeout_naming_its_batch_and_its_late_wr
     assert not any(t.is_alive() for t in stuck)
     assert wrong(kept) == 0 and torch.equal(torch.cat([b[2] for b in kept]).sort().values, torch.arange(len(ds)))
     ld.close()
+    within(took, 10, "the 1 s timeout's error")  # not waiting for the stuck part; checked last: it may skip
 
 
 @pytest.mark.parametrize("threads", [True, False])
