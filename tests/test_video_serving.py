@@ -174,3 +174,77 @@ def test_a_pack_data_module_serves_a_video_pack_with_its_crop_and_flip(pack):
     for x, y in batches:
         check_clips(x, y)
     dm.teardown()
+
+
+def test_two_ranks_serve_every_video_once_and_a_state_from_two_ranks_resumes_on_one(pack):
+    def loader(**kw):
+        opts = {"shuffle": True, "seed": 7, "crop": CROP, "flip": True, **kw}
+        return dataprep.Loader(dataprep.VideoDataset(pack, frames=T, stride=STRIDE), **opts)
+
+    one = loader(batch_size=2)  # one rank, the two ranks' global batch: its clips by position in the one order
+    one.set_epoch(1)
+    whole = [c.clone() for x, _ in one for c in x]
+    one.close()
+    ranks = [loader(batch_size=1, rank=r, world_size=2) for r in (0, 1)]
+    for r in ranks:
+        r.set_epoch(1)
+    per_rank = [[(x.clone(), y.clone()) for x, y in r] for r in ranks]
+    assert [len(b) for b in per_rank] == [3, 3]
+    clips = [x for b in per_rank for x, y in b]
+    assert sorted(numbers(x[0])[0] // FRAMES for x in clips) == list(range(CLASSES * PER_CLASS))  # every video once
+    for r, batches in enumerate(per_rank):  # rank r's k-th clip is the one order's (2 k + r)-th: crops, starts, flips
+        assert all(torch.equal(x[0], whole[2 * k + r]) for k, (x, _) in enumerate(batches)), r
+        for x, y in batches:
+            check_clips(x, y)
+    for r in ranks:
+        r.set_epoch(1)
+    states = []
+    for r in ranks:
+        next(iter(r))
+        states.append(r.state_dict())
+        r.close()
+    assert states[0]["samples_consumed"] == states[1]["samples_consumed"] == 2
+    restored = loader(batch_size=1)  # a rank's batch size as saved: another one warns (serve/resume.py)
+    restored.load_state_dict(states[0])
+    rest = [c.clone() for x, _ in restored for c in x]
+    restored.close()
+    assert len(rest) == len(whole) - 2 and all(torch.equal(a, b) for a, b in zip(whole[2:], rest))
+
+
+@pytest.fixture(scope="module")
+def large(tmp_path_factory) -> Path:
+    """Frames of 256 x 384 px: many restart segments, so a small box needs only a few of them."""
+    root = tmp_path_factory.mktemp("large")
+    write_video_tree(root / "src", classes=2, per_class=2, frames=6, h=256, w=384)
+    build.video(root / "src", root / "pack", size=256, workers=1)
+    return root / "pack"
+
+
+def test_training_crops_of_large_frames_decode_only_the_restart_segments_around_the_box(pack, large):
+    small = dataprep.RandomResizedCrop(32, scale=(0.05, 0.2))
+
+    def serve(decode: str):
+        ds = dataprep.VideoDataset(large, frames=T, stride=1, decode=decode)
+        loader = dataprep.Loader(ds, batch_size=2, shuffle=True, seed=3, crop=small, flip=True)
+        got = torch.cat([x.clone() for x, _ in loader])
+        paths = loader.stats()["decode_paths"]
+        loader.close()
+        return got, paths
+
+    fast, paths = serve("fast")
+    assert fast.shape == (4, T, 3, 32, 32)
+    # every frame of every clip cut from its box's segments ("region full", "region 1/2": at a DCT scale the box
+    # allows), none decoded whole ("fast ...", or "full" and "1/2" for the accurate decode)
+    assert all(p.startswith("region ") for p in paths) and sum(paths.values()) == 4 * T, paths
+    accurate, whole = serve("accurate")
+    assert not any(p.startswith(("region", "fast")) for p in whole), whole
+    diff = (fast.to(torch.int16) - accurate.to(torch.int16)).abs()
+    assert diff.float().mean() < 1 and diff.max() <= 6  # the same boxes and flips: only the IDCTs differ (a box 8 px off: the ramp moves 5 levels)
+    # the 64 px pack's frames are 4 MCU rows of 2 segments: a box of 0.6 of the frame or more, with the
+    # resampling margin, spans all of them, so the whole frame is decoded ("fast full"), never a region
+    ds = dataprep.VideoDataset(pack, frames=T, stride=STRIDE)
+    loader = dataprep.Loader(ds, batch_size=2, crop=CROP)
+    for _ in loader:
+        pass
+    assert set(loader.stats()["decode_paths"]) == {"fast full"}
+    loader.close()
