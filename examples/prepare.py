@@ -3,12 +3,15 @@
     python examples/prepare.py images runs/demo-src --out packs/demo              # then: train_classifier.py packs/demo
     python examples/prepare.py images runs/demo-src --out packs/demo --size 32 --images 64
     python examples/prepare.py text runs/demo-text --out packs/demo-text          # then: train_gpt.py packs/demo-text
+    python examples/prepare.py videos runs/demo-videos --out packs/demo-videos    # then: train_video.py packs/demo-videos
 
 `images DIR`: writes a synthetic ImageNet-layout tree in DIR (DIR/{train,val}/<class>/*.png, unless DIR/train
 is there already) and packs it with `dataprep.build.imagenet`. `text DIR`: writes a generated text in
 DIR/demo.txt (unless it is there) and packs it with `dataprep.tokenize`, through a byte-level BPE trained on
-it. A real dataset is packed the same way: `build.imagenet("/data/imagenet", out, size=256)`, or the CLI's
-`dataprep build imagenet` and `dataprep tokenize`.
+it. `videos DIR`: writes class folders of generated videos in DIR (DIR/{train,val}/<class>/*.mp4, unless
+DIR/train is there; needs the `video` extra) and packs them with `dataprep.build.video`. A real dataset is
+packed the same way: `build.imagenet("/data/imagenet", out, size=256)`, or the CLI's
+`dataprep build imagenet`, `dataprep build video` and `dataprep tokenize`.
 """
 from __future__ import annotations
 
@@ -114,6 +117,25 @@ def prepare_text(args) -> None:
     print("\n".join(summary.lines()), flush=True)
 
 
+# -- videos ----------------------------------------------------------------------------------------
+def prepare_videos(args) -> None:
+    """Frame-coded videos (dataprep.synthetic.write_video_tree: each frame's colour codes its number, and the
+    numbers grow with the class), stored with the shorter side at the training crop size plus a quarter, so
+    RandomResizedCrop has room to move."""
+    from dataprep.synthetic import write_video_tree
+
+    src, stored = Path(args.dir), args.size + args.size // 4
+    if (src / "train").is_dir():
+        print(f"{src}: packing the videos already there", flush=True)
+    else:
+        per_class = max(1, args.videos // args.classes)
+        h, w = 2 * (stored // 2), 2 * (stored * 2 // 3)  # 3:4 landscape, even sizes for the 4:2:0 codec
+        for split, n in (("train", per_class), ("val", max(1, per_class // 4))):
+            write_video_tree(src, args.classes, n, args.frames, h, w, split=split)
+    summary = build.video(src, args.out, size=stored, workers=args.workers, overwrite=True)
+    print("\n".join(summary.lines()), flush=True)
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     kinds = p.add_subparsers(dest="kind", required=True)
@@ -132,6 +154,16 @@ def main(argv=None) -> None:
     tx.add_argument("--docs", type=int, default=3000, help="paragraphs the text has (one document each)")
     tx.add_argument("--vocab", type=int, default=384, help="ids of the BPE trained on the text")
     tx.set_defaults(run=prepare_text)
+    vd = kinds.add_parser("videos", help="generated videos, packed as JPEG frames for train_video.py",
+                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    vd.add_argument("dir", help="where the videos are written (videos already there are packed as they are)")
+    vd.add_argument("--out", required=True, help="the pack to write (replaced if there)")
+    vd.add_argument("--size", type=int, default=64, help="the crop size the training will use (its --size)")
+    vd.add_argument("--videos", type=int, default=32, help="train videos to generate (and a quarter as many for val)")
+    vd.add_argument("--frames", type=int, default=16, help="frames a video")
+    vd.add_argument("--classes", type=int, default=2, help="class folders (keep videos x frames under 1024)")
+    vd.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 1), help="build worker processes")
+    vd.set_defaults(run=prepare_videos)
     args = p.parse_args(argv)
     args.run(args)
 

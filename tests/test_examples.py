@@ -23,8 +23,9 @@ import dataprep
 ROOT = Path(__file__).resolve().parents[1]
 slow = pytest.mark.slow  # three training processes per example, ~10-20 s each on two busy cores
 
-# The modules an example may import besides the top-level package (whose public names are dataprep.__all__).
-PUBLIC_MODULES = {"build", "lightning", "gpu"}
+# The modules an example may import besides the top-level package (whose public names are dataprep.__all__);
+# synthetic: the generated sets examples/prepare.py trains on where it does not draw its own (videos).
+PUBLIC_MODULES = {"build", "lightning", "gpu", "synthetic"}
 
 
 def run(script: str, *args, rc: int = 0) -> str:
@@ -158,6 +159,34 @@ def test_classifier_resumes_mid_epoch_on_the_same_batches(classifier):
 @slow
 def test_classifier_resumed_weights_equal_uninterrupted(classifier):
     check_weights(classifier)
+
+
+# -- the video classifier ----------------------------------------------------------------------------
+# 8 videos of 8 frames at 32 px (stored 40 px), batch 4: 2 steps an epoch. Stopped at step 3 (mid-epoch 1),
+# resumed to step 6 with 0 workers instead of 2: the rest of epoch 1, then epoch 2.
+VID_TOTAL, VID_STOP = 6, 3
+
+
+@pytest.fixture(scope="module")
+def video(tmp_path_factory):
+    pytest.importorskip("av", reason="needs the video extra (pip install 'dataprep[video]')")
+    base = tmp_path_factory.mktemp("video")
+    prepared = run("prepare.py", "videos", base / "src", "--out", base / "pack", "--size", 32, "--videos", 8, "--frames", 8,
+                   "--workers", 1)
+    common = [base / "pack", "--size", 32, "--frames", 4, "--batch-size", 4, "--epochs", 3, "--log-every", 2, "--device", "cpu"]
+    return {"prepared": prepared, **three_runs("train_video.py", base, common, VID_TOTAL, VID_STOP)}
+
+
+def test_video_classifier_trains_on_clips_and_resumes_mid_epoch_with_the_same_weights(video):
+    assert "train: 8 of 8 videos written" in video["prepared"] and "train: 64 frames stored" in video["prepared"], video["prepared"]
+    out = video["full"]
+    assert "8 train clips (8 videos), 2 classes, 2 steps an epoch of 4 clips of 4 frames" in out, out
+    assert len(re.findall(r"^epoch \d step \d  loss \d+\.\d{4}$", out, re.M)) == 3, out  # steps 2, 4, 6
+    assert len(re.findall(r"^epoch \d: val accuracy \d+\.\d% \(2 clips at 32 px\)$", out, re.M)) == 3, out
+    assert "(step 2)" in video["stopped"] and f"(step {VID_STOP})" in video["stopped"]
+    assert f"step {VID_STOP}, epoch 1, 4 samples of it already trained on" in video["resumed"], video["resumed"]
+    check_resume(video, VID_TOTAL, VID_STOP)
+    check_weights(video)
 
 
 # -- the GPT -----------------------------------------------------------------------------------------
