@@ -37,9 +37,9 @@ def test_the_demo_installs_the_package_alone_and_the_tests_add_their_extras(tmp_
     stamp = tmp_path / ".installed"
     demo = dry("demo", stamp)
     assert not any("dali" in ln for ln in demo) and installs(demo)[-1] == "." and demo[-1].endswith("-m dataprep demo")
-    assert not any(".[" in ln for ln in demo)  # no extra at all: test, dask and DALI are for the tests
+    assert not any(".[" in ln for ln in demo)  # no extra at all: test, dask, video and DALI are for the tests
     test = dry("test", stamp)
-    extras = [".[test]", ".[dask]", ".[lightning]"] + ([".[dali]"] if (platform.system(), platform.machine()) == ("Linux", "x86_64") else [])
+    extras = [".[test]", ".[dask]", ".[lightning]", ".[video]"] + ([".[dali]"] if (platform.system(), platform.machine()) == ("Linux", "x86_64") else [])
     assert installs(test)[-len(extras) - 1:] == ["."] + extras and "-m pytest" in test[-1]
     assert installs(dry("test", stamp, "EXTRAS=test"))[-2:] == [".", ".[test]"]
 
@@ -50,7 +50,7 @@ def test_the_stamps_record_what_is_installed(tmp_path):
     assert installs(dry("demo", stamp)) == []
     after_demo = installs(dry("test", stamp))
     assert after_demo[:2] == [".[test]", ".[dask]"] and "." not in after_demo  # the extras only, not the package again
-    touch(*(tmp_path / f".installed-{e}" for e in ("test", "dask", "lightning", "dali")))  # after `make test`
+    touch(*(tmp_path / f".installed-{e}" for e in ("test", "dask", "lightning", "video", "dali")))  # after `make test`
     assert installs(dry("demo", stamp)) == [] and installs(dry("test", stamp)) == []
     os.utime(stamp, (time.time() + 60, time.time() + 60))  # the package reinstalled (setup.cfg changed): extras again
     assert installs(dry("test", stamp))[:2] == [".[test]", ".[dask]"]
