@@ -39,7 +39,8 @@ def test_the_demo_installs_the_package_alone_and_the_tests_add_their_extras(tmp_
     assert not any("dali" in ln for ln in demo) and installs(demo)[-1] == "." and demo[-1].endswith("-m dataprep demo")
     assert not any(".[" in ln for ln in demo)  # no extra at all: test, dask, video and DALI are for the tests
     test = dry("test", stamp)
-    extras = [".[test]", ".[dask]", ".[lightning]", ".[video]"] + ([".[dali]"] if (platform.system(), platform.machine()) == ("Linux", "x86_64") else [])
+    dali = [".[dali]"] if (platform.system(), platform.machine()) == ("Linux", "x86_64") else []
+    extras = [".[test]", ".[dask]", ".[lightning]", ".[video]"] + dali
     assert installs(test)[-len(extras) - 1:] == ["."] + extras and "-m pytest" in test[-1]
     assert installs(dry("test", stamp, "EXTRAS=test"))[-2:] == [".", ".[test]"]
 
