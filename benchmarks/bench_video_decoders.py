@@ -45,17 +45,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from bench_video import FRAMES, STRIDE, frame_count, read_clip_pyav, video_files  # noqa: E402
+from bench_video import FRAMES, SIZE, STRIDE, frame_count, read_clip_pyav, scaled, video_files  # noqa: E402
 
-SIZE = 128  # the training size (shorter side) the issue builds at
 SPAN = (FRAMES - 1) * STRIDE + 1
-
-
-def scaled(w: int, h: int, short: int = SIZE) -> tuple[int, int]:
-    """(width, height) with the shorter side `short`, both even (yuv420p needs it)."""
-    if w >= h:
-        return 2 * round(w * short / h / 2), short
-    return short, 2 * round(h * short / w / 2)
 
 
 def timed(fn, *args):
