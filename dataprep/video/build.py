@@ -4,7 +4,8 @@ images; restart markers, as the image build encodes them), the frame index (time
 and source paths; one task per shard on the engine, the manifest last.
 
 Storage: every frame a JPEG at the training size, so that a clip's crop is served by the image path's region
-decoding (a few restart segments of each frame, never a seek and a GOP's decode). Frames are encoded as they
+decoding (a few restart segments of each frame, never a seek and a GOP's decode). The decoder shrinks each frame
+to the largest stored size as it converts it to RGB (read.py); the image stages do the rest. Frames are encoded as they
 are decoded: a video is never held whole, only its frames' JPEGs. A video that cannot be read (empty, not a
 video, truncated, audio only, over a cap: read.py) is skipped with its reason and counted.
 """
@@ -85,7 +86,12 @@ def encode_video(path: str, task: VideoShardTask) -> tuple[list[list], list[list
     times: list[float] = []
     last: Any = None
     done: list = []
-    for pixels, t in read_frames(path, task.video, task.max_bytes, task.image.max_pixels):
+    image = task.image
+
+    def largest(h: int, w: int) -> tuple[int, int]:  # the decoder shrinks to the largest stored size as it converts
+        return resize.plan(h, w, image.all_sizes[0], image.resize, image.upscale).scaled
+
+    for pixels, t in read_frames(path, task.video, task.max_bytes, image.max_pixels, scaled=largest):
         if pixels is not last:
             try:
                 done = encode_frame(pixels, task.image)

@@ -5,7 +5,10 @@ wheels bundle FFmpeg).
 
 Timestamps come from each frame's pts, so a variable frame rate is kept as it is. `fps` resamples by them: the
 frame shown at k / fps (the last one at or before it) is given for every k, so frames repeat when upsampling and
-are dropped when downsampling. Rotation metadata (the display matrix) is applied. What a file may cost is bounded
+are dropped when downsampling. Rotation metadata (the display matrix) is applied. A caller that knows the stored
+size (`scaled`) has each frame shrunk by FFmpeg's swscale (area filter) in its conversion to RGB, as ffmpeg
+scales, rather than converted at full size and resized after (docs/benchmarks.md, "Video: decoders and storage");
+frames are turned upright after scaling. What a file may cost is bounded
 before a frame is decoded where the container says it: its bytes (`max_bytes`), each frame's pixels
 (`max_pixels`), its declared frame count (`limits.VIDEO_MAX_FRAMES`, unless `max_frames` or `max_seconds` bound
 what is read); and while decoding, the frame count again (a container that declares none, or lies). Frames are
@@ -17,7 +20,7 @@ import dataclasses
 import os
 import stat
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -80,15 +83,34 @@ def _stream_info(path: str, stream, max_pixels: int, settings: VideoSettings) ->
                                "may give (pass --max-frames or --max-seconds to keep its start)")
 
 
-def _upright(pixels: np.ndarray, rotation: float) -> np.ndarray:
-    """Pixels turned as the display matrix says: `rotation` is FFmpeg's counter-clockwise angle in degrees."""
-    k = int(round(rotation / 90.0)) % 4
+Scaled = Callable[[int, int], tuple[int, int]]  # an upright frame's (height, width) -> the (height, width) to give
+
+
+def _rgb(frame, scaled: Scaled | None) -> np.ndarray:
+    """One decoded frame as upright RGB pixels, shrunk in the conversion where `scaled` asks for fewer pixels
+    (enlarging is left to the caller's resize). The display matrix's quarter turns are applied after scaling:
+    `rotation` is FFmpeg's counter-clockwise angle in degrees."""
+    k = int(round(float(frame.rotation or 0) / 90.0)) % 4
+    w, h = frame.width, frame.height
+    uh, uw = (w, h) if k % 2 else (h, w)
+    th, tw = scaled(uh, uw) if scaled is not None else (uh, uw)
+    if th * tw < uh * uw:  # in the frame's own orientation: a quarter turn swaps the target's sides
+        fw, fh = (th, tw) if k % 2 else (tw, th)
+        # the area filter, with chroma interpolated to full width before the RGB conversion: area alone shifts
+        # a flat colour about a level further from the source than a full-size conversion does
+        from av.video.reformatter import Interpolation
+
+        flags = Interpolation.AREA | Interpolation.FULL_CHR_H_INT
+        pixels = frame.reformat(width=fw, height=fh, format="rgb24", interpolation=flags).to_ndarray()
+    else:
+        pixels = frame.to_ndarray(format="rgb24")
     return np.ascontiguousarray(np.rot90(pixels, k)) if k else pixels
 
 
-def _decoded(path: str, container, stream, max_pixels: int) -> Iterator[tuple[np.ndarray, float, float | None]]:
-    """Every decoded frame: upright RGB pixels, its time in seconds from the first frame, and its duration in
-    seconds where the stream gives one."""
+def _decoded(path: str, container, stream, max_pixels: int,
+             scaled: Scaled | None = None) -> Iterator[tuple[np.ndarray, float, float | None]]:
+    """Every decoded frame: upright RGB pixels (scaled as `_rgb` says), its time in seconds from the first frame,
+    and its duration in seconds where the stream gives one."""
     av = _av()
     first = None
     last_t = 0.0
@@ -111,20 +133,23 @@ def _decoded(path: str, container, stream, max_pixels: int) -> Iterator[tuple[np
             t = max(t, last_t)  # a stream whose pts run backwards keeps its times non-decreasing
             last_t = t
             dur = float(frame.duration * frame.time_base) if frame.duration and frame.time_base else (1.0 / rate if rate else None)
-            yield _upright(frame.to_ndarray(format="rgb24"), float(frame.rotation or 0)), t, dur
+            yield _rgb(frame, scaled), t, dur
     except av.FFmpegError as e:
         raise VideoDecodeError(path, "truncated" if n else "unreadable", f"decoding frame {n}: {e}") from None
 
 
 def read_frames(path: str, settings: VideoSettings = VideoSettings(), max_bytes: int | None = None,
-                max_pixels: int = 178_956_970) -> Iterator[tuple[np.ndarray, float]]:
+                max_pixels: int = 178_956_970, scaled: Scaled | None = None) -> Iterator[tuple[np.ndarray, float]]:
     """The frames a build stores of one video, as they are decoded.
 
     Args:
         path: The video file.
         settings: fps, max_frames, max_seconds.
         max_bytes: The cap on the file's bytes (None: `limits.VIDEO_MAX_BYTES`).
-        max_pixels: The cap on one frame's pixels.
+        max_pixels: The cap on one frame's pixels (the decoded frame's, before any scaling).
+        scaled: Given an upright frame's (height, width), the (height, width) to give it at: a smaller size is
+            made by swscale's area filter as the frame is converted to RGB; a larger one is ignored (the frame
+            is given at its own size). None: every frame at its own size.
 
     Returns:
         An iterator of (pixels, seconds): upright HWC RGB uint8 pixels and their time from the first frame,
@@ -158,7 +183,7 @@ def read_frames(path: str, settings: VideoSettings = VideoSettings(), max_bytes:
             stream.thread_type = "AUTO"
             _stream_info(path, stream, max_pixels, settings)
             n = 0
-            for pixels, t in _resampled(_decoded(path, container, stream, max_pixels), settings.fps):
+            for pixels, t in _resampled(_decoded(path, container, stream, max_pixels, scaled), settings.fps):
                 if settings.max_seconds is not None and t >= settings.max_seconds:
                     break
                 yield pixels, t
