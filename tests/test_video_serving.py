@@ -3,6 +3,8 @@ each frame's top half codes its number, its bottom half ramps red with x and gre
 says which frame it is, and its bottom row says where it was cut and whether it was flipped."""
 from __future__ import annotations
 
+import gc
+import os
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +16,8 @@ pytest.importorskip("av", reason="needs the video extra (pip install 'dataprep[v
 import dataprep  # noqa: E402
 from dataprep import build  # noqa: E402
 from dataprep.synthetic import write_video, write_video_tree  # noqa: E402
+
+from .conftest import own_segments  # noqa: E402
 
 FRAMES, PER_CLASS, CLASSES = 12, 3, 2  # frames a video, videos a class: video g numbers its frames from 12 g
 T, STRIDE = 4, 2
@@ -248,3 +252,52 @@ def test_training_crops_of_large_frames_decode_only_the_restart_segments_around_
         pass
     assert set(loader.stats()["decode_paths"]) == {"fast full"}
     loader.close()
+
+
+def mapped(pid: int, path: str) -> list[tuple[int, int]]:
+    """The address ranges where process `pid` maps the file `path`."""
+    out = []
+    try:
+        lines = Path(f"/proc/{pid}/maps").read_text().splitlines()
+    except FileNotFoundError:  # it has ended
+        return out
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 6 and fields[5] == path:
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            out.append((lo, hi))
+    return out
+
+
+def children() -> list[int]:
+    """This process's child processes (each thread's children; a thread or child ending meanwhile is passed over)."""
+    out = []
+    for t in os.listdir("/proc/self/task"):
+        try:
+            out += [int(k) for k in Path(f"/proc/self/task/{t}/children").read_text().split()]
+        except FileNotFoundError:
+            pass
+    return out
+
+
+def test_shm_cache_is_one_copy_for_the_loaders_workers(pack):
+    before = own_segments(pack.parent)
+    ds = dataprep.VideoDataset(pack, frames=T, stride=STRIDE, cache="shm")
+    seg = ds.segment
+    assert seg is not None and own_segments(pack.parent) == before | {seg}
+    # the frames are served from the segment itself, not from a private copy read out of it
+    frames = ds._cached.arrays["images"]
+    assert frames.nbytes > 0 and any(lo <= frames.ctypes.data < hi for lo, hi in mapped(os.getpid(), seg))
+    loader = dataprep.Loader(ds, batch_size=4, shuffle=True, seed=5, crop=CROP, num_workers=2)
+    workers: set[int] = set()
+    for x, y in loader:
+        check_clips(x, y)
+        workers |= {k for k in children() if mapped(k, seg)}
+        assert own_segments(pack.parent) == before | {seg}  # no worker made a segment (a copy) of its own
+    assert len(workers) == 2  # both workers map the one segment
+    other = dataprep.VideoDataset(pack, frames=T, stride=STRIDE, cache="shm")  # a second dataset (another rank) attaches it
+    assert other.segment == seg and not other._cached.segment.created
+    loader.close()
+    del ds, other, loader, frames
+    gc.collect()
+    assert own_segments(pack.parent) == before  # the last user removed it
