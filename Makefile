@@ -38,7 +38,10 @@ demo: $(STAMP)
 	$(PY) -m dataprep demo
 
 # ruff and mypy first (their settings: pyproject.toml; both come with the test extra): a lint or type finding
-# fails in seconds, not after the suite.
+# fails in seconds, not after the suite. The suite runs in two pytest processes (pytest-xdist, the test extra):
+# many tests wait on subprocesses, forks and deadlines, so two keep both cores busy (docs/benchmarks.md, Suite).
+# pytest-benchmark, where installed, refuses to run beside xdist: it is left out. PYTEST_ARGS= runs one process.
+PYTEST_ARGS ?= -n 2 -p no:benchmark
 test: $(STAMP) $(EXTRA_STAMPS)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
