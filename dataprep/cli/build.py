@@ -52,6 +52,36 @@ def max_bytes_option(default: str, what: str):
              "found from its declared size before it is read; recorded in the manifest.")
 
 
+def run_options(defaults: dict, what: str, limit: str, shards: str, strict: str):
+    """The options every non-image build command ends with (workers, limit, shards, strictness, byte cap,
+    overwrite, resume, progress, config, profile, engine, storage), with the kind's defaults and wording.
+
+    Args:
+        defaults: the kind's options table (strict, max_bytes).
+        what: one source, as the byte cap's help names it ("volume", "video").
+        limit, shards, strict: the help of --limit, --shard-size and --strict.
+
+    Returns:
+        A decorator for the command.
+    """
+    opts = [
+        click.option("--workers", "-j", type=Ranged("workers"), default=None, help="Processes [default: all cores]."),
+        click.option("--limit", type=Ranged("limit"), default=None, help=limit),
+        click.option("--shard-size", type=Ranged("shard_size"), default=None, help=shards),
+        click.option("--strict/--skip-bad", default=defaults["strict"], show_default=True, help=strict),
+        max_bytes_option(defaults["max_bytes"], what),
+        click.option("--overwrite", is_flag=True, help="Replace a pack or unfinished build already in --out."),
+        click.option("--resume", is_flag=True, help="Continue an interrupted build, keeping its intact shards."),
+        progress_option, config_option, profile_option, engine_options, storage_options,
+    ]
+
+    def decorate(f):
+        for o in reversed(opts):
+            f = o(f)
+        return f
+    return decorate
+
+
 def image_build_options(f):
     """Options shared by every image build command (one definition, so they never drift apart)."""
     f = _one_size_option(f)
@@ -339,18 +369,8 @@ def yolo(root, split, **kw):
 @click.option("--mask-dtype", type=click.Choice(["auto", "uint8", "uint16"]), default="auto", show_default=True,
               help="auto: uint8 unless a label above 255 occurs.")
 @click.option("--split", default="train", show_default=True, help="Name of the split to write.")
-@click.option("--workers", "-j", type=Ranged("workers"), default=None, help="Processes [default: all cores].")
-@click.option("--limit", type=Ranged("limit"), default=None, help="Build only N volumes.")
-@click.option("--shard-size", type=Ranged("shard_size"), default=None, help="Volumes per shard [default: from the count].")
-@click.option("--strict/--skip-bad", default=VOL["strict"], show_default=True, help="Fail on the first unusable file.")
-@max_bytes_option(VOL["max_bytes"], "volume")
-@click.option("--overwrite", is_flag=True, help="Replace a pack or unfinished build already in --out.")
-@click.option("--resume", is_flag=True, help="Continue an interrupted build, keeping its intact shards.")
-@progress_option
-@config_option
-@profile_option
-@engine_options
-@storage_options
+@run_options(VOL, "volume", limit="Build only N volumes.", shards="Volumes per shard [default: from the count].",
+             strict="Fail on the first unusable file.")
 def volumes(src, out, shape, resample, depth, window, masks, mask_dtype, split, workers, limit, shard_size, strict, max_bytes,
             overwrite, resume, progress, engine, address, scheduler_file, fmt, compress):
     """Pack 3-D volumes: SRC/<class>/**/*.npy|*.tif (labelled) or SRC/**/*.npy|*.tif (unlabelled); .npy
@@ -377,18 +397,8 @@ def volumes(src, out, shape, resample, depth, window, masks, mask_dtype, split, 
 @click.option("--max-frames", type=Ranged("max_frames"), default=None, help="Store at most N frames a video (its first ones).")
 @click.option("--max-seconds", type=float, default=None, help="Store only a video's frames before this many seconds.")
 @click.option("--split", default=VID["split"], show_default=True, help="The split's name for class folders without split folders, or a CSV.")
-@click.option("--workers", "-j", type=Ranged("workers"), default=None, help="Processes [default: all cores].")
-@click.option("--limit", type=Ranged("limit"), default=None, help="Build only N videos per split, spread over the classes.")
-@click.option("--shard-size", type=Ranged("shard_size"), default=None, help="Videos per shard [default: from the split's size].")
-@click.option("--strict/--skip-bad", default=VID["strict"], show_default=True, help="Fail on the first unusable video.")
-@max_bytes_option(VID["max_bytes"], "video")
-@click.option("--overwrite", is_flag=True, help="Replace a pack or unfinished build already in --out.")
-@click.option("--resume", is_flag=True, help="Continue an interrupted build, keeping its intact shards.")
-@progress_option
-@config_option
-@profile_option
-@engine_options
-@storage_options
+@run_options(VID, "video", limit="Build only N videos per split, spread over the classes.",
+             shards="Videos per shard [default: from the split's size].", strict="Fail on the first unusable video.")
 def video(src, out, root, size, sizes, resize, upscale, quality, fps, max_frames, max_seconds, split, workers, limit, shard_size,
           strict, max_bytes, overwrite, resume, progress, engine, address, scheduler_file, fmt, compress):
     """Pack videos as JPEG frames at the training size: SRC/<split>/<class>/*.mp4|mkv|webm|avi|mov, SRC/<class>/*.mp4,
