@@ -44,9 +44,14 @@ if os.environ.get("OWN_SIGTERM") == "1":
 SEEN = set()  # worker pids seen while training (a Lightning run closes its loaders before done())
 
 def children():
-    # this process's children now (the Loader's workers)
-    tasks = f"/proc/{os.getpid()}/task"
-    return {int(c) for t in os.listdir(tasks) for c in open(f"{tasks}/{t}/children").read().split()}
+    # this process's children now (the Loader's workers); a thread may end between listing and reading
+    tasks, out = f"/proc/{os.getpid()}/task", set()
+    for t in os.listdir(tasks):
+        try:
+            out |= {int(c) for c in open(f"{tasks}/{t}/children").read().split()}
+        except FileNotFoundError:
+            pass
+    return out
 
 def done(*loaders):
     pids = {p.pid for L in loaders for p in getattr(L, "_procs", [])} | SEEN | children()
