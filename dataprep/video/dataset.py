@@ -42,6 +42,10 @@ class VideoDataset(InMemoryImageDataset):
     flip a clip, on all its frames. Without a crop every frame of the split must have one size (the frames of a
     video always do); a pack whose videos differ in size is refused then: pass a crop.
 
+    A `Mixture` mixes VideoDatasets (of one `frames`; each its own pack, stride and clips_per_video) as it mixes
+    image packs: a clip is one position, its start, box and flip drawn in its member's epoch with its member's
+    seed; not with image datasets (one kind a Mixture), nor in threads (a Mixture does not fill in threads).
+
     Args:
         pack: the pack directory, or its URL (as InMemoryImageDataset).
         frames: frames a clip (T).

@@ -1,0 +1,133 @@
+"""Video packs served through the Loader's other paths: a Mixture of two video packs, a progressive Schedule over a
+multi-resolution video pack, `loader.stats()` over clips. Frame-coded generated videos (dataprep.synthetic), so every
+served frame says which video and frame it is (test_video_serving.py's `numbers`)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("av", reason="needs the video extra (pip install 'dataprep[video]')")
+
+import dataprep  # noqa: E402
+from dataprep import build  # noqa: E402
+from dataprep.synthetic import write_tree, write_video, write_video_tree  # noqa: E402
+
+from .test_video_serving import CROP, numbers  # noqa: E402
+
+T = 4
+# pack A: 2 classes x 3 videos of 12 frames, numbered from 12 g; pack B: classes "class_1" and "class_9", 2 videos
+# each of 16 frames, numbered from 512 + 16 g, and a smaller frame (48 px, not 64)
+A_FRAMES, A_PER_CLASS, A_STRIDE = 12, 3, 2
+B_FIRST, B_FRAMES, B_PER_CLASS, B_STRIDE = 512, 16, 2, 3
+BY_NAME = ["class_0", "class_1", "class_9"]
+
+
+@pytest.fixture(scope="module")
+def packs(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("mixed")
+    write_video_tree(root / "a_src", classes=2, per_class=A_PER_CLASS, frames=A_FRAMES, h=64, w=96)
+    build.video(root / "a_src", root / "a", size=64, workers=1)
+    for c, name in enumerate(("class_1", "class_9")):
+        (root / "b_src" / name).mkdir(parents=True)
+        for j in range(B_PER_CLASS):
+            write_video(root / "b_src" / name / f"v{j}.mp4", B_FRAMES, 48, 64, first=B_FIRST + B_FRAMES * (B_PER_CLASS * c + j))
+    build.video(root / "b_src", root / "b", size=48, workers=1)
+    return root / "a", root / "b"
+
+
+def where(clip: torch.Tensor) -> tuple[str, int, list[int]]:
+    """(member "a" or "b", video, frame numbers in it) of a served clip, checked consecutive at that member's
+    stride within one video (the last frame repeated past the video's end)."""
+    got = numbers(clip)
+    if got[0] >= B_FIRST:
+        member, first, length, stride = "b", B_FIRST, B_FRAMES, B_STRIDE
+    else:
+        member, first, length, stride = "a", 0, A_FRAMES, A_STRIDE
+    video = (got[0] - first) // length
+    at = [n - first - length * video for n in got]
+    assert at == [min(at[0] + stride * k, length - 1) for k in range(T)], (member, got)
+    return member, video, at
+
+
+def label_of(member: str, video: int) -> int:
+    """A clip's label in the mixture's by_name classes (class_0, class_1, class_9)."""
+    if member == "a":
+        return BY_NAME.index(f"class_{video // A_PER_CLASS}")
+    return BY_NAME.index(("class_1", "class_9")[video // B_PER_CLASS])
+
+
+def mixture(packs, samples: int | None = None) -> dataprep.Mixture:
+    a, b = packs
+    members = [dataprep.VideoDataset(a, frames=T, stride=A_STRIDE), dataprep.VideoDataset(b, frames=T, stride=B_STRIDE)]
+    return dataprep.Mixture(members, [0.75, 0.25], seed=3, samples=samples, labels="by_name")
+
+
+def served(dataset, epochs=(0,), **kw) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    loader = dataprep.Loader(dataset, **{"batch_size": 4, "seed": 5, "crop": CROP, "flip": True, **kw})
+    out = []
+    for e in epochs:
+        loader.set_epoch(e)
+        out += [(x.clone(), y.clone()) for x, y in loader]
+    loader.close()
+    return out
+
+
+def same(a, b) -> bool:
+    return len(a) == len(b) and all(torch.equal(x, u) and torch.equal(y, v) for (x, y), (u, v) in zip(a, b))
+
+
+def test_a_mixture_of_two_video_packs_serves_each_members_clips_labels_and_share(packs):
+    mix = mixture(packs, samples=40)
+    assert mix.classes == BY_NAME
+    batches = served(mix, epochs=(0, 1))
+    assert batches[0][0].shape == (4, T, 3, 32, 32)
+    for epoch in (batches[:10], batches[10:]):
+        seen: dict[str, list[int]] = {"a": [], "b": []}
+        for x, y in epoch:
+            for clip, label in zip(x, y.tolist()):
+                member, video, _ = where(clip)
+                assert label == label_of(member, video), (member, video, label)
+                seen[member].append(video)
+        # 0.75 of 40: 30 clips of A, 5 of its member epochs (each video once in each); 10 of B, 2.5 of its epochs
+        assert (len(seen["a"]), len(seen["b"])) == (30, 10) == tuple(mix.counts(40).tolist())
+        assert sorted(seen["a"]) == sorted(list(range(2 * A_PER_CLASS)) * 5)
+        assert max(np.bincount(seen["b"])) - min(np.bincount(seen["b"])) <= 1
+    # the weights hold over every window of positions, not only the epoch's: the first 8 hold 6 of A
+    assert sum(numbers(c)[0] < B_FIRST for x, _ in batches[:2] for c in x) == 6
+
+
+def test_a_video_mixture_serves_identical_batches_with_workers_and_resumes_mid_epoch(packs):
+    ref = served(mixture(packs), epochs=(0, 1))
+    assert same(ref, served(mixture(packs), epochs=(0, 1), num_workers=2))
+    for workers in (0, 2):
+        loader = dataprep.Loader(mixture(packs), batch_size=4, seed=5, crop=CROP, flip=True, num_workers=workers)
+        loader.set_epoch(1)
+        it = iter(loader)
+        next(it)
+        state = loader.state_dict()
+        loader.close()
+        again = dataprep.Loader(mixture(packs), batch_size=4, seed=5, crop=CROP, flip=True, num_workers=workers)
+        again.load_state_dict(state)
+        rest = [(x.clone(), y.clone()) for x, y in again]
+        again.close()
+        first_epoch = len(ref) // 2
+        assert same(ref[first_epoch + 1:], rest), workers
+
+
+def test_a_video_mixture_refuses_threads_other_kinds_and_other_clip_lengths(packs):
+    a, b = packs
+    with pytest.raises(dataprep.DataprepError, match="fills_in_threads"):  # Mixture does not say its fills are thread-safe
+        dataprep.Loader(mixture(packs), batch_size=4, crop=CROP, num_workers=2, threads=True)
+    root = Path(a).parent
+    write_tree(root / "images_src", classes=2, per_class=2, sizes=((48, 64),))
+    build.imagenet(root / "images_src", root / "images", size=32, workers=1)
+    with pytest.raises(dataprep.DataprepError, match="one kind.*VideoDataset"):
+        dataprep.Mixture([dataprep.VideoDataset(a, frames=T), dataprep.InMemoryImageDataset(root / "images")], [0.5, 0.5])
+    short = dataprep.Mixture([dataprep.VideoDataset(a, frames=T), dataprep.VideoDataset(b, frames=T + 1)], [0.5, 0.5],
+                             labels="by_name")
+    with pytest.raises(dataprep.DataprepError, match=r"different batches.*images \(5, 32, 32, 3\).*\(4, 32, 32, 3\)"):
+        dataprep.Loader(short, batch_size=4, crop=CROP)
+
