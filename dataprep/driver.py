@@ -26,7 +26,7 @@ from .errors import NothingStored, PackExistsError, option
 from .pack.backends import is_pack
 from .pack.manifest import FORMAT_VERSION, KEPT_BESIDE, MANIFEST, MANIFEST_TMP, attachment_tmp
 from .pack.names import check_name, inside
-from .pack.shard import remove_temporaries, reusable_shard, shard_name, write_shard
+from .pack.shard import ShardWriter, remove_temporaries, reusable_shard, shard_name, write_shard
 from .safe_paths import check_dir, check_links, make_dir
 from .settings import BuildSettings
 from .version import __version__
@@ -56,14 +56,20 @@ def reused_shard(task, fp: str) -> dict[str, Any] | None:
 
 
 def finish_shard(task, fp: str, arrays: dict[str, np.ndarray], count: int, skipped: list[dict], kept_jpeg: int,
-                 source_bytes: int, counts: dict[str, int] | None = None) -> dict[str, Any]:
+                 source_bytes: int, counts: dict[str, int] | None = None, shard: ShardWriter | None = None) -> dict[str, Any]:
     """Write a task's shard (atomically, with its fingerprint for --resume) and give the record the
     driver collects. Every shard kind ends here. `counts` are the kind's own tallies of the shard's
     samples (name -> n); the driver sums them per split (`SplitSummary.counts`), and a resumed build
-    reads them back from the shard."""
+    reads them back from the shard. `shard`: the writer a kind streamed part of the shard into (its
+    blobs), which `arrays` join before it is committed; None writes `arrays` alone."""
     meta = {"count": count, "skipped": skipped, "kept_jpeg": kept_jpeg, "source_bytes": source_bytes,
             "counts": dict(sorted((counts or {}).items()))}
-    files = write_shard(Path(task.split_dir), task.index, arrays, {"fingerprint": fp, **meta})
+    if shard is None:
+        files = write_shard(Path(task.split_dir), task.index, arrays, {"fingerprint": fp, **meta})
+    else:
+        for name, arr in arrays.items():
+            shard.add(name, arr)
+        files = shard.commit({"fingerprint": fp, **meta})
     return {"name": shard_name(task.index), "files": files, **meta, "reused": False}
 
 

@@ -278,3 +278,42 @@ def test_resume_with_other_settings_or_inputs_rebuilds_what_changed(tree, tmp_pa
     assert cli(*[a if a != 64 else 48 for a in build_args(tree, limited)], "--limit", 8).exit_code == 0
     assert json.dumps(read_manifest(out)["splits"]) == json.dumps(read_manifest(limited)["splits"])
     assert sorted(p.name for p in (out / "train").iterdir()) == sorted(p.name for p in (limited / "train").iterdir())
+
+
+def test_a_streamed_blob_is_the_file_np_save_writes(tmp_path):
+    """ShardWriter's blob (appended piece by piece, part of it rewound) ends as the very bytes np.save writes for
+    the kept bytes, with the record's size and checksum; readers take it as any other shard file."""
+    import numpy as np
+
+    from dataprep.pack.shard import ShardWriter, file_sha256
+
+    pieces = [((np.arange(n) + n) % 256).astype(np.uint8) for n in (5, 300, 0, 7)]
+    with ShardWriter(tmp_path / "s", 3) as shard:
+        blob = shard.blob("images")
+        for p in pieces[:2]:
+            blob.append(p)
+        mark = blob.n
+        blob.append(b"dropped" * 10)  # longer than what follows: a rewind that only seeks leaves its tail
+        blob.rewind(mark)
+        for p in pieces[2:]:
+            blob.append(p.tobytes())
+        shard.add("offsets", np.array([0, 5], "<i8"))
+        files = shard.commit({"count": 1})
+    path = tmp_path / "s" / "00003" / "images.npy"
+    np.save(tmp_path / "want.npy", np.concatenate(pieces))
+    assert path.read_bytes() == (tmp_path / "want.npy").read_bytes()
+    assert files["images.npy"] == {"bytes": path.stat().st_size, "sha256": file_sha256(path), "dtype": "|u1", "shape": [312]}
+    with pytest.raises(ValueError, match="cannot rewind"), ShardWriter(tmp_path / "s", 4) as shard:
+        shard.blob("x").rewind(1)
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["00003"]
+
+
+def test_a_shard_an_exception_leaves_is_gone(tmp_path):
+    """An error while a shard is streamed (a blob half-written) removes its temporary folder: nothing looks finished."""
+    from dataprep.pack.shard import ShardWriter
+
+    with pytest.raises(RuntimeError, match="planted"):
+        with ShardWriter(tmp_path / "s", 0) as shard:
+            shard.blob("images").append(b"x" * 1000)
+            raise RuntimeError("planted")
+    assert list((tmp_path / "s").iterdir()) == []

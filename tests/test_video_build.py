@@ -209,3 +209,63 @@ def test_the_frame_index_check_finds_what_verify_reports(tree, tmp_path):
     assert "but the split stores 24 frames" in field.check(short)[0]
     empty = {**a, "video_starts": np.array([0, 24, 24])}
     assert "video 1 has no frames" in field.check(empty)[0]
+
+
+def _shard_task(root: Path, out: Path, names: list[str], size: int = 64, strict: bool = False):
+    from dataprep.images.settings import ImageSettings
+    from dataprep.video.build import VideoShardTask
+
+    return VideoShardTask(str(root), str(out), 0, tuple(f"c/{n}" for n in names), np.zeros(len(names), np.int64), True,
+                          ImageSettings(size=size), VideoSettings(), strict)
+
+
+def test_a_build_holds_no_frames_of_a_long_video(tmp_path):
+    """The build's memory (all Python and numpy allocations, tracemalloc) does not grow with a video's length: its
+    frames go to the shard as they are encoded. Holding a video's JPEGs until it ends (the old build) grows by
+    what the longer video's extra frames weigh (over 200 kB); the bound is 40 kB."""
+    import tracemalloc
+
+    from dataprep.video.build import build_video_shard
+
+    (tmp_path / "c").mkdir()
+    peaks, jpegs = {}, {}
+    for frames in (30, 200):
+        write_video(tmp_path / "c" / f"v{frames}.mp4", frames, 96, 128)
+        build_video_shard(_shard_task(tmp_path, tmp_path / f"warm{frames}", [f"v{frames}.mp4"]))  # codecs' first-use allocations
+        tracemalloc.start()
+        rec = build_video_shard(_shard_task(tmp_path, tmp_path / f"p{frames}", [f"v{frames}.mp4"], size=96))
+        peaks[frames] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert rec["counts"] == {"frames": frames}
+        jpegs[frames] = rec["files"]["images.npy"]["bytes"]
+    assert jpegs[200] - jpegs[30] > 200_000  # what holding the longer video's frames would add: 5x the bound
+    assert peaks[200] - peaks[30] < 40_000, (peaks, jpegs)
+
+
+def test_a_video_that_fails_half_way_leaves_none_of_its_frames(tmp_path, monkeypatch):
+    """A video whose 5th frame cannot be encoded is skipped, and the frames it had appended are gone from the shard:
+    the next video's frames follow the first's, offsets and blob agree, and the shard's files match their records."""
+    import dataprep.video.build as vb
+    from dataprep.pack.shard import file_sha256
+
+    (tmp_path / "c").mkdir()
+    for name, first in (("a.mp4", 0), ("b.mp4", 100), ("c.mp4", 200)):
+        write_video(tmp_path / "c" / name, 8, 32, 48, first=first)
+    real, seen = vb.encode_frame, {"n": 0}
+
+    def failing(pixels, image):
+        seen["n"] += 1
+        if seen["n"] == 8 + 5:  # b.mp4's 5th frame
+            raise ValueError("planted")
+        return real(pixels, image)
+
+    monkeypatch.setattr(vb, "encode_frame", failing)
+    rec = vb.build_video_shard(_shard_task(tmp_path, tmp_path / "p", ["a.mp4", "b.mp4", "c.mp4"], size=32))
+    assert rec["count"] == 2 and [s["source"] for s in rec["skipped"]] == ["c/b.mp4"]
+    shard = tmp_path / "p" / "00000"
+    for fname, frec in rec["files"].items():
+        assert (shard / fname).stat().st_size == frec["bytes"] and file_sha256(shard / fname) == frec["sha256"], fname
+    images, offsets = np.load(shard / "images.npy"), np.load(shard / "offsets.npy")
+    assert offsets[-1] == len(images) and np.load(shard / "video_starts.npy").tolist() == [0, 8, 16]
+    a = {"images": images, "offsets": offsets, "video_starts": np.array([0, 8, 16])}
+    assert [decode_frame_number(f) for v in (0, 1) for f in frames_of(a, v)] == [*range(8), *range(200, 208)]

@@ -7,6 +7,7 @@ explicit little-endian dtypes) so numpy alone can open them.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import hashlib
@@ -28,6 +29,7 @@ from .names import check_name
 TMP_PREFIX = ".tmp-"
 SHARD_RECORD = "shard.json"
 _CHUNK = 16 << 20  # read in 16 MiB pieces so hashing overlaps with the page cache's readahead
+_BYTES = "|u1"  # a blob's dtype (pack/arrays.py: BYTES)
 
 
 class _HashingWriter:
@@ -56,43 +58,171 @@ def write_shard(split_dir: Path, index: int | str, arrays: dict[str, np.ndarray]
     `shard.json` is what lets a resumed build trust a finished shard: it is written inside the
     temporary directory, before the rename that makes the shard visible.
     """
-    final = split_dir / check_name(shard_name(index), "shard", str(split_dir), PackError)
-    # unique across the hosts of a cluster that share the output directory, and across retries of one shard
-    tmp = split_dir / f"{TMP_PREFIX}{shard_name(index)}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    files: dict[str, Any] = {}
-    try:
-        split_dir.mkdir(parents=True, exist_ok=True)
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir()
+    with ShardWriter(split_dir, index) as shard:
         for name, arr in arrays.items():
+            shard.add(name, arr)
+        return shard.commit(meta)
+
+
+class ShardWriter:
+    """One shard's files, written into a hidden temporary directory next to where the shard goes: arrays whole
+    (`add`) or byte blobs appended piece by piece (`blob`: what a build must not hold whole, such as a long
+    video's frames); `commit` writes `shard.json` and renames the directory into place. Leaving a `with` block
+    by an exception, or `abort`, removes the directory, so a crash never leaves a shard that looks finished.
+
+    Args:
+        split_dir: The split's folder.
+        index: The shard's number, or a name of digits.
+    """
+
+    def __init__(self, split_dir: Path, index: int | str):
+        self.final = split_dir / check_name(shard_name(index), "shard", str(split_dir), PackError)
+        # unique across the hosts of a cluster that share the output directory, and across retries of one shard
+        self.tmp = split_dir / f"{TMP_PREFIX}{shard_name(index)}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.files: dict[str, Any] = {}
+        self._open: list[BlobWriter] = []
+        with self._failing():
+            split_dir.mkdir(parents=True, exist_ok=True)
+            self.tmp.mkdir()
+
+    @contextlib.contextmanager
+    def _failing(self):
+        """Any error removes the temporary directory; an OSError becomes a PackError naming the shard."""
+        try:
+            yield
+        except OSError as e:
+            self.abort()
+            hint = ""
+            if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+                hint = "; the disk is full or a file-size limit was reached: free space, then rerun with --resume"
+            raise PackError(f"{self.final}: cannot write shard ({e.strerror or e}){hint}") from None
+        except BaseException:
+            self.abort()
+            raise
+
+    def add(self, name: str, arr: np.ndarray) -> None:
+        """Write `arr` as NAME.npy (little-endian only).
+
+        Args:
+            name: The array's name in the shard.
+            arr: The array.
+        """
+        with self._failing():
             if arr.dtype.byteorder == ">" or (arr.dtype.byteorder == "=" and not np.little_endian):
                 raise ValueError(f"{name}: refusing a big-endian array")
             arr = np.ascontiguousarray(arr)
             fname = f"{name}.npy"
-            with open(tmp / fname, "wb") as f:
+            with open(self.tmp / fname, "wb") as f:
                 hw = _HashingWriter(f)
                 np.lib.format.write_array(hw, arr, allow_pickle=False)
                 f.flush()
                 os.fsync(f.fileno())
-            files[fname] = {"bytes": hw.n, "sha256": hw.sha.hexdigest(), "dtype": arr.dtype.str, "shape": list(arr.shape)}
-        with open(tmp / SHARD_RECORD, "w", encoding="utf-8") as f:
-            json.dump({"files": files, **meta}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        if final.exists():
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        hint = ""
-        if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
-            hint = "; the disk is full or a file-size limit was reached: free space, then rerun with --resume"
-        raise PackError(f"{final}: cannot write shard ({e.strerror or e}){hint}") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return files
+            self.files[fname] = {"bytes": hw.n, "sha256": hw.sha.hexdigest(), "dtype": arr.dtype.str, "shape": list(arr.shape)}
+
+    def blob(self, name: str) -> BlobWriter:
+        """A byte blob NAME.npy (uint8, one dimension) to append to; it is finished by `commit`.
+
+        Args:
+            name: The blob's name in the shard.
+
+        Returns:
+            Its writer.
+        """
+        with self._failing():
+            w = BlobWriter(self.tmp / f"{name}.npy")
+        self._open.append(w)
+        return w
+
+    def commit(self, meta: dict[str, Any]) -> dict[str, Any]:
+        """Finish every blob, write `shard.json` (the file records and `meta`) and rename the shard into place.
+
+        Args:
+            meta: What the shard records beside its files (count, fingerprint, ...).
+
+        Returns:
+            The file records {file: {bytes, sha256, dtype, shape}}.
+        """
+        with self._failing():
+            for w in self._open:
+                self.files[w.path.name] = w.close()
+            self._open = []
+            with open(self.tmp / SHARD_RECORD, "w", encoding="utf-8") as f:
+                json.dump({"files": self.files, **meta}, f)
+                f.flush()
+                os.fsync(f.fileno())
+            if self.final.exists():
+                shutil.rmtree(self.final)
+            os.rename(self.tmp, self.final)
+        return self.files
+
+    def abort(self) -> None:
+        """Remove the temporary directory and everything written into it."""
+        for w in self._open:
+            w.f.close()
+        self._open = []
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, kind, value, tb) -> None:
+        if kind is not None:
+            self.abort()
+
+
+class BlobWriter:
+    """A uint8 .npy file appended to piece by piece. Its header is reserved at the start and written by `close`,
+    once the length is known: the header np.save writes for that length (it is the same size for any length),
+    so readers take it as any other shard file. Nothing appended is held in memory."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._header = len(npy_header_bytes(_BYTES, (0,)) or b"")
+        self.f = open(path, "xb")
+        self.f.write(bytes(self._header))
+        self.n = 0
+
+    def append(self, data) -> int:
+        """Add bytes at the end.
+
+        Args:
+            data: Bytes, or a uint8 array.
+
+        Returns:
+            Where they start in the blob.
+        """
+        at = self.n
+        self.n += self.f.write(memoryview(data).cast("B"))
+        return at
+
+    def rewind(self, n: int) -> None:
+        """Drop everything after the blob's first `n` bytes (what a sample that failed half-way appended).
+
+        Args:
+            n: The length to keep (a length `append` gave or the blob had).
+        """
+        if not 0 <= n <= self.n:
+            raise ValueError(f"{self.path}: cannot rewind a blob of {self.n} bytes to {n}")
+        self.f.flush()
+        self.f.truncate(self._header + n)
+        self.f.seek(self._header + n)
+        self.n = n
+
+    def close(self) -> dict[str, Any]:
+        """Write the header for the length reached, flush to disk and checksum the file.
+
+        Returns:
+            The file's record {bytes, sha256, dtype, shape}.
+        """
+        header = npy_header_bytes(_BYTES, (self.n,))
+        if header is None or len(header) != self._header:
+            raise ValueError(f"{self.path}: no .npy header of {self._header} bytes for {self.n} bytes")
+        self.f.seek(0)
+        self.f.write(header)
+        self.f.flush()
+        os.fsync(self.f.fileno())
+        self.f.close()
+        return {"bytes": self._header + self.n, "sha256": file_sha256(self.path), "dtype": _BYTES, "shape": [self.n]}
 
 
 def reusable_shard(split_dir: Path, index: int, fingerprint: str) -> dict[str, Any] | None:

@@ -6,12 +6,14 @@ and source paths; one task per shard on the engine, the manifest last.
 Storage: every frame a JPEG at the training size, so that a clip's crop is served by the image path's region
 decoding (a few restart segments of each frame, never a seek and a GOP's decode). The decoder shrinks each frame
 to the largest stored size as it converts it to RGB (read.py); the image stages do the rest. Frames are encoded as they
-are decoded: a video is never held whole, only its frames' JPEGs. A video that cannot be read (empty, not a
+are decoded and written to the shard as they are encoded (FrameSink): a build holds a few bytes a frame of index,
+never a video's frames, whatever its length. A video that cannot be read (empty, not a
 video, truncated, audio only, over a cap: read.py) is skipped with its reason and counted.
 """
 from __future__ import annotations
 
 import os
+from array import array
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +28,10 @@ from ..images import resize
 from ..images.codec import encode_jpeg
 from ..images.field import ImageField
 from ..images.settings import ImageSettings
+from ..pack.arrays import OFFSETS, SHAPES
 from ..pack.fields import LabelField, StringsField
 from ..pack.manifest import write_manifest
+from ..pack.shard import ShardWriter
 from ..settings import BuildSettings
 from ..sources import SPLIT_NAMES, Source, scan_class_folders
 from .field import FramesField, index_manifest
@@ -78,15 +82,43 @@ def encode_frame(pixels: np.ndarray, image: ImageSettings) -> list[tuple[np.ndar
     return out
 
 
-def encode_video(path: str, task: VideoShardTask) -> tuple[list[list], list[list], list[float]]:
-    """Every kept frame of one video, encoded as it is decoded: per size, the JPEGs and their shapes; the
-    timestamps. A frame the frame rate repeats is encoded once."""
-    levels: list[list] = [[] for _ in task.image.all_sizes]
-    shapes: list[list] = [[] for _ in task.image.all_sizes]
-    times: list[float] = []
+class FrameSink:
+    """One resolution's frames of a shard as the build makes them: each frame's JPEG appended to the shard's blob
+    as it is encoded, so only the offsets and shapes are held (a few bytes a frame, whatever a video's length);
+    `mark` and `rewind` drop what a video that failed half-way appended; `arrays` gives the offsets and shapes."""
+
+    def __init__(self, field: FramesField, shard: ShardWriter):
+        data, self._offsets, self._shapes = (field.image.name(k) for k in field.image.keys)
+        self.blob = shard.blob(data)
+        self.ends = array("q", [0])  # where each frame ends in the blob, after a 0
+        self.shapes = array("i")  # (h, w, c) a frame, flat
+
+    def add(self, jpeg: np.ndarray, shape: tuple[int, int, int]) -> None:
+        self.blob.append(jpeg)
+        self.ends.append(self.blob.n)
+        self.shapes.extend(shape)
+
+    def mark(self) -> int:
+        """Frames so far."""
+        return len(self.ends) - 1
+
+    def rewind(self, frames: int) -> None:
+        """Keep the first `frames` frames only."""
+        del self.ends[frames + 1:]
+        del self.shapes[3 * frames:]
+        self.blob.rewind(self.ends[frames])
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {self._offsets: np.asarray(self.ends, OFFSETS), self._shapes: np.asarray(self.shapes, SHAPES).reshape(-1, 3)}
+
+
+def encode_video(path: str, task: VideoShardTask, sinks: list[FrameSink], times: array) -> int:
+    """Every kept frame of one video, encoded as it is decoded and appended to `sinks` (one per size, largest
+    first), its timestamp to `times`; a frame the frame rate repeats is encoded once. Returns the frames kept."""
     last: Any = None
     done: list = []
     image = task.image
+    n = 0
 
     def largest(h: int, w: int) -> tuple[int, int]:  # the decoder shrinks to the largest stored size as it converts
         return resize.plan(h, w, image.all_sizes[0], image.resize, image.upscale).scaled
@@ -96,54 +128,53 @@ def encode_video(path: str, task: VideoShardTask) -> tuple[list[list], list[list
             try:
                 done = encode_frame(pixels, task.image)
             except (ValueError, MemoryError) as e:
-                raise ImageDecodeError(path, "cannot encode", f"frame {len(times)}: {type(e).__name__}: {e}") from None
+                raise ImageDecodeError(path, "cannot encode", f"frame {n}: {type(e).__name__}: {e}") from None
             last = pixels
-        for k, (jpeg, shape) in enumerate(done):
-            levels[k].append(jpeg)
-            shapes[k].append(shape)
+        for sink, (jpeg, shape) in zip(sinks, done):
+            sink.add(jpeg, shape)
         times.append(t)
-    return levels, shapes, times
+        n += 1
+    return n
 
 
 def build_video_shard(task: VideoShardTask) -> dict[str, Any]:
-    """Decode, resize and encode one shard's videos and write the shard; return its record (`reused` when a
-    resumed build found it finished and intact)."""
+    """Decode, resize and encode one shard's videos and write the shard, its frames streamed to disk as they are
+    encoded; return its record (`reused` when a resumed build found it finished and intact)."""
     fp = task.fingerprint()
     rec = reused_shard(task, fp)
     if rec is not None:
         return rec
-    fields = frame_fields(task.image)
-    levels: list[list] = [[] for _ in fields]
-    shapes: list[list] = [[] for _ in fields]
-    times: list[float] = []
-    lengths, labels, sources, skipped = [], [], [], []
-    source_bytes = 0
-    counts: Counter = Counter()
-    for rel, label in zip(task.paths, task.labels.tolist()):
-        path = os.path.join(task.root, rel)
-        try:
-            got, got_shapes, got_times = encode_video(path, task)
-        except ImageDecodeError as e:
-            if task.strict:
-                raise ImageDecodeError(path, e.reason, e.detail) from None
-            skipped.append({"source": rel, "reason": e.reason, "detail": e.detail})
-            continue
-        for k in range(len(fields)):  # a video's frames join the shard only once all of them are made
-            levels[k] += got[k]
-            shapes[k] += got_shapes[k]
-        times += got_times
-        lengths.append(len(got_times))
-        labels.append(label)
-        sources.append(rel)
-        counts["frames"] += len(got_times)
-        source_bytes += os.path.getsize(path)
-    arrays: dict[str, np.ndarray] = {}
-    for k, f in enumerate(fields.values()):
-        arrays.update(f.shard_arrays(levels[k], shapes[k], times, lengths))
-    if task.labelled:
-        arrays.update(LabelField(dtype=LABELS).shard_arrays(labels))
-    arrays.update(StringsField().shard_arrays(sources))
-    return finish_shard(task, fp, arrays, len(sources), skipped, 0, source_bytes, counts)
+    with ShardWriter(Path(task.split_dir), task.index) as shard:
+        sinks = [FrameSink(f, shard) for f in frame_fields(task.image).values()]
+        times = array("d")
+        lengths, labels, sources, skipped = [], [], [], []
+        source_bytes = 0
+        counts: Counter = Counter()
+        for rel, label in zip(task.paths, task.labels.tolist()):
+            path = os.path.join(task.root, rel)
+            mark = sinks[0].mark()
+            try:
+                n = encode_video(path, task, sinks, times)
+            except ImageDecodeError as e:
+                if task.strict:
+                    raise ImageDecodeError(path, e.reason, e.detail) from None
+                for sink in sinks:  # what the video appended before it failed leaves the shard
+                    sink.rewind(mark)
+                del times[mark:]
+                skipped.append({"source": rel, "reason": e.reason, "detail": e.detail})
+                continue
+            lengths.append(n)
+            labels.append(label)
+            sources.append(rel)
+            counts["frames"] += n
+            source_bytes += os.path.getsize(path)
+        arrays: dict[str, np.ndarray] = FramesField.index_arrays(times, lengths)
+        for sink in sinks:
+            arrays.update(sink.arrays())
+        if task.labelled:
+            arrays.update(LabelField(dtype=LABELS).shard_arrays(labels))
+        arrays.update(StringsField().shard_arrays(sources))
+        return finish_shard(task, fp, arrays, len(sources), skipped, 0, source_bytes, counts, shard)
 
 
 def scan_videos(src: str | os.PathLike, split: str = "train", root: str | os.PathLike | None = None, strict: bool = False) -> Source:

@@ -126,15 +126,15 @@ class FramesField:
     def describe(self) -> str:
         return f"video frames: {self.image.describe()}, a row per frame; {TIMESTAMPS} and {STARTS} index them by video"
 
-    def shard_arrays(self, frames: Sequence[np.ndarray], shapes: Sequence[tuple[int, int, int]], timestamps: Sequence[float],
-                     lengths: Sequence[int]) -> dict[str, np.ndarray]:
-        """A shard's arrays: the frames' image arrays, their timestamps, and video_starts from each video's frame count."""
-        if sum(lengths) != len(frames) or len(timestamps) != len(frames):
-            raise ValueError(f"{len(frames)} frames, {len(timestamps)} timestamps and videos of {sum(lengths)} frames")
+    @staticmethod
+    def index_arrays(timestamps: Sequence[float], lengths: Sequence[int]) -> dict[str, np.ndarray]:
+        """A shard's frame index: the frames' timestamps, and video_starts from each video's frame count (the
+        frames themselves are the image field's arrays, one row each)."""
+        if sum(lengths) != len(timestamps):
+            raise ValueError(f"{len(timestamps)} timestamps for videos of {sum(lengths)} frames")
         starts = np.zeros(len(lengths) + 1, OFFSETS)
         np.cumsum(lengths, out=starts[1:])
-        index = {TIMESTAMPS: np.asarray(timestamps, np.float64).astype(TIMES), STARTS: starts}
-        return {**self.image.shard_arrays(frames, shapes), **index}
+        return {TIMESTAMPS: np.asarray(timestamps, np.float64).astype(TIMES), STARTS: starts}
 
 
 def frames_key(m: dict[str, Any], resolution: int | None, where: Path | str) -> str:
