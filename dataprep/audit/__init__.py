@@ -3,13 +3,15 @@ and source, gives the pairs of exact and near copies within and across splits, t
 (val or test samples with a near twin in train), what --drop-duplicates leaves out, and a contact sheet.
 
 hashes.py (pixels -> 64-bit perceptual hash, flipped hash, pixel digest) -> index.py (hashes -> every
-pair within a distance, multi-index hashing) -> report.py (pairs -> JSON and text, leak masks, drops)
+pair within a distance, multi-index hashing; folds.py what its edges fold into in bounded memory,
+pairing.py the arithmetic that lists pairs in chunks) -> report.py (pairs -> JSON and text, leak masks, drops)
 -> sheet.py (pairs -> PNG). The pack side, still kind-free (the caller names a pack's fields): pack.py (a
 pack's stored or recomputed hashes as Samples, a split's leak mask) and drop.py (--drop-duplicates: a
 build's shards rewritten without the samples the drop rule names).
 """
+from .folds import Pairs
 from .hashes import HASH_NAME, flipped_hash, hash_and_flipped, perceptual_hash, perceptual_hashes, pixel_digest
-from .index import Matches, Pairs, brute_force_pairs, cross_pairs, find_matches, near_pairs
+from .index import Matches, brute_force_pairs, cross_pairs, find_matches, near_pairs
 from .report import DEFAULT_MAX_DISTANCE, Samples, audit, drop_indices, leak_mask, text_report, twin_splits
 from .sheet import contact_sheet, layout
 

@@ -1,6 +1,6 @@
 """Image fingerprints: takes decoded pixels (HW or HWC, C = 1, 3 or 4, RGB order, any integer dtype),
 gives a 64-bit perceptual hash (near copies land a few bits apart) and an exact digest of the pixels
-(equal only for identical images).
+(equal only for identical images); hashes given back by a caller or a pack are checked (`as_hashes`).
 
 The hash (`HASH_NAME`) is a windowed pHash: a 32x32 grayscale copy, its mean taken away, weighted by a
 sine window that falls to zero at the borders, then the 8x8 lowest frequencies of its DCT, each bit
@@ -23,6 +23,8 @@ import hashlib
 from typing import Iterable
 
 import numpy as np
+
+from ..errors import UsageError
 
 HASH_NAME = "dct-sine-8x8"  # recorded beside stored hashes: a pack hashed otherwise is hashed again
 HASH_BITS = 64
@@ -128,3 +130,34 @@ def pixel_digest(pixels: np.ndarray) -> bytes:
 def hamming(a, b) -> np.ndarray:
     """Bits that differ between uint64 hashes (elementwise, broadcast), as int64."""
     return np.bitwise_count(np.bitwise_xor(np.asarray(a, np.uint64), np.asarray(b, np.uint64))).astype(np.int64)
+
+
+def as_hashes(values, what: str = "hashes") -> np.ndarray:
+    """`values` as a 1-D uint64 array, one hash a sample, or a UsageError naming `what` and why. Taken:
+    any unsigned integers, signed ones without negatives, Python ints in [0, 2**64), an empty list. Refused
+    rather than cast: floats (1.5 would become 1, NaN anything), booleans, strings, negative values (a
+    wrapped -1 is a hash of 64 ones) and more than one dimension (a flattened (N, 2) is 2N samples)."""
+    try:
+        # a list is read as Python objects: numpy would make [2**64 - 1, 0] floats and [1.5] a float array
+        a = np.asarray(values, dtype=object) if isinstance(values, (list, tuple)) else np.asarray(values)
+        if a.dtype == object:  # each checked, then made uint64
+            for k, x in enumerate(a.reshape(-1)):
+                if not (isinstance(x, (int, np.integer)) and not isinstance(x, bool) and 0 <= x < 2 ** 64):
+                    raise UsageError(f"{what} must be integers from 0 to 2**64 - 1 (uint64 hashes); "
+                                     f"the first that is not, at {k}: {x!r:.40} ({type(x).__name__})")
+            a = a.astype(np.uint64)
+    except (OverflowError, ValueError, TypeError) as e:
+        if isinstance(e, UsageError):
+            raise
+        raise UsageError(f"{what} must be one uint64 hash per sample: {e}") from None
+    if a.size == 0:
+        return np.zeros(0, np.uint64)
+    if a.ndim != 1:
+        raise UsageError(f"{what} must be one uint64 hash per sample (1-D), got shape {a.shape}")
+    if a.dtype == np.bool_ or not np.issubdtype(a.dtype, np.integer):
+        raise UsageError(f"{what} must be integers (uint64 hashes), got {a.dtype}")
+    if np.issubdtype(a.dtype, np.signedinteger) and (a < 0).any():
+        k = int(np.argmax(a < 0))
+        raise UsageError(f"{what} must not be negative (uint64 hashes): {int((a < 0).sum())} are, the first at {k} ({int(a[k])}); "
+                         "hashes stored as int64 are read back with .view(np.uint64)")
+    return a.astype(np.uint64, copy=False)

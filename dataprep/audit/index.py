@@ -31,11 +31,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from itertools import combinations
 from math import comb
-from typing import Callable, Iterable, Iterator, NamedTuple, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import UsageError
+from .folds import Components, EdgePick, Pairs, group_ids, take
+from .hashes import as_hashes
+from .pairing import _part_pairs, _parts, _spans, _triangle
 
 HASH_BITS = 64
 CHUNK = 1 << 20  # candidates or listed pairs made at once
@@ -44,15 +46,6 @@ FOLD = 1 << 18  # edges given to the folds at once: what their temporaries grow 
 MAX_TABLE_BITS = 24  # the longest block a lookup table is made for (2**24 int32 entries: 64 MiB)
 SEARCHES = ("auto", "index", "brute")
 MAX_DISTANCE = 32  # past this a 64-bit perceptual hash pairs unrelated images; refused as a usage error
-
-
-class Pairs(NamedTuple):
-    """Listed pairs of samples: i < j, their distance; `complete` is False when a limit cut the list."""
-
-    i: np.ndarray
-    j: np.ndarray
-    distance: np.ndarray
-    complete: bool
 
 
 @dataclass(frozen=True)
@@ -262,165 +255,6 @@ class Matches:
         return group_ids(self.label[self.inverse])
 
 
-def take(chunks: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]], limit: int | None = None,
-         where: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> Pairs:
-    """Pairs (i, j, distance) from `chunks` (each of one distance or of rising distances, the chunks in
-    rising order), sorted by (distance, i, j): at most `limit`, the closest of the chunk that passes it
-    (complete=False when cut); `where(i, j)`: a mask of the pairs to keep."""
-    parts, n, complete = [], 0, True
-    for i, j, d in chunks:
-        if where is not None:
-            keep = np.asarray(where(i, j), bool)
-            i, j, d = i[keep], j[keep], d[keep]
-        if limit is not None and n + len(i) > limit:
-            # the chunk is of one distance or rising distances: keep its closest, then stop
-            o = _closest(i, j, d, limit - n)
-            parts.append((i[o], j[o], d[o]))
-            complete = False
-            break
-        parts.append((i, j, d))
-        n += len(i)
-    if not parts:
-        e = np.zeros(0, np.int64)
-        return Pairs(e, e.copy(), e.copy(), complete)
-    i, j, d = (np.concatenate(x) for x in zip(*parts))
-    o = np.lexsort((j, i, d))
-    return Pairs(i[o], j[o], d[o], complete)
-
-
-def _closest(i: np.ndarray, j: np.ndarray, d: np.ndarray, k: int) -> np.ndarray:
-    """The positions of the first k pairs by (d, i, j), in that order (pairs distinct)."""
-    if k <= 0:
-        return np.zeros(0, np.int64)
-    bits = max(1, int(max(int(i.max(initial=0)), int(j.max(initial=0)))).bit_length())
-    if k >= len(i) or 6 + 2 * bits > 64:
-        return np.lexsort((j, i, d))[:k]
-    key = (d.astype(np.uint64) << np.uint64(2 * bits)) | (i.astype(np.uint64) << np.uint64(bits)) | j.astype(np.uint64)
-    o = np.argpartition(key, k - 1)[:k]  # a chunk of a million pairs cut to a few: no full sort
-    return o[np.argsort(key[o])]
-
-
-def group_ids(label: np.ndarray) -> np.ndarray:
-    """Labels (any integers, one per sample) as ids 0, 1, ... in the order of each label's first sample."""
-    _, first, compact = np.unique(label, return_index=True, return_inverse=True)
-    rank = np.empty(len(first), np.int64)
-    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
-    return rank[compact.reshape(-1)]
-
-
-class Components:
-    """Connected components grown a chunk of edges at a time, in memory O(nodes): `label[x]` is the
-    smallest node joined to x by the edges added so far (what `_components` gives for all of them at once)."""
-
-    def __init__(self, n: int, label: np.ndarray | None = None):
-        self.label = np.arange(n, dtype=np.int64) if label is None else np.array(label, np.int64)
-
-    def add(self, u: np.ndarray, v: np.ndarray) -> None:
-        """Join the ends of each edge (u[k], v[k])."""
-        a, b = self.label[u], self.label[v]
-        apart = a != b
-        if not apart.any():
-            return
-        a, b = a[apart], b[apart]
-        roots, local = np.unique(np.concatenate([a, b]), return_inverse=True)
-        joined = roots[_components(len(roots), local[:len(a)], local[len(a):])]  # roots sorted: the smallest stays
-        remap = np.arange(len(self.label), dtype=np.int64)
-        remap[roots] = joined
-        self.label = remap[self.label]
-
-
-class EdgePick:
-    """The edges a listing needs, picked as they come (a fold over Matches.edges: `add` each chunk, then
-    `result`): those `asked(u, v)` marks (all when None), and of them the first `keep` by (d, u, v) (all
-    when None). Memory: about 2 * keep + a chunk of edges, 8 bytes each, whatever the edges given."""
-
-    def __init__(self, nodes: int, keep: int | None = None, asked: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None):
-        self.keep, self.asked = keep, asked
-        self.bits = max(1, int(nodes - 1).bit_length())
-        self.packed = 6 + 2 * self.bits <= 64  # (d, u, v) in one uint64: d <= 32 takes 6 bits
-        self.parts: list[tuple[np.ndarray, ...]] = []
-        self.size = 0
-        self.top: np.uint64 | None = None  # past a cut: the last key kept; a larger one never gets in
-
-    def add(self, u: np.ndarray, v: np.ndarray, d: np.ndarray) -> None:
-        key = None
-        if self.packed:
-            key = (d.astype(np.uint64) << np.uint64(2 * self.bits)) | (u.astype(np.uint64) << np.uint64(self.bits)) | v.astype(np.uint64)
-            if self.top is not None:  # past a cut, most edges are dropped here, before `asked` looks at them
-                sel = key <= self.top
-                u, v, key = u[sel], v[sel], key[sel]
-        if self.asked is not None:
-            sel = self.asked(u, v)
-            if key is None:
-                u, v, d = u[sel], v[sel], d[sel]
-            else:
-                key = key[sel]
-        part: tuple[np.ndarray, ...] = (u, v, d) if key is None else (key,)
-        self.parts.append(part)
-        self.size += len(part[0])
-        if self.keep is not None and self.size > 2 * self.keep:
-            self.parts = [self._first(ordered=False)]
-            self.size = len(self.parts[0][0])
-
-    def _first(self, ordered: bool = True) -> tuple[np.ndarray, ...]:
-        """The parts joined and cut to the first `keep`, sorted when `ordered`."""
-        z = [np.concatenate(x) for x in zip(*self.parts)] if self.parts else [np.zeros(0, np.uint64)] * (1 if self.packed else 3)
-        if not self.packed:
-            return _first_edges(z[0], z[1], z[2], self.keep)
-        key = z[0]
-        if self.keep is not None and len(key) > self.keep:
-            key = np.partition(key, self.keep - 1)[: self.keep] if self.keep else key[:0]
-            self.top = key.max(initial=np.uint64(0))
-        return (np.sort(key) if ordered else key,)
-
-    def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The edges picked, sorted by (d, u, v)."""
-        z = self._first()
-        if not self.packed:
-            return z[0], z[1], z[2]
-        key, mask = z[0], np.uint64((1 << self.bits) - 1)
-        return ((key >> np.uint64(self.bits)) & mask).astype(np.int64), (key & mask).astype(np.int64), \
-            (key >> np.uint64(2 * self.bits)).astype(np.int64)
-
-
-def feed(chunks: Iterable[tuple[np.ndarray, ...]], *folds: Callable[..., None]) -> None:
-    """One pass over `chunks` (Matches.edges, MirrorClasses.edges), each chunk given to every fold in turn."""
-    for c in chunks:
-        for f in folds:
-            f(*c)
-
-
-def as_hashes(values, what: str = "hashes") -> np.ndarray:
-    """`values` as a 1-D uint64 array, one hash a sample, or a UsageError naming `what` and why. Taken:
-    any unsigned integers, signed ones without negatives, Python ints in [0, 2**64), an empty list. Refused
-    rather than cast: floats (1.5 would become 1, NaN anything), booleans, strings, negative values (a
-    wrapped -1 is a hash of 64 ones) and more than one dimension (a flattened (N, 2) is 2N samples)."""
-    try:
-        # a list is read as Python objects: numpy would make [2**64 - 1, 0] floats and [1.5] a float array
-        a = np.asarray(values, dtype=object) if isinstance(values, (list, tuple)) else np.asarray(values)
-        if a.dtype == object:  # each checked, then made uint64
-            for k, x in enumerate(a.reshape(-1)):
-                if not (isinstance(x, (int, np.integer)) and not isinstance(x, bool) and 0 <= x < 2 ** 64):
-                    raise UsageError(f"{what} must be integers from 0 to 2**64 - 1 (uint64 hashes); "
-                                     f"the first that is not, at {k}: {x!r:.40} ({type(x).__name__})")
-            a = a.astype(np.uint64)
-    except (OverflowError, ValueError, TypeError) as e:
-        if isinstance(e, UsageError):
-            raise
-        raise UsageError(f"{what} must be one uint64 hash per sample: {e}") from None
-    if a.size == 0:
-        return np.zeros(0, np.uint64)
-    if a.ndim != 1:
-        raise UsageError(f"{what} must be one uint64 hash per sample (1-D), got shape {a.shape}")
-    if a.dtype == np.bool_ or not np.issubdtype(a.dtype, np.integer):
-        raise UsageError(f"{what} must be integers (uint64 hashes), got {a.dtype}")
-    if np.issubdtype(a.dtype, np.signedinteger) and (a < 0).any():
-        k = int(np.argmax(a < 0))
-        raise UsageError(f"{what} must not be negative (uint64 hashes): {int((a < 0).sum())} are, the first at {k} ({int(a[k])}); "
-                         "hashes stored as int64 are read back with .view(np.uint64)")
-    return a.astype(np.uint64, copy=False)
-
-
 def find_matches(hashes, max_distance: int, search: str = "auto",
                  folds: Callable[[Matches], Sequence[Callable[..., None]]] | None = None) -> Matches:
     """Every pair of samples whose hashes are within `max_distance` bits (0 <= D <= 32).
@@ -596,37 +430,6 @@ def _batched(chunks: Iterable[tuple[np.ndarray, ...]], size: int | None = None) 
         yield tuple(np.concatenate(z) for z in zip(*buf)) if len(buf) > 1 else buf[0]
 
 
-def _first_edges(u: np.ndarray, v: np.ndarray, d: np.ndarray, keep: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The edges sorted by (d, u, v), the first `keep` of them (all when None)."""
-    o = np.lexsort((v, u, d))
-    if keep is not None:
-        o = o[:keep]
-    return u[o], v[o], d[o]
-
-
-def _part_pairs(u: np.ndarray, v: np.ndarray, first: np.ndarray, many: np.ndarray, code: np.ndarray,
-                across: bool, ordered: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For edges (u, v) between distinct hashes: the pairs of parts (p, q: a part of u, a part of v) whose
-    splits differ (`across`) or agree (not `across`), and the edge each comes from (r); `ordered`: by
-    edge, then part of u, then part of v. Parts as _parts gives them: a distinct hash's are first .. first
-    + many - 1."""
-    ea, eb, rank = [], [], []
-    top = int(many.max(initial=0))
-    for a in range(top):
-        for b in range(top):
-            x = np.flatnonzero((many[u] > a) & (many[v] > b))
-            p, q = first[u[x]] + a, first[v[x]] + b
-            keep = (code[p] != code[q]) == across
-            ea.append(p[keep])
-            eb.append(q[keep])
-            rank.append(x[keep])
-    e1, e2, r = (np.concatenate(z) if z else np.zeros(0, np.int64) for z in (ea, eb, rank))
-    if not ordered:
-        return e1, e2, r
-    o = np.argsort(r, kind="stable")
-    return e1[o], e2[o], r[o]
-
-
 def _block_candidates(h: np.ndarray, bl: Block) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Pairs of hash indices whose keys on block `bl` are within its radius, each unordered pair once,
     in chunks."""
@@ -660,67 +463,3 @@ def _block_candidates(h: np.ndarray, bl: Block) -> Iterator[tuple[np.ndarray, np
                     yield side[hit[gid]], order[s[hit[gid]] + local]
 
 
-def _parts(inverse: np.ndarray, split: np.ndarray):
-    """The samples of each distinct hash cut by split: (members: samples ordered by (distinct hash, split,
-    sample); each part's start in members, size, distinct hash and split code), parts in (hash, split) order."""
-    if len(split) != len(inverse):
-        raise ValueError(f"split has {len(split)} codes for {len(inverse)} samples")
-    S = int(split.max(initial=0)) + 1
-    key = inverse * S + split
-    members = np.argsort(key, kind="stable")
-    keys, starts, counts = np.unique(key[members], return_index=True, return_counts=True)
-    return members, starts.astype(np.int64), counts.astype(np.int64), keys // S, keys % S
-
-
-def _spans(sizes: np.ndarray, chunk: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(group, local index) for every item of groups of the given sizes, in chunks of about `chunk`:
-    whole groups together while they fit, a larger group cut into pieces of `chunk`."""
-    sizes = np.asarray(sizes, np.int64)
-    if not len(sizes):
-        return
-    cum = np.cumsum(sizes)
-    g, n = 0, len(sizes)
-    while g < n:
-        base = int(cum[g - 1]) if g else 0
-        g1 = int(np.searchsorted(cum, base + chunk, side="right"))
-        if g1 <= g:  # one group larger than a chunk
-            size = int(sizes[g])
-            for lo in range(0, size, chunk):
-                local = np.arange(lo, min(size, lo + chunk), dtype=np.int64)
-                yield np.full(len(local), g, np.int64), local
-            g += 1
-            continue
-        sz = sizes[g:g1]
-        total = int(cum[g1 - 1]) - base
-        if total:
-            gid = np.repeat(np.arange(g, g1, dtype=np.int64), sz)
-            firsts = np.repeat(cum[g:g1] - sz - base, sz)
-            yield gid, np.arange(total, dtype=np.int64) - firsts
-        g = g1
-
-
-def _triangle(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The t-th pair (a < b) in the order (0,1), (0,2), (1,2), (0,3), ...: b(b-1)/2 + a = t."""
-    b = ((1 + np.sqrt(1 + 8 * t.astype(np.float64))) // 2).astype(np.int64)
-    b -= (b * (b - 1) // 2) > t  # float rounding, either way
-    b += ((b + 1) * b // 2) <= t
-    return t - b * (b - 1) // 2, b
-
-
-def _components(n: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Connected components of n nodes and edges (u, v): the smallest node of each, per node."""
-    label = np.arange(n, dtype=np.int64)
-    if not len(u):
-        return label
-    while True:
-        lo = np.minimum(label[u], label[v])
-        before = label.copy()
-        np.minimum.at(label, u, lo)
-        np.minimum.at(label, v, lo)
-        while True:  # pointer jumping: every node straight to its root
-            nxt = label[label]
-            if np.array_equal(nxt, label):
-                break
-            label = nxt
-        if np.array_equal(label, before):
-            return label

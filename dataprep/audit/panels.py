@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from ..errors import UsageError
-from .index import Matches, feed
+from .folds import feed
+from .index import Matches
 
 if TYPE_CHECKING:
     from .report import MirrorClasses

@@ -18,8 +18,10 @@ import numpy as np
 
 from ..errors import UsageError
 from . import index as idx
-from .hashes import DIGEST_BYTES, HASH_NAME
-from .index import CHUNK, Components, EdgePick, Matches, Pairs, _parts, _spans, as_hashes, feed, find_matches, group_ids, take
+from .folds import Components, EdgePick, Pairs, feed, group_ids, take
+from .hashes import DIGEST_BYTES, HASH_NAME, as_hashes
+from .index import CHUNK, Matches, find_matches
+from .pairing import _parts, _spans
 from .panels import PANELS, Closest, Shown, check_panels, choose, closest_folds, closest_twins, mirror_closest
 
 DEFAULT_MAX_DISTANCE = 10  # measured on the shared corpus (docs/audit.md); distances are even, so 10 = 11
@@ -45,7 +47,7 @@ class Samples:
     def from_splits(cls, parts: Mapping[str, Mapping[str, Any]]) -> Samples:
         """From {split: {"hashes": ..., "sources": ..., "digests": ..., "flipped": ...}} (digests and flipped
         optional, but given for every split or none); the splits keep the mapping's order. Hashes and
-        flipped hashes are one unsigned integer a sample (index.as_hashes: floats, negatives, booleans,
+        flipped hashes are one unsigned integer a sample (hashes.as_hashes: floats, negatives, booleans,
         strings and 2-D arrays are refused, not cast), digests 16 bytes a sample, sources one a sample:
         anything else is a UsageError naming the split."""
         names = tuple(parts)
@@ -95,7 +97,7 @@ def _digests(values, n: int, name: str) -> np.ndarray:
 
 # -- twins across splits, exact from the matches ------------------------------------------------------
 # Everything below that is made from the edges between distinct hashes is a fold: an object fed the edges
-# a chunk at a time (index.feed), so that audit feeds them all in one pass, and edges that are not held
+# a chunk at a time (folds.feed), so that audit feeds them all in one pass, and edges that are not held
 # (index.MAX_EDGES) cost one search again, not one for each figure.
 class SplitBits:
     """A fold over a Matches' edges: per distinct hash, the splits with a sample there (`bits`, from the
