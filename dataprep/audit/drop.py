@@ -24,7 +24,9 @@ import numpy as np
 from ..pack.fields import offsets_in
 from ..pack.shard import SHARD_RECORD, read_npy_into, write_shard
 from .index import find_matches
-from .report import DEFAULT_MAX_DISTANCE, Samples, drop_indices
+from .leaks import drop_indices
+from .report import DEFAULT_MAX_DISTANCE
+from .samples import Samples
 
 REWRITTEN = "dropped-duplicates:"  # a rewritten shard's fingerprint starts so: never a task's (hex digits)
 PHASHES, SOURCES, SOURCE_OFFSETS = "phashes", "sources", "source_offsets"

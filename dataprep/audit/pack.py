@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import DataprepError, PackError
 from .hashes import HASH_NAME, hash_and_flipped, perceptual_hash, pixel_digest
-from .report import Samples
+from .samples import Samples
 
 
 @contextlib.contextmanager
@@ -200,8 +200,8 @@ def leak_mask(pack: str | os.PathLike, split: str, fields_of: Callable[[dict, st
     hashes fetched into a temporary copy). `say`: told the note when the pack is hashed on the fly (stderr
     by default)."""
     from .index import find_matches
+    from .leaks import leak_mask as mask_of
     from .report import DEFAULT_MAX_DISTANCE
-    from .report import leak_mask as mask_of
 
     D = DEFAULT_MAX_DISTANCE if max_distance is None else max_distance
     with opened(pack, audit_arrays) as (local, shown), PackSamples(local, fields_of, shown) as ps:

@@ -21,7 +21,7 @@ from .folds import feed
 from .index import Matches
 
 if TYPE_CHECKING:
-    from .report import MirrorClasses
+    from .mirrors import MirrorClasses
 
 PANELS = 100  # panels of the sheet and lines of the text report, by default
 MAX_PANELS = 1000  # a sheet of 1000 panels is 1,384 x 64,000 px (265 MB while drawn)

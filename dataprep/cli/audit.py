@@ -38,8 +38,8 @@ def audit(ctx, pack, as_json, max_distance, flips, sheet, panels, progress):
     Val and test samples with a near twin in train are called out first; every pair within the distance is
     listed (a group of k copies gives all k(k-1)/2 pairs)."""
     from ..audit.pack import PackSamples, audit_arrays, hash_note, opened
+    from ..audit.printout import text_report
     from ..audit.report import audit as run_audit
-    from ..audit.report import text_report
     from ..progress import reporter
 
     def needs(m):  # what of a pack at a URL is fetched: the stored hashes alone when they serve
