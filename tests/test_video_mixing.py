@@ -131,3 +131,90 @@ def test_a_video_mixture_refuses_threads_other_kinds_and_other_clip_lengths(pack
     with pytest.raises(dataprep.DataprepError, match=r"different batches.*images \(5, 32, 32, 3\).*\(4, 32, 32, 3\)"):
         dataprep.Loader(short, batch_size=4, crop=CROP)
 
+
+
+# -- a progressive schedule over a multi-resolution video pack ----------------------------------------------
+SCHEDULE = {0: 32, 1: 48}  # epoch 0 at 32 px, from epoch 1 on at 48 px
+
+
+@pytest.fixture(scope="module")
+def sizes(tmp_path_factory) -> Path:
+    """2 classes x 2 videos of 12 frames (numbered from 12 g), stored at 32 and 48 px squares (center-crop: every
+    frame of a resolution one size, so a schedule serves the stored frames without a crop)."""
+    root = tmp_path_factory.mktemp("sizes")
+    write_video_tree(root / "src", classes=2, per_class=2, frames=12, h=64, w=96)
+    build.video(root / "src", root / "pack", sizes=[32, 48], resize="center-crop", workers=1)
+    return root / "pack"
+
+
+def scheduled(pack: Path, epochs=(0, 1, 2), crop=None, **kw):
+    ds = dataprep.VideoDataset(pack, frames=T, stride=2, cache="mmap", resolution="all" if crop is not None else None)
+    schedule = dataprep.Schedule.table(ds.resolutions, SCHEDULE)
+    return served(ds, epochs, batch_size=2, shuffle=True, schedule=schedule, crop=crop, **kw)
+
+
+def check_scheduled(batches: list, per_epoch: int = 2) -> None:
+    """Epoch e's clips at SCHEDULE's size, whole frames (not a smaller one padded), consecutive at the stride, every
+    video once an epoch, labelled by its class."""
+    for e in range(len(batches) // per_epoch):
+        size = SCHEDULE[min(e, 1)]
+        videos = []
+        for x, y in batches[e * per_epoch:(e + 1) * per_epoch]:
+            assert x.shape == (2, T, 3, size, size), (e, x.shape)
+            for clip, label in zip(x, y.tolist()):
+                got = numbers(clip)
+                assert got == [got[0] + 2 * k for k in range(T)] and got[-1] // 12 == got[0] // 12, got
+                assert label == got[0] // 24
+                red = clip[:, 0, -1].to(torch.int64)  # the bottom row's red: 0 at one end, 255 at the other
+                assert (red.amax(1) > 200).all() and (red.amin(1) < 60).all(), (e, red[:, [0, -1]])
+                videos.append(got[0] // 12)
+        assert sorted(videos) == [0, 1, 2, 3], e
+
+
+def test_a_schedule_serves_each_epoch_at_its_size_alike_with_workers_and_threads(sizes):
+    ref = scheduled(sizes, flip=True)
+    check_scheduled(ref)
+    for kw in ({"num_workers": 2}, {"num_workers": 2, "threads": True}):
+        assert same(ref, scheduled(sizes, flip=True, **kw)), kw
+    # a crop plan is resized by the schedule instead: its output size, cut from the stored size that holds it
+    cropped = scheduled(sizes, crop=dataprep.RandomResizedCrop(32, scale=(0.6, 1.0)), epochs=(0, 1))
+    assert [x.shape[-1] for x, _ in cropped] == [32, 32, 48, 48]
+    assert same(cropped, scheduled(sizes, crop=dataprep.RandomResizedCrop(32, scale=(0.6, 1.0)), epochs=(0, 1),
+                                   num_workers=2))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_run_resumed_before_the_schedules_switch_serves_both_sizes_as_the_whole_run(sizes, workers):
+    ref = scheduled(sizes, epochs=(0, 1), flip=True)
+    check_scheduled(ref)
+    ds = dataprep.VideoDataset(sizes, frames=T, stride=2, cache="mmap")
+    opts = {"batch_size": 2, "shuffle": True, "seed": 5, "schedule": dataprep.Schedule.table(ds.resolutions, SCHEDULE),
+            "flip": True, "num_workers": workers}
+    loader = dataprep.Loader(ds, **opts)
+    next(iter(loader))  # epoch 0's first batch, at 32 px
+    state = loader.state_dict()
+    loader.close()
+    again = dataprep.Loader(dataprep.VideoDataset(sizes, frames=T, stride=2, cache="mmap"), **opts)
+    again.load_state_dict(state)
+    rest = [(x.clone(), y.clone()) for x, y in again]  # the rest of epoch 0
+    rest += [(x.clone(), y.clone()) for x, y in again]  # epoch 1, at 48 px
+    again.close()
+    assert [x.shape[-1] for x, _ in rest] == [32, 48, 48]
+    assert same(ref[1:], rest)
+
+
+# -- loader.stats() over clips -----------------------------------------------------------------------------
+@pytest.mark.parametrize("workers", [0, 2])
+def test_stats_count_clips_as_samples_and_a_decode_path_a_frame(packs, workers):
+    a, _ = packs
+    ds = dataprep.VideoDataset(a, frames=T, stride=A_STRIDE, clips_per_video=2)  # 12 clips of the 6 videos
+    mix = mixture(packs)  # 10 clips: 7 or 8 of A, the rest of B
+    for dataset, clips in ((ds, 12), (mix, 10)):
+        loader = dataprep.Loader(dataset, batch_size=4, seed=5, crop=CROP, num_workers=workers)
+        served_clips = sum(len(x) for x, _ in loader)
+        s = loader.stats()
+        loader.close()
+        assert served_clips == clips and (s["batches"], s["samples"]) == (3, clips), s  # samples are clips, not frames
+        assert sum(s["decode_paths"].values()) == clips * T, s["decode_paths"]  # every frame of every clip cut once
+        assert s["finished"] and 0 < s["wait_s"] <= s["wall_s"] and 0 <= s["wait_fraction"] <= 1
+        assert s["workers"] == workers and len(s["worker_busy"]) == workers

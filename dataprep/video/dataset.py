@@ -45,6 +45,10 @@ class VideoDataset(InMemoryImageDataset):
     A `Mixture` mixes VideoDatasets (of one `frames`; each its own pack, stride and clips_per_video) as it mixes
     image packs: a clip is one position, its start, box and flip drawn in its member's epoch with its member's
     seed; not with image datasets (one kind a Mixture), nor in threads (a Mixture does not fill in threads).
+    A Loader's `schedule=` serves each epoch's clips at its size: a multi-resolution pack's stored frames of that
+    size, or a crop plan's output. `loader.stats()` counts clips: `samples` is clips served, `decode_paths` one
+    count a frame cut by a crop plan (a clip adds `frames`, a repeated last frame included; nothing without a
+    crop plan, as for images).
 
     Args:
         pack: the pack directory, or its URL (as InMemoryImageDataset).
