@@ -59,7 +59,7 @@ def _published(url: str, fmt: str, compress: str, overwrite: bool, resume: bool,
     import hashlib
 
     from .errors import DataprepError
-    from .remote.fetch import cache_root
+    from .remote.cachedir import cache_root
     from .remote.upload import Publisher, claim
     from .remote.urls import redact
 

@@ -46,7 +46,7 @@ def verify_pack(pack: str | os.PathLike, decode: bool = False, progress: bool | 
     named `what` [default: "verify PACK"]; a callable is told of each (1); None or False shows nothing.
     `partial`: a local copy of a pack at a URL (its origin file says so) may lack shard files, counted in
     `left_out` rather than reported; False holds it to every file (verify of a URL, which fetched them all)."""
-    from .remote.fetch import copy_origin
+    from .remote.packs import copy_origin
 
     what = what or f"verify {pack}"
     pack = Path(pack)
@@ -154,7 +154,7 @@ def verify_remote(url: str, decode: bool = False, progress: bool | None = None) 
     (each damaged, truncated or missing one named by its URL), then the fields' checks on the copy.
     Returns the report (paths as URLs) and the URL as shown. `progress` shows the fetch (None: in a log
     only, as every fetch) and the checks (as verify_pack's)."""
-    from .remote.fetch import local_copy
+    from .remote.packs import local_copy
 
     with local_copy(url, keep_going=True, progress=progress) as (rp, d, bad):
         rep = verify_pack(d, decode=decode, progress=progress, what=f"verify {rp.shown}", partial=False)  # all fetched

@@ -36,7 +36,7 @@ def opened(pack: str | os.PathLike, arrays: Callable[[dict], set[str]] | None = 
     if not is_url(pack):
         yield Path(pack), str(pack)
         return
-    from ..remote.fetch import RemotePack, local_copy
+    from ..remote.packs import RemotePack, local_copy
 
     want = None if arrays is None else arrays(RemotePack(str(pack)).manifest)
     which = None if want is None else (lambda rel: rel.rsplit("/", 1)[-1][:-4] in want)

@@ -17,7 +17,7 @@ def _state(item: dict) -> str:
 
 def _staged() -> tuple[list[dict], list[dict]]:
     from ..pack.convert import pending_temporaries
-    from ..remote.fetch import staged_copies
+    from ..remote.cachedir import staged_copies
 
     return staged_copies(), pending_temporaries()
 
@@ -26,7 +26,7 @@ def _staged() -> tuple[list[dict], list[dict]]:
 def list_() -> None:
     """Every segment: size, the pack and split it holds, the processes mapping it; then every staged copy
     and conversion temporary: size, and whether its process lives."""
-    from ..remote.fetch import cache_root
+    from ..remote.cachedir import cache_root
     from ..serve.shm import describe_segments, segment_dir
 
     segs = describe_segments()
@@ -53,7 +53,7 @@ def clean(all_mine: bool, verbose: bool) -> None:
     copies and conversion temporaries killed runs left. Never what a live process is filling, writing or
     (without --all-mine) using. Prints a summary."""
     from ..pack.convert import clean_temporaries
-    from ..remote.fetch import clean_staged
+    from ..remote.cachedir import clean_staged
     from ..serve.shm import clean as run
 
     done = run(all_mine)

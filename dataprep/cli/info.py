@@ -81,7 +81,7 @@ def info(ctx, pack, as_json, skipped, context, packing):
         raise UsageError("--packing says how --context's rows are packed: give --context too")
     remote = is_url(pack)
     if remote:  # the manifest read from the store, every object looked up (sizes), none read
-        from ..remote.fetch import RemotePack, missing_objects
+        from ..remote.packs import RemotePack, missing_objects
 
         rp = RemotePack(pack)
         m, what = rp.manifest, "objects, with their recorded sizes"

@@ -67,7 +67,7 @@ def plan(pack, split, crop, resolution, context, shape, dtype, mask_shape, mask_
     from ..remote.urls import is_url
 
     if pack and is_url(pack):  # the manifest and the (small) shapes arrays, fetched into a temporary copy
-        from ..remote.fetch import local_copy
+        from ..remote.packs import local_copy
 
         def shapes(rel: str) -> bool:
             return rel.startswith(f"{split}/") and rel.rsplit("/", 1)[-1].startswith("shapes")

@@ -33,7 +33,7 @@ def verify(ctx, pack, decode, progress):
             rep = verify_pack(pack, decode=decode, progress=shown(progress))
     except OSError as e:  # the local copy of a URL met a full disk the fetch did not name: one line still
         from ..pack.convert import disk_refused, write_failure
-        from ..remote.fetch import cache_root
+        from ..remote.cachedir import cache_root
 
         if not disk_refused(e):
             raise

@@ -16,7 +16,7 @@ from torch.utils.data import Dataset
 
 from ..errors import DataprepError, PackError
 from ..pack.arrays import take_rows
-from ..remote.fetch import resolve
+from ..remote.packs import resolve
 from ..serve import draws
 from ..serve.cache import open_split
 from ..serve.partition import partition_of

@@ -1,14 +1,15 @@
 """Convert with URLs: takes a pack at a URL or a local one and a target (a URL or a local path), gives
 `pack/convert.py`'s conversion through a local copy: a remote source is fetched whole (checked) first,
 and a URL target, always an npy pack, is uploaded from a local npy conversion, manifest last. Both local
-copies are staged under the cache directory with this process's pid in their names (remote/fetch.py)."""
+copies are staged under the cache directory with this process's pid in their names (remote/cachedir.py)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..errors import DataprepError
 from ..pack.convert import convert
-from .fetch import local_copy, staging_dir
+from .cachedir import staging_dir
+from .packs import local_copy
 from .upload import upload_pack
 from .urls import is_url, redact
 

@@ -80,7 +80,7 @@ def open_split(pack: str | os.PathLike, split: str, fields_of: Callable[[dict[st
         if (progress or (progress is None and total >= PROGRESS_BYTES)) else None  # a bar on a terminal, lines in a log
     ctx = LoadContext(verify=verify, mapped=cache == "mmap", progress=report.update if report else None, reader=reader)
 
-    from ..remote.fetch import fetch_kept, origin  # here: `dataprep --help` reads CACHE_MODES from this module
+    from ..remote.packs import fetch_kept, origin  # here: `dataprep --help` reads CACHE_MODES from this module
 
     remote, keep = origin(pack)
     needed = remote.shard_files([split], {name for name, _, _ in plan}, {s["name"] for s in shards}) if remote else []

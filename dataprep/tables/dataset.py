@@ -17,7 +17,7 @@ from torch.utils.data import Dataset
 
 from ..errors import DataprepError, PackError
 from ..pack.arrays import MapGuard
-from ..remote.fetch import resolve
+from ..remote.packs import resolve
 from ..serve.cache import open_split
 from ..serve.request import Request, refuse_augmentation
 from .field import fields_of

@@ -15,7 +15,7 @@ from torch.utils.data import Dataset
 
 from ..errors import DataprepError
 from ..pack.arrays import MapGuard
-from ..remote.fetch import resolve
+from ..remote.packs import resolve
 from ..serve import draws
 from ..serve.cache import open_split
 from ..serve.request import Request, refuse_augmentation

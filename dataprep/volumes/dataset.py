@@ -12,7 +12,7 @@ from torch.utils.data import Dataset
 
 from ..errors import DataprepError, PackError
 from ..pack.arrays import take_rows
-from ..remote.fetch import resolve
+from ..remote.packs import resolve
 from ..serve.cache import open_split
 from ..serve.request import Request
 from .field import fields_of, same_shapes
