@@ -3,6 +3,7 @@ multi-resolution video pack, `loader.stats()` over clips. Frame-coded generated 
 served frame says which video and frame it is (test_video_serving.py's `numbers`)."""
 from __future__ import annotations
 
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -218,3 +219,85 @@ def test_stats_count_clips_as_samples_and_a_decode_path_a_frame(packs, workers):
         assert sum(s["decode_paths"].values()) == clips * T, s["decode_paths"]  # every frame of every clip cut once
         assert s["finished"] and 0 < s["wait_s"] <= s["wall_s"] and 0 <= s["wait_fraction"] <= 1
         assert s["workers"] == workers and len(s["worker_busy"]) == workers
+
+
+# -- clips at a frame rate, by the stored timestamps ------------------------------------------------------------
+VFR_MS = [0, 30, 130, 140, 200, 330, 380, 500, 610, 650, 720, 900]  # a variable frame rate: each frame's time
+TIMED = {0: VFR_MS, 100: [100 * k for k in range(12)], 200: [0, 100, 200]}  # first number -> frame times (ms)
+
+
+@pytest.fixture(scope="module")
+def timed(tmp_path_factory) -> Path:
+    """Three videos built without --fps (each keeps its own times): a variable frame rate (numbers from 0), 10 fps
+    (from 100), and 3 frames at 10 fps (from 200), shorter than a clip."""
+    root = tmp_path_factory.mktemp("timed")
+    for c, (first, ms) in enumerate(TIMED.items()):
+        (root / "src" / f"c{c}").mkdir(parents=True)
+        write_video(root / "src" / f"c{c}" / "v.mp4", len(ms), 32, 48, first=first, times=[t / 1000 for t in ms])
+    build.video(root / "src", root / "pack", size=32, workers=1)
+    return root / "pack"
+
+
+def at_rate(clip: torch.Tensor, fps: float) -> list[int]:
+    """A clip served at `fps`, checked against its video's frame times (exact fractions, not the floats served
+    from): frame i is the last one shown at or before the first frame's time + i / fps, the first frame one whose
+    time leaves the clip's span before the video's last frame (or the video's first, where no frame does); gives
+    the clip's frame indices in its video."""
+    got = numbers(clip)
+    first = max(f for f in TIMED if f <= got[0])
+    times = [Fraction(ms, 1000) for ms in TIMED[first]]
+    s = got[0] - first
+    span = (T - 1) / Fraction(fps).limit_denominator(1000)
+    assert times[s] + span <= times[-1] or s == 0, (got, "a first frame where the clip does not fit")
+    want = [max(k for k, t in enumerate(times) if t <= times[s] + i * span / (T - 1)) for i in range(T)]
+    assert [n - first for n in got] == want, (fps, got, want)
+    return want
+
+
+@pytest.mark.parametrize("fps", [10, 5, 20, 7.5])
+def test_clips_at_a_frame_rate_serve_the_frame_shown_at_each_instant(timed, fps):
+    ds = dataprep.VideoDataset(timed, frames=T, fps=fps)
+    loader = dataprep.Loader(ds, batch_size=3, shuffle=True, seed=1)
+    starts: dict[int, set[int]] = {0: set(), 100: set()}
+    for epoch in range(8):
+        loader.set_epoch(epoch)
+        for x, y in loader:
+            for clip, label in zip(x, y.tolist()):
+                rows = at_rate(clip, fps)
+                first = [0, 100, 200][label]
+                assert numbers(clip)[0] - rows[0] == first  # the label is its video's class
+                if first in starts:
+                    starts[first].add(rows[0])
+    loader.close()
+    assert len(starts[0]) > 2 and len(starts[100]) > 2, starts  # starts drawn anew each epoch
+    short = ds.frame_rows([2], epoch=0)[0] - int(ds.video_starts[2])  # 3 frames 0.1 s apart: the last one repeated
+    assert short.tolist() == [min(int(10 * i / Fraction(fps)), 2) for i in range(T)]
+
+
+def test_clips_at_a_frame_rate_are_the_same_with_workers_threads_and_a_resumed_run(timed):
+    def run(**kw):
+        return served(dataprep.VideoDataset(timed, frames=T, fps=10), epochs=(0, 1, 2), batch_size=2, shuffle=True,
+                      crop=None, flip=False, **kw)
+
+    ref = run()
+    for kw in ({"num_workers": 2}, {"num_workers": 2, "threads": True}):
+        assert same(ref, run(**kw)), kw
+    loader = dataprep.Loader(dataprep.VideoDataset(timed, frames=T, fps=10), batch_size=2, shuffle=True, seed=5,
+                             num_workers=2)
+    next(iter(loader))
+    state = loader.state_dict()
+    loader.close()
+    again = dataprep.Loader(dataprep.VideoDataset(timed, frames=T, fps=10), batch_size=2, shuffle=True, seed=5)
+    again.load_state_dict(state)
+    rest = [(x.clone(), y.clone()) for x, y in again]
+    again.close()
+    assert same(ref[1:2], rest)
+
+
+def test_a_frame_rate_and_a_stride_together_or_a_rate_that_is_no_rate_are_refused(timed):
+    with pytest.raises(dataprep.DataprepError, match="stride=2 counts stored frames, fps=10 seconds: pass one"):
+        dataprep.VideoDataset(timed, frames=T, stride=2, fps=10)
+    for bad in (0, -5, float("nan"), float("inf"), True, "10"):
+        with pytest.raises(dataprep.DataprepError, match="fps is a positive number"):
+            dataprep.VideoDataset(timed, frames=T, fps=bad)
+    assert dataprep.VideoDataset(timed, frames=T).stride == 2  # the default without fps, as before

@@ -1,4 +1,4 @@
-"""VideoDataset: takes a video pack, gives clips (T frames at a stride, one crop box and one flip for the whole clip)
+"""VideoDataset: takes a video pack, gives clips (T frames at a stride or a frame rate, one crop box and one flip for the whole clip)
 and whole batches of them from RAM, through the image kind's per-frame crop paths.
 
 A clip is one sample. Its frames are rows of the pack's frames field (an image field over frames), so the image
@@ -10,6 +10,7 @@ run serve the same clips.
 """
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, Sequence
 
@@ -25,15 +26,21 @@ from ..serve.request import Request
 from .field import STARTS, TIMESTAMPS, FramesField, served_fields
 
 LAYOUTS = ("tchw", "cthw")  # a clip's axes as served: frames first, or channels first (torchvision's video models)
+# How far past an instant a stored frame's timestamp may be and still be "at or before" it: an instant is a sum of
+# floats (0.7 + 0.1 < 0.8), far below any frame interval.
+EPS = 1e-6
 
 
 class VideoDataset(InMemoryImageDataset):
     """A video pack's split, held in RAM (one copy for every worker, as InMemoryImageDataset), served as clips.
 
     An epoch serves `clips_per_video` clips of every video (`len` = videos x clips_per_video; clip j is one of
-    video j // clips_per_video's). A clip is `frames` frames `stride` apart, from a first frame drawn anew every
-    epoch from (seed, epoch, j) among those where the whole clip fits. A video shorter than a clip starts at its
-    first frame and repeats its last frame to fill the clip.
+    video j // clips_per_video's). A clip is `frames` frames `stride` stored frames apart, or, with `fps`, the
+    frames shown at `frames` instants 1/fps seconds apart (by the pack's timestamps: each instant served by the
+    stored frame at or before it, so a variable frame rate or a pack built without `--fps` still gives clips at
+    a real rate). Its first frame is drawn anew every epoch from (seed, epoch, j) among those where the whole
+    clip fits (with `fps`: whose time leaves (frames - 1) / fps seconds before the video's last frame). A video
+    shorter than a clip starts at its first frame and repeats its last frame to fill the clip.
 
     Served by `dataprep.Loader`: batches `(clips, labels)` (no labels for an unlabelled pack), clips uint8
     (B, T, 3, H, W) (a channels-first view of the (B, T, H, W, 3) rows the workers fill, as images are served;
@@ -53,7 +60,9 @@ class VideoDataset(InMemoryImageDataset):
     Args:
         pack: the pack directory, or its URL (as InMemoryImageDataset).
         frames: frames a clip (T).
-        stride: frames between a clip's consecutive frames, in stored frames (the build's `--fps` sets their rate).
+        stride: frames between a clip's consecutive frames, in stored frames (the build's `--fps` sets their rate)
+            [default: 2, unless `fps` is given].
+        fps: a clip's frame rate, in frames a second of the video's timestamps, instead of a stride (not both).
         split: which split to serve.
         clips_per_video: clips of each video an epoch.
         seed: mixed into the clip starts' draws with the Loader's seed (two datasets over one pack, one Loader
@@ -73,15 +82,24 @@ class VideoDataset(InMemoryImageDataset):
     fill_parts = None  # the image kind's fills images, not clips: a Mixture fills member by member
     fills_in_threads = True  # per-call buffers; a resolution switch happens in a pass's first fill, run alone
 
-    def __init__(self, pack: str | os.PathLike, frames: int = 16, stride: int = 2, split: str = "train",
+    def __init__(self, pack: str | os.PathLike, frames: int = 16, stride: int | None = None, split: str = "train",
                  clips_per_video: int = 1, seed: int = 0, decode: str = "fast", cache: str = "ram", layout: str = "tchw",
-                 verify: bool = False, progress: bool | None = None, resolution: int | None = None, keep_resolutions: int = 1):
-        for name, v in (("frames", frames), ("stride", stride), ("clips_per_video", clips_per_video)):
+                 verify: bool = False, progress: bool | None = None, resolution: int | None = None, keep_resolutions: int = 1,
+                 fps: float | None = None):
+        if fps is not None and stride is not None:
+            raise DataprepError(f"VideoDataset: stride={stride!r} counts stored frames, fps={fps!r} seconds: pass one of them")
+        if fps is not None and (isinstance(fps, bool) or not isinstance(fps, (int, float, np.number))
+                                or not math.isfinite(fps) or fps <= 0):
+            raise DataprepError(f"VideoDataset: fps is a positive number of frames a second, not {fps!r}")
+        stride = 2 if stride is None and fps is None else stride
+        for name, v in (("frames", frames), ("stride", 1 if stride is None else stride), ("clips_per_video", clips_per_video)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise DataprepError(f"VideoDataset: {name} is a whole number of at least 1, not {v!r}")
         if layout not in LAYOUTS:
             raise DataprepError(f"VideoDataset: layout is one of {', '.join(map(repr, LAYOUTS))}, not {layout!r}")
-        self.frames, self.stride, self.clips_per_video = int(frames), int(stride), int(clips_per_video)
+        self.frames, self.clips_per_video = int(frames), int(clips_per_video)
+        self.stride: int | None = None if stride is None else int(stride)
+        self.fps: float | None = None if fps is None else float(fps)
         self.seed, self.layout, self._epoch = int(seed), layout, 0
         super().__init__(pack, split, decode, verify=verify, cache=cache, progress=progress, resolution=resolution,
                          keep_resolutions=keep_resolutions)
@@ -106,9 +124,19 @@ class VideoDataset(InMemoryImageDataset):
             k = int(odd[0])
             raise PackError(f"{self.pack}/{self.split}: frame row {k} of {self._sources[k]} is {self._shapes[k].tolist()}, "
                             f"its video's first frame {first[k].tolist()}; a video's frames share one size (rebuild the pack)")
+        self._clock = self._clock_of(counts) if self.fps is not None else np.empty(0)  # only fps reads it
+
+    def _clock_of(self, counts: np.ndarray) -> np.ndarray:
+        """Every frame's time on one clock for the whole split: video v's timestamps moved past the videos before it
+        (by their last frame's time and a second more), so one searchsorted finds the frame at or before any
+        instant of any video."""
+        ts = np.asarray(self.timestamps, np.float64)
+        last = ts[self.video_starts[1:] - 1] if len(counts) else ts[:0]
+        base = np.concatenate([[0.0], np.cumsum(last + 1.0)])[:len(counts)]
+        return ts + np.repeat(base, counts)
 
     def __getstate__(self) -> dict[str, Any]:
-        keys = ("frames", "stride", "clips_per_video", "seed", "layout", "_epoch")
+        keys = ("frames", "stride", "fps", "clips_per_video", "seed", "layout", "_epoch")
         return {**super().__getstate__(), **{k: self.__dict__[k] for k in keys}}
 
     # -- facts ---------------------------------------------------------------------------------
@@ -144,16 +172,30 @@ class VideoDataset(InMemoryImageDataset):
 
         Returns:
             (len(clips), frames) int64 rows: a first frame drawn from (seed, dataset seed, epoch, clip) among those
-            where the clip fits in its video, then every `stride`-th, the video's last repeated past its end.
+            where the clip fits in its video, then every `stride`-th, or with `fps` the frame at or before each
+            1/fps seconds later; the video's last repeated past its end.
         """
         j = np.asarray(clips, np.int64).reshape(-1)
         v = j // self.clips_per_video
         start, count = self.video_starts[v], self.video_starts[v + 1] - self.video_starts[v]
-        room = np.maximum(count - (self.frames - 1) * self.stride, 1)  # first frames where the whole clip fits
         key = (draws.CLIP, int(seed), self.seed, self._epoch if epoch is None else int(epoch))
+        if self.fps is not None:
+            return self._timed_rows(j, key, start, start + count - 1, self.fps)
+        stride = self.stride
+        assert stride is not None  # __init__ sets fps or stride
+        room = np.maximum(count - (self.frames - 1) * stride, 1)  # first frames where the whole clip fits
         first = draws.integers(key, j, room)
-        at = first[:, None] + self.stride * np.arange(self.frames, dtype=np.int64)[None, :]
+        at = first[:, None] + stride * np.arange(self.frames, dtype=np.int64)[None, :]
         return start[:, None] + np.minimum(at, count[:, None] - 1)
+
+    def _timed_rows(self, j: np.ndarray, key: tuple[int, ...], start: np.ndarray, last: np.ndarray, fps: float) -> np.ndarray:
+        """frame_rows with `fps`: the first frame drawn among those at least the clip's span before the video's last
+        frame, then the frame at or before each instant (1/fps apart) on the split's one clock (`_clock_of`)."""
+        clock, offsets = self._clock, np.arange(self.frames, dtype=np.float64) / fps
+        fits = np.searchsorted(clock, clock[last] - offsets[-1] + EPS, "right")  # past the last first frame that fits
+        first = start + draws.integers(key, j, np.maximum(fits - start, 1))
+        rows = np.searchsorted(clock, (clock[first][:, None] + offsets[None, :]) + EPS, "right") - 1
+        return np.clip(rows, first[:, None], last[:, None])  # past the video's end: its last frame
 
     # -- serving -------------------------------------------------------------------------------
     def stored(self, k: int) -> np.ndarray:
