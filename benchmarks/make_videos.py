@@ -14,6 +14,7 @@ keeps the build of the files short; it still uses CABAC and B-frames, as a phone
 
     .venv/bin/python benchmarks/make_videos.py --out /tmp/video-bench [--per-size 3] [--seed 0]
     .venv/bin/python benchmarks/make_videos.py --out /tmp/video-bench --sizes small --per-size 8
+    .venv/bin/python benchmarks/make_videos.py --out /tmp/video-long --sizes 1080p --per-size 1 --seconds 600
 
 Writes OUT/<res>/train/<class>/<class>_<i>.mp4 for res in 480p, 720p, 1080p, small; skips files that
 exist (delete them to rebuild).
@@ -70,12 +71,13 @@ def scene_frames(photo: np.ndarray, w: int, h: int, n: int, rng: random.Random):
         yield cv2.resize(crop, (w, h), interpolation=interp)
 
 
-def make_video(path: Path, photos: list[Path], res: str, rng: random.Random) -> int:
-    """Writes one video at `res` from scenes over `photos`; returns its frame count."""
+def make_video(path: Path, photos: list[Path], res: str, rng: random.Random, seconds: int | None = None) -> int:
+    """Writes one video at `res` from scenes over `photos` (`seconds` long, else a random length of the size's
+    range); returns its frame count."""
     import av
 
     w, h, rate, (lo, hi) = SIZES[res]
-    frames_total = rng.randint(lo, hi) * FPS
+    frames_total = (seconds or rng.randint(lo, hi)) * FPS
     grain = [np.random.default_rng(rng.randrange(2**32)).integers(-3, 4, (h, w, 3), dtype=np.int16)
              for _ in range(3)]
     tmp = path.with_suffix(".part.mp4")
@@ -107,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sizes", default="small,480p,720p,1080p", help="comma-separated of " + ", ".join(SIZES))
     ap.add_argument("--per-size", type=int, default=3, help="videos per size, spread over the classes")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seconds", type=int, default=None, help="every video this long (default: 10-20 s each)")
     args = ap.parse_args(argv)
     by_class = corpus_photos(args.corpus)
     classes = sorted(by_class)
@@ -123,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
             # the big photos for HD; any photo for small and 480p
             photos = by_class[cls][:8] if SIZES[res][1] >= 720 else by_class[cls]
             t = time.perf_counter()
-            n = make_video(path, photos, res, rng)
+            n = make_video(path, photos, res, rng, args.seconds)
             print(f"{path}: {n} frames, {path.stat().st_size / 1e6:.1f} MB, {time.perf_counter() - t:.1f} s")
 
 
