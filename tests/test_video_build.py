@@ -269,3 +269,15 @@ def test_a_video_that_fails_half_way_leaves_none_of_its_frames(tmp_path, monkeyp
     assert offsets[-1] == len(images) and np.load(shard / "video_starts.npy").tolist() == [0, 8, 16]
     a = {"images": images, "offsets": offsets, "video_starts": np.array([0, 8, 16])}
     assert [decode_frame_number(f) for v in (0, 1) for f in frames_of(a, v)] == [*range(8), *range(200, 208)]
+
+
+def test_a_forged_jump_in_the_timestamps_is_not_an_endless_video(tmp_path, monkeypatch):
+    """Three frames whose last is stamped 1,000 s on: --fps 10 would repeat the second frame 10,000 times. The
+    frames a video gives are capped after resampling too, so the build skips it with its reason, not forever."""
+    import dataprep.video.read as read
+
+    src = one(tmp_path, frames=3, times=[0.0, 0.1, 1000.0])
+    monkeypatch.setattr(read, "VIDEO_MAX_FRAMES", 50)
+    with pytest.raises(VideoDecodeError, match=r"too many frames.*at 10 fps its timestamps reach"):
+        list(read_frames(str(src / "c" / "v.mp4"), VideoSettings(fps=10)))
+    assert len(list(read_frames(str(src / "c" / "v.mp4")))) == 3  # as decoded: three frames

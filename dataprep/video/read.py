@@ -186,8 +186,12 @@ def read_frames(path: str, settings: VideoSettings = VideoSettings(), max_bytes:
             for pixels, t in _resampled(_decoded(path, container, stream, max_pixels, scaled), settings.fps):
                 if settings.max_seconds is not None and t >= settings.max_seconds:
                     break
-                yield pixels, t
                 n += 1
+                if n > VIDEO_MAX_FRAMES:  # --fps repeats frames: a forged jump in the timestamps would never end
+                    raise VideoDecodeError(path, "too many frames", f"more than the {VIDEO_MAX_FRAMES:,} frames one video may give "
+                                           f"(at {settings.fps or 0:g} fps its timestamps reach {t:,.0f} s; pass --max-frames or "
+                                           "--max-seconds to keep its start)")
+                yield pixels, t
                 if settings.max_frames is not None and n >= settings.max_frames:
                     break
             if not n:
