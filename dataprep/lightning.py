@@ -125,10 +125,12 @@ class PackDataModule(pl.LightningDataModule):
         return cls(pack, batch_size=batch_size, dataset_kwargs={"categorical": categorical, **kw.pop("dataset_kwargs", {})}, **kw)
 
     @classmethod
-    def video(cls, pack, batch_size: int, frames: int = 16, stride: int = 2, clips_per_video: int = 1, **kw) -> "PackDataModule":
-        """A video pack: clips of `frames` frames `stride` apart (VideoDataset), uint8 (B, T, 3, H, W)."""
-        return cls(pack, batch_size=batch_size, dataset_kwargs={"frames": frames, "stride": stride, "clips_per_video": clips_per_video,
-                                                                 **kw.pop("dataset_kwargs", {})}, **kw)
+    def video(cls, pack, batch_size: int, frames: int = 16, stride: int | None = None, clips_per_video: int = 1,
+              fps: float | None = None, **kw) -> "PackDataModule":
+        """A video pack: clips of `frames` frames `stride` stored frames apart, or `fps` a second by the timestamps
+        (VideoDataset's; neither: stride 2), uint8 (B, T, 3, H, W)."""
+        clips = {"frames": frames, "stride": stride, "clips_per_video": clips_per_video, "fps": fps}
+        return cls(pack, batch_size=batch_size, dataset_kwargs={**clips, **kw.pop("dataset_kwargs", {})}, **kw)
 
     # -- LightningDataModule --------------------------------------------------------------------------
     def _dataset(self, split: str):

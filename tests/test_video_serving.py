@@ -178,6 +178,10 @@ def test_a_pack_data_module_serves_a_video_pack_with_its_crop_and_flip(pack):
     for x, y in batches:
         check_clips(x, y)
     dm.teardown()
+    timed = PackDataModule.video(pack, batch_size=4, frames=T, fps=5, num_workers=0, cache="ram")  # 10 fps sources
+    x, _ = next(iter(timed.train_dataloader()))
+    assert all(numbers(k) == [numbers(k)[0] + 2 * t for t in range(T)] for k in x)
+    timed.teardown()
 
 
 def test_two_ranks_serve_every_video_once_and_a_state_from_two_ranks_resumes_on_one(pack):
