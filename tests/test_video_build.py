@@ -281,3 +281,29 @@ def test_a_forged_jump_in_the_timestamps_is_not_an_endless_video(tmp_path, monke
     with pytest.raises(VideoDecodeError, match=r"too many frames.*at 10 fps its timestamps reach"):
         list(read_frames(str(src / "c" / "v.mp4"), VideoSettings(fps=10)))
     assert len(list(read_frames(str(src / "c" / "v.mp4")))) == 3  # as decoded: three frames
+
+
+@pytest.mark.parametrize("name,codec", [("a.mp4", "libx264"), ("b.mkv", "mpeg4"), ("c.webm", "libvpx-vp9"), ("d.avi", "mjpeg"),
+                                        ("e.mov", "libx264")])
+def test_each_container_ffmpeg_reads_is_a_source(tmp_path, name, codec):
+    """mp4, mkv, webm, avi and mov, with H.264, MPEG-4, VP9 and MJPEG: every frame stored, in order, timed."""
+    build.video(one(tmp_path, name, frames=9, codec=codec, first=40), tmp_path / "p", size=32, workers=1)
+    a = split_arrays(tmp_path / "p")
+    assert [decode_frame_number(f) for f in frames_of(a, 0)] == list(range(40, 49))
+    np.testing.assert_allclose(a["timestamps"], np.arange(9) / 10, atol=1e-3)
+
+
+def test_a_resumed_video_build_keeps_finished_shards_and_makes_the_same_pack(tree, tmp_path):
+    """--resume after a build stopped with shards left to make: the finished ones are kept (not rebuilt), the
+    rest made, and the pack's files are the uninterrupted build's, byte for byte."""
+    import shutil
+
+    build.video(tree, tmp_path / "whole", size=24, workers=1, shard_size=1)
+    build.video(tree, tmp_path / "cut", size=24, workers=1, shard_size=1)
+    (tmp_path / "cut" / "manifest.json").unlink()  # stopped before the manifest: shards 0-1 done, 2-3 not
+    for k in (2, 3):
+        shutil.rmtree(tmp_path / "cut" / "train" / f"{k:05d}")
+    summary = build.video(tree, tmp_path / "cut", size=24, workers=1, shard_size=1, resume=True)
+    assert summary.kept == 2 and summary.built == 2
+    for f in sorted((tmp_path / "whole" / "train").rglob("*.npy")):
+        assert f.read_bytes() == (tmp_path / "cut" / "train" / f.relative_to(tmp_path / "whole" / "train")).read_bytes(), f
