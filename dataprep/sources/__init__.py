@@ -5,6 +5,7 @@ labels (and captions), and how to read each one's bytes. One listing module per 
     webdataset.py  WebDataset tar shards (plain or gzip), grouped by key as WebDataset does
     parquet.py     Parquet files, Arrow IPC files and `datasets.save_to_disk` directories with an image column
                    (what pyarrow reads checked first: arrow_checks.py, and parquet_pages.py for Parquet pages)
+                   (its inputs and columns checked: table_inputs.py; its cells read: table_cells.py)
     pathlist.py    a CSV of path,label[,caption] rows relative to a root
 
 listing.py holds what they all give (`Source`, `SplitSource`, the `Reader` protocol) and `--limit`'s

@@ -39,7 +39,7 @@ def _valid(data, what: str):
     buffers and increasing, every buffer as long as its type's width needs for the length declared. pyarrow
     checks only cheaply when it reads, and a value read from a batch that lies is wild memory or a wrong
     value; so nothing is read from one before this. (Text is validated as the bytes it is: a cell that is not
-    UTF-8 skips its own row: sources/parquet.py's `_pylist`.) A lie is an ArrowInvalid naming `what`."""
+    UTF-8 skips its own row: sources/table_cells.py's `_pylist`.) A lie is an ArrowInvalid naming `what`."""
     pa = _pa()
     try:
         data.validate()  # the cheap checks first: lengths, buffer counts

@@ -51,22 +51,19 @@ reasons, never a crash, a dead worker or a wrong value.
   at a time (`_page_cells`: PLAIN values, uncompressed, ZSTD, GZIP or BROTLI), each cell over the cap skipped
   by the length before it; other pages over the cap (SNAPPY or LZ4, which decompress whole; label and
   caption pages) skip their rows, a dictionary page over the cap its row group.
-- An Image struct's `path` is resolved inside the table's folder (the dataset's): a path that is absolute
-  outside it, climbs out (`../`) or leads out through a symlink is refused with one reason and detail ("bad
-  path") whatever is there, so no skip record says whether a file outside exists; the file is opened a
-  component at a time without following symlinks, and skipped by its size (fstat) over the cap.
+- An Image struct's `path` is resolved inside the table's folder (the dataset's), never followed out of it,
+  and skipped by its size over the cap (sources/table_cells.py's `_read_inside`).
 
 The checks are in two modules beside this one: sources/arrow_checks.py validates what pyarrow reads and
 reads Arrow IPC messages (`_valid`, `_exact_offsets`, `_ipc_oversized`); sources/parquet_pages.py reads the
 Parquet footer and page headers, blanks pages for pyarrow and streams them (`_parquet_oversized`,
-`_Blanked`, `_page_cells`).
+`_Blanked`, `_page_cells`). What the listing is given is checked in sources/table_inputs.py (files,
+save_to_disk directories, ClassLabel names, columns: `_inputs`, `_image_column`, `_label`), and a cell's size,
+value and image bytes come from sources/table_cells.py (`_cell_sizes`, `_pylist`, `_cell`).
 """
 from __future__ import annotations
 
-import errno
-import json
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -79,7 +76,6 @@ from .arrow_checks import (
     _DICTIONARY_BATCH,
     _RECORD_BATCH,
     ARROW_FILE,
-    ARROW_STREAM,
     PARQUET,
     _exact_offsets,
     _ipc_messages,
@@ -88,30 +84,23 @@ from .arrow_checks import (
     _Substream,
     _valid,
 )
-from .listing import Source, expand, labelled_split, skip
+from .listing import Source, labelled_split, skip
 from .parquet_pages import _blanked_file, _Oversized, _Page, _page_cells, _parquet_oversized
+from .table_cells import PATH_MAX, NotUtf8, _capped, _cell, _cell_sizes, _image_sizes, _is_bytes, _pylist, _read_inside  # noqa: F401
+from .table_inputs import (  # noqa: F401
+    IMG2DATASET,
+    _check_column,
+    _class_label,
+    _hf_features,
+    _image_column,
+    _inputs,
+    _label,
+    _saved_dataset,
+    table_format,
+)
 
 BATCH_ROWS = 16  # image rows pyarrow hands the reader at a time
 READ_BUFFER = 1 << 20  # bytes of a column chunk read at a time (pyarrow's default, 0, reads a whole chunk)
-IMG2DATASET = "https://github.com/rom1504/img2dataset"
-
-
-def table_format(path: str | os.PathLike) -> str:
-    """PARQUET, ARROW_FILE or ARROW_STREAM, from the file's first bytes (a stream has no magic: it is
-    what opens as one)."""
-    with open(path, "rb") as f:
-        head = f.read(8)
-    if head[:4] == b"PAR1":
-        return PARQUET
-    if head[:6] == b"ARROW1":
-        return ARROW_FILE
-    pa = _pa()
-    try:
-        with pa.memory_map(str(path)) as m:
-            pa.ipc.open_stream(m)
-    except (pa.ArrowException, OSError, ValueError) as e:
-        raise SourceError(f"{path}: neither Parquet nor an Arrow IPC file or stream ({e})") from None
-    return ARROW_STREAM
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -295,192 +284,6 @@ def _read_columns(path: str, fmt: str, columns: list[str], any_column: str,
     return rows, values, over
 
 
-def _cell_sizes(column) -> np.ndarray | None:
-    """Each cell's size in bytes, from the offsets of a validated text or binary column (nulls 0); None for
-    a column of other values."""
-    pa = _pa()
-    import pyarrow.compute as pc
-
-    t = column.type
-    if pa.types.is_dictionary(t):
-        sizes = _cell_sizes(column.dictionary)
-        if sizes is None or not len(sizes):
-            return None if sizes is None else np.zeros(len(column), np.int64)
-        return sizes[np.asarray(column.indices.fill_null(0), np.int64)]
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t) \
-            or pa.types.is_string(t) or pa.types.is_large_string(t):
-        return np.asarray(pc.binary_length(column).fill_null(0), np.int64)
-    if _is_bytes(t) or getattr(pa.types, "is_string_view", lambda t: False)(t):  # views: no kernel, one scalar at a time
-        return np.asarray([v.as_buffer().size if v.is_valid else 0 for v in column], np.int64)
-    return None
-
-
-@dataclass(frozen=True)
-class NotUtf8:
-    """A text cell whose bytes are not UTF-8 (pyarrow does not check what a writer stored in a string column)."""
-
-    detail: str
-
-
-def _pylist(column) -> list:
-    """A column's values as Python's; a text cell that is not UTF-8 is a NotUtf8 (its row is skipped) instead
-    of a UnicodeDecodeError for the whole column."""
-    try:
-        return column.to_pylist()
-    except UnicodeDecodeError:
-        pass
-    pa = _pa()
-    if pa.types.is_dictionary(column.type):
-        column = column.cast(column.type.value_type)
-    out = []
-    for v in column.cast(pa.large_binary()).to_pylist():  # the same bytes, not decoded
-        try:
-            out.append(None if v is None else v.decode("utf-8"))
-        except UnicodeDecodeError as e:
-            out.append(NotUtf8(f"not UTF-8 text ({e.reason} at byte {e.start}: {v[e.start:e.start + 4]!r})"))
-    return out
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Hugging Face metadata
-
-
-def _hf_features(schema) -> dict | None:
-    """The `features` that `datasets` writes into a table's schema metadata, or None."""
-    raw = (schema.metadata or {}).get(b"huggingface")
-    if not raw:
-        return None
-    try:
-        feats = json.loads(raw.decode("utf-8")).get("info", {}).get("features")
-    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError):
-        return None
-    return feats if isinstance(feats, dict) else None
-
-
-def _class_label(features: dict | None, column: str) -> list[str] | None:
-    """The names of a ClassLabel feature `column`, or None."""
-    f = (features or {}).get(column)
-    if isinstance(f, dict) and f.get("_type") == "ClassLabel" and isinstance(f.get("names"), list):
-        return [str(n) for n in f["names"]]
-    return None
-
-
-def _saved_dataset(folder: Path, split: str) -> tuple[list[Path], dict | None]:
-    """The Arrow files of a `datasets.save_to_disk` directory (a Dataset's, or the split `split` of a
-    DatasetDict's) and the features of its dataset_info.json."""
-    if (folder / "dataset_dict.json").is_file() and not (folder / "state.json").is_file():
-        try:
-            splits = json.loads((folder / "dataset_dict.json").read_text())["splits"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise SourceError(f"{folder / 'dataset_dict.json'}: unreadable ({e})") from None
-        if split not in splits:
-            raise SourceError(f"{folder}: a DatasetDict with splits {', '.join(map(str, splits))}, not {split!r}; "
-                              "pass --split with one of them")
-        folder = folder / split
-    state_path = folder / "state.json"
-    if not state_path.is_file():
-        raise SourceError(f"{folder}: a directory, but not one written by datasets.save_to_disk (no state.json or "
-                          f"dataset_dict.json); for a folder of Parquet files give a glob such as '{folder}/*.parquet'")
-    try:
-        state = json.loads(state_path.read_text())
-        names = [d["filename"] for d in state["_data_files"]]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise SourceError(f"{state_path}: no list of data files ({e})") from None
-    if state.get("_indices_data_files"):
-        raise SourceError(f"{state_path}: the dataset is a selection of rows through an indices file; save it again "
-                          "after dataset.flatten_indices()")
-    files = []
-    for name in names:
-        p = folder / name
-        if os.path.dirname(os.path.normpath(name)) or not p.is_file():
-            raise SourceError(f"{state_path}: lists {name!r}, which is not a file in {folder}")
-        files.append(p)
-    features = None
-    info = folder / "dataset_info.json"
-    if info.is_file():
-        try:
-            features = json.loads(info.read_text()).get("features")
-        except (OSError, ValueError, AttributeError):
-            features = None
-    return files, features if isinstance(features, dict) else None
-
-
-def _inputs(patterns: Sequence[str], split: str) -> tuple[list[tuple[Path, dict | None]], list[Path]]:
-    """(file, save_to_disk features or None) for every table the patterns name, and the directories given."""
-    out, dirs = [], []
-    for pattern in patterns:
-        if os.path.isdir(pattern):
-            files, features = _saved_dataset(Path(pattern), split)
-            out += [(f, features) for f in files]
-            dirs.append(Path(pattern))
-            continue
-        out += [(f, None) for f in expand([pattern])]
-    seen, unique = set(), []
-    for f, feats in out:
-        if f.resolve() not in seen:
-            seen.add(f.resolve())
-            unique.append((f, feats))
-    return unique, dirs
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Columns
-
-
-def _image_column(path, schema, column: str) -> None:
-    """Refuse an image column that is missing or holds no image bytes."""
-    pa = _pa()
-    if column not in schema.names:
-        raise SourceError(f"{path}: no column {column!r} (columns: {', '.join(schema.names)}); pass --image-column")
-    t = schema.field(column).type
-    if _is_bytes(t) or (pa.types.is_struct(t) and t.get_field_index("bytes") >= 0 and _is_bytes(t.field("bytes").type)):
-        return
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or getattr(pa.types, "is_string_view", lambda t: False)(t):
-        raise SourceError(
-            f"{path}: column {column!r} holds text (URLs or paths), not image bytes. dataprep does not download "
-            f"images: fetch them first with img2dataset ({IMG2DATASET}), which writes WebDataset tars or Parquet "
-            "with the image bytes, and build from those")
-    raise SourceError(f"{path}: column {column!r} is {t}, not image bytes (binary, or a struct with a binary "
-                      "'bytes' field as Hugging Face's Image feature stores it)")
-
-
-def _is_bytes(t) -> bool:
-    pa = _pa()
-    return (pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
-            or getattr(pa.types, "is_binary_view", lambda t: False)(t))
-
-
-def _check_column(path, schema, column: str, option: str, kinds: tuple[str, ...]) -> None:
-    pa = _pa()
-    if column not in schema.names:
-        raise SourceError(f"{path}: no column {column!r} (columns: {', '.join(schema.names)}); pass {option}")
-    t = schema.field(column).type
-    if pa.types.is_dictionary(t):
-        t = t.value_type
-    ok = {"int": pa.types.is_integer(t) or pa.types.is_floating(t),
-          "str": pa.types.is_string(t) or pa.types.is_large_string(t)
-          or getattr(pa.types, "is_string_view", lambda t: False)(t)}
-    if not any(ok[k] for k in kinds):
-        want = "integers or class names" if "int" in kinds else "text"
-        raise SourceError(f"{path}: column {column!r} ({option}) is {t}, not {want}")
-
-
-def _label(value: Any, ref: str, names: list[str] | None):
-    """A label as labelled_split takes it (int, class name or None) from a column's value."""
-    if value is None or value != value:  # null, or NaN (pandas' missing value)
-        return None
-    if isinstance(value, float):
-        if not value.is_integer():
-            raise SourceError(f"{ref}: label {value} is not an integer")
-        value = int(value)
-    if names is not None and isinstance(value, int):
-        if value == -1:
-            return None  # ClassLabel's "no label"
-        if not 0 <= value < len(names):
-            raise SourceError(f"{ref}: label {value} is outside the ClassLabel's {len(names)} names")
-    return value
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Reading the images
 
@@ -615,15 +418,6 @@ def _read_unit(path: str, fmt: str, unit: int, column: str, refs, rows: list[int
         yield ImageDecodeError(ref, "unreadable", reason)
 
 
-def _image_sizes(array) -> np.ndarray | None:
-    """Each image cell's size in bytes (a binary column's, or its struct's `bytes`), from the offsets."""
-    pa = _pa()
-    if pa.types.is_struct(array.type):
-        k = array.type.get_field_index("bytes")
-        return None if k < 0 else _cell_sizes(array.flatten()[k])
-    return _cell_sizes(array)
-
-
 @dataclass
 class _Streamed:
     """A page over the cap read a cell at a time for `_read_unit`: its rows [first, end), its cells, the next
@@ -639,82 +433,6 @@ class _Streamed:
 
     def __post_init__(self):
         self.next = self.first
-
-
-PATH_MAX = 4096  # the longest image path taken from a table (the kernel's own limit)
-
-
-def _cell(value, ref: str, table: str, cap: int = IMAGE_MAX_BYTES) -> bytes | ImageDecodeError:
-    """One image cell's bytes (of a validated array): binary, or the {bytes, path} struct's bytes, else the
-    file at its path inside the table's folder; over the cap, skipped before its bytes are copied."""
-    if not value.is_valid:
-        return ImageDecodeError(ref, "no image", "the image column is null")
-    if not hasattr(value, "keys"):  # binary
-        return _capped(value, ref, cap)
-    data = value["bytes"]
-    if data.is_valid:
-        return _capped(data, ref, cap)
-    path = value["path"] if "path" in value.keys() else None
-    if path is None or not path.is_valid or not path.as_buffer().size:
-        return ImageDecodeError(ref, "no image", "the image's bytes and path are null")
-    try:
-        text = path.as_py() if path.as_buffer().size <= PATH_MAX else None
-    except UnicodeDecodeError:
-        text = None
-    if not isinstance(text, str):
-        return ImageDecodeError(ref, "bad path", "the image path is not a path inside the dataset's folder")
-    return _read_inside(os.path.dirname(table), text, ref, cap)
-
-
-def _capped(scalar, ref: str, cap: int) -> bytes | ImageDecodeError:
-    """A binary scalar's bytes, or "too large" when its size (zero-copy: `as_buffer`) is over the cap."""
-    buf = scalar.as_buffer()
-    big = over_cap(buf.size, cap)
-    return ImageDecodeError(ref, "too large", big) if big else buf.to_pybytes()
-
-
-def _read_inside(folder: str, path: str, ref: str, cap: int) -> bytes | ImageDecodeError:
-    """The bytes of the file an Image struct's `path` names, resolved inside `folder` (the table's: the
-    dataset's). A path that is absolute outside it, climbs out of it (../) or leads out through a symlink is
-    refused with one reason and detail whatever is there, so no skip record tells whether a file outside
-    exists. The file is opened a component at a time from the folder, never through a symlink (one swapped
-    in after the check is refused too), and skipped by its size (fstat) over the cap before it is read."""
-    refused = ImageDecodeError(ref, "bad path", f"the image path {path!r} is not inside the dataset's folder")
-    base = os.path.realpath(folder)
-    if "\0" in path:
-        return refused
-    rel = os.path.relpath(os.path.realpath(os.path.join(base, path)), base)
-    parts = rel.split(os.sep)
-    if rel in (os.curdir, "") or os.path.isabs(rel) or os.pardir in parts:
-        return refused
-    missing = lambda why: ImageDecodeError(ref, "no image bytes", f"bytes are null and its path {path!r} gives none ({why})")  # noqa: E731
-    nofollow = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
-    except OSError as e:
-        return missing(e.strerror or str(e))
-    try:
-        for k, part in enumerate(parts):
-            last = k == len(parts) - 1
-            nxt = os.open(part, nofollow | (os.O_NONBLOCK if last else os.O_DIRECTORY), dir_fd=fd)  # a FIFO opens at once
-            os.close(fd)
-            fd = nxt
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
-            return missing(f"it is {kind}, not a regular file")
-        big = over_cap(st.st_size, cap)
-        if big:
-            return ImageDecodeError(ref, "too large", big)
-        os.set_blocking(fd, True)
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read(st.st_size)  # at most its size when opened, however it grows
-    except OSError as e:
-        if e.errno in (errno.ELOOP, errno.EMLINK):  # a symlink where the check saw none: changed since
-            return refused
-        return missing(e.strerror or str(e))
-    finally:
-        os.close(fd)
 
 
 # ---------------------------------------------------------------------------------------------------------
