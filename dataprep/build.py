@@ -21,20 +21,21 @@ build and returns its summary (`.lines()` is what the CLI prints). Progress is o
 found) go to stderr with progress, and are kept in the summary's `notices` either way. The CLI
 (dataprep/cli/build.py, tokenize.py, table.py) is a thin layer over these: it parses, calls, and prints.
 A bad option value is a `dataprep.UsageError` (a ValueError), an unknown option name a TypeError.
+The run itself (engine, staged output, progress, notices, Ctrl-C) is dataprep/build_run.py's, and the
+arguments as the builds take them (settings, paths, shapes, column names) dataprep/build_args.py's.
 """
 from __future__ import annotations
 
 import builtins
-import contextlib
-import contextvars
 import functools
-import math
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from .errors import NothingStored, UsageError, brief
+from .build_args import _image_settings, _names, _paths, _settings, _triple
+from .build_run import _NOTICES, BuildInterrupted, TableSummary, TokenizeSummary, _Notices, _out_name, _running, _shown, notices_to, run  # noqa: F401
+from .errors import NothingStored, UsageError
 from .options import (
     DETECTION_OPTIONS,
     IMAGE_OPTIONS,
@@ -67,132 +68,6 @@ __all__ = ["DETECTION_OPTIONS", "IMAGE_OPTIONS", "TABLE_OPTIONS", "TOKENIZE_OPTI
            "volumes", "webdataset", "yolo"]
 
 
-class BuildInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a build: the workers are stopped and the finished shards kept in `kept_in`; the same
-    call (or command) with resume=True continues it."""
-
-    def __init__(self, kept_in: str | os.PathLike):
-        super().__init__(f"interrupted: finished shards kept in {kept_in}; run it again with resume=True (--resume)")
-        self.kept_in = kept_in
-
-
-# Where notices go while a build runs: the CLI sends them to stderr whatever --progress says (notices_to).
-_NOTICES: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar("dataprep_build_notices", default=None)
-
-
-@contextlib.contextmanager
-def notices_to(say: Callable[[str], None]) -> Iterator[None]:
-    """Send the notices of the builds run inside the block to `say` (the CLI: stderr)."""
-    token = _NOTICES.set(say)
-    try:
-        yield
-    finally:
-        _NOTICES.reset(token)
-
-
-class _Notices(builtins.list):
-    """A build's notices, each told as it happens (to notices_to's `say`, else stderr when progress is on)."""
-
-    def __init__(self, progress: bool | None):
-        super().__init__()
-        self.say = _NOTICES.get() or ((lambda line: print(line, file=sys.stderr, flush=True)) if progress else None)
-
-    def __call__(self, line: str) -> None:
-        self.append(line)
-        if self.say is not None:
-            self.say(line)
-
-
-
-
-def _settings(o: dict[str, Any]):
-    """The shard layout, strictness and byte cap every build shares, from its options."""
-    from .settings import BuildSettings
-
-    return BuildSettings(workers=o["workers"] or os.cpu_count() or 1, limit=o["limit"], shard_size=o["shard_size"],
-                         strict=o["strict"], overwrite=o["overwrite"], resume=o["resume"], max_bytes=o["max_bytes"])
-
-
-def _image_settings(o: dict[str, Any]):
-    from .images.settings import ImageSettings
-
-    return ImageSettings(size=o["size"], sizes=o["sizes"], resize=o["resize"], upscale=o["upscale"], grayscale=o["grayscale"],
-                         mode=o["mode"], depth=int(o["depth"]), quality=o["quality"], keep_jpeg=o["keep_jpeg"])
-
-
-def _shown(out) -> str:
-    """`out` as summaries and progress show it: a URL without its credentials."""
-    from .remote.urls import is_url, redact
-
-    return redact(str(out)) if is_url(out) else str(out)
-
-
-def _out_name(out):
-    """What a summary calls the pack: a URL without credentials, else the path."""
-    from .remote.urls import is_url, redact
-
-    return redact(str(out)) if is_url(out) else Path(out)
-
-
-@contextlib.contextmanager
-def _running(out, o: dict[str, Any], workers: int, what: str, total: int | None, unit: str, notices: _Notices,
-             resume: bool = False, label: str | None = None):
-    """The engine, the staged output and the progress of one build: yields (engine, target, bar) and
-    collects the output's closing lines (stored as, uploaded to) in `after`; Ctrl-C inside stops the
-    workers and becomes BuildInterrupted where the build can be resumed (its options have `resume`), else
-    stays a KeyboardInterrupt (a table build keeps nothing to resume from: run it again). A build that
-    stored nothing (NothingStored) leaves no directory it made: the staging, and `out` unless it was there."""
-    from .engine import open_engine
-    from .output import staged_output
-    from .progress import Progress
-    from .remote.urls import is_url
-
-    after: builtins.list[str] = []
-    made = [] if is_url(out) or os.path.lexists(out) else [Path(out)]
-    with open_engine(o["engine"], workers, o["address"], o["scheduler_file"], say=notices) as eng, \
-            staged_output(out, o["fmt"], o["compress"], o["overwrite"], eng, resume, progress=o["progress"], said=after,
-                          notice=notices) as target:
-        with Progress(f"{what} {_shown(out)}", total, unit, show=bool(o["progress"]), label=label) as bar:
-            try:
-                yield eng, target, bar, after
-            except NothingStored as e:
-                bar.close(failed=True)
-                staged = str(target) != str(out)  # hdf5/zarr staging, a URL's cache directory
-                for d in ([Path(target)] if staged and not is_url(out) else []) + made:
-                    with contextlib.suppress(OSError):  # only when empty (the driver removed the shards): rmdir
-                        d.rmdir()
-                if e.summary is not None:
-                    e.summary.out = _out_name(out)
-                if staged:  # the message names what the user gave, not where it was staged
-                    raise NothingStored(str(e).replace(str(target), _shown(out), 1), e.summary) from None
-                raise
-            except KeyboardInterrupt:
-                bar.close(failed=True)
-                if "resume" not in o:
-                    raise
-                raise BuildInterrupted(target) from None
-
-
-def run(source, build_fn, settings, o: dict[str, Any], noun: str = "images", notices: _Notices | None = None) -> BuildSummary:
-    """Run a build (`build_fn(source, out, settings, progress=..., engine=...)`, the kind's own settings bound) on
-    the engine of `o` into `o["out"]` (a directory, an .h5 file or a URL, through the storage backends); the
-    summary."""
-    notices = notices if notices is not None else _Notices(o["progress"])
-    out = o["out"]
-    try:
-        with _running(out, o, settings.workers, "build", source.planned(settings.limit), noun, notices, settings.resume,
-                      label="building") as (eng, target, bar, after):
-            summary = build_fn(source, target, settings, progress=bar, engine=eng)
-    except NothingStored as e:
-        if e.summary is not None:
-            e.summary.noun = noun
-        raise
-    summary.out = _out_name(out)
-    summary.after = after
-    summary.notices = builtins.list(notices)
-    return summary
-
-
 def _image_build(source, o: dict[str, Any], build_fn=None, noun: str = "images", notices: _Notices | None = None) -> BuildSummary:
     from .images.build import build_images
 
@@ -214,14 +89,6 @@ def _tokenized(tokenize: str | os.PathLike | None):
     from .images.build import build_images
 
     return functools.partial(build_images, tokenizer=tokenize)
-
-
-def _paths(given, what: str) -> builtins.list[str]:
-    """One path or pattern, or several, as a list of strings."""
-    items = [given] if isinstance(given, (str, os.PathLike)) else builtins.list(given)
-    if not items:
-        raise UsageError(f"{what}: give at least one")
-    return [os.fspath(x) for x in items]
 
 
 def imagenet(src: str | os.PathLike, out: str | os.PathLike, *, splits: Sequence[str] | str | None = None,
@@ -469,21 +336,6 @@ def _no_drop(o: dict[str, Any], what: str) -> None:
                          "`dataprep audit`, and leave the duplicates out of the annotations")
 
 
-def _triple(value, what: str, cast, n: int, example: str) -> tuple | None:
-    """A D,H,W shape or LO,HI window given as a sequence or as the CLI's text ('64,128,128', '-1000,2000')."""
-    if value is None:
-        return None
-    try:
-        parts = value.replace("x", ",").split(",") if isinstance(value, str) else builtins.list(value)
-        t = tuple(cast(v) for v in parts)
-    except (TypeError, ValueError, OverflowError):  # OverflowError: int(inf), float(10**400)
-        t = ()
-    # a side past 16384 (--size's bound) or a window of inf or nan would overflow or fill the volume with nan
-    if len(t) != n or not all(1 <= v <= 16384 if cast is int else math.isfinite(v) for v in t):
-        raise UsageError(f"{what}={brief(value)}: not {example}")
-    return t
-
-
 def volumes(src: str | os.PathLike, out: str | os.PathLike, **options: Unpack[VolumeOptions]) -> BuildSummary:
     """Pack 3-D volumes: `SRC/<class>/**/*.npy|*.tif` (labelled) or `SRC/**/*.npy|*.tif`.
 
@@ -540,30 +392,6 @@ def video(src: str | os.PathLike, out: str | os.PathLike, *, root: str | os.Path
     return run(source, functools.partial(build_video, image=image, video=vs), _settings(o), o, "videos")
 
 
-class TokenizeSummary(dict):
-    """What `tokenize` did: the token pack's splits {name: (documents, tokens)}, dtype, tokens, seconds,
-    resumed tasks and units and replaced bytes, as a dict; `.lines()` is what `dataprep tokenize` prints."""
-
-    out: Any = None
-    after: builtins.list[str]
-    notices: builtins.list[str]
-
-    def lines(self) -> builtins.list[str]:
-        r = self
-        out = [*self.after, f"pack: {self.out}"]
-        for name, (docs, toks) in r["splits"].items():
-            out.append(f"  {name}: {docs:,} documents, {toks:,} tokens ({r['dtype']})")
-        if r.get("reused") or r.get("kept_units"):
-            n, of = r.get("kept_units", 0), "it" if r["tasks"] - r["reused"] == 1 else "them"
-            units = f" ({n} finished unit{'s' * (n != 1)} of {of} kept)" if n else ""
-            out.append(f"  resumed: {r['reused']} of {r['tasks']} tasks were finished and intact, {r['tasks'] - r['reused']} tokenized{units}")
-        if r["replaced"]:
-            out.append("  bytes that were not UTF-8, replaced: " + ", ".join(f"{k}: {v}" for k, v in r["replaced"].items()))
-        out.append(f"  {r['tokens']:,} tokens from {r['files']} files in {r['seconds']:.1f} s "
-                   f"({r['tokens'] / max(r['seconds'], 1e-9):,.0f} tokens/s)")
-        return out
-
-
 def tokenize(src: Sequence[str | os.PathLike] | str | os.PathLike, out: str | os.PathLike,
              **options: Unpack[TokenizeOptions]) -> TokenizeSummary:
     """Tokenize text into a token pack: uint16/uint32 token arrays with a document index.
@@ -595,38 +423,6 @@ def tokenize(src: Sequence[str | os.PathLike] | str | os.PathLike, out: str | os
     summary = TokenizeSummary(r, files=len(files))
     summary.out, summary.after, summary.notices = _shown(out), after, builtins.list(notices)
     return summary
-
-
-class TableSummary(dict):
-    """What `table` did: rows per split, rows read and dropped, the columns and what each became, the
-    target, as a dict; `.lines()` is what `dataprep table` prints."""
-
-    out: Any = None
-    after: builtins.list[str]
-    notices: builtins.list[str]
-
-    def lines(self) -> builtins.list[str]:
-        import numpy as np
-
-        from .tables.field import dropped_rows
-
-        r, t = self, self["target"]
-        out = [*self.after, f"pack: {self.out}",
-               "  rows: " + ", ".join(f"{k} {v}" for k, v in r["splits"].items()) + f"; {dropped_rows(r['rows'])}",
-               f"  {r['features']} feature columns, {r['categorical']} categorical; target {t['column']!r}: {t['task']} "
-               f"({np.dtype(t['dtype']).name}" + (f", {len(t['classes'])} classes)" if t["task"] == "classification" else ")"),
-               "  columns:"]
-        out.extend(f"    {c}: {what}" for c, what in r["columns"].items())
-        out.append(f"  {sum(r['splits'].values())} rows in {r['seconds']:.2f} s")
-        return out
-
-
-def _names(value) -> tuple[str, ...]:
-    """Column names given as 'a,b' (the CLI's form) or as a sequence."""
-    if value is None:
-        return ()
-    items = value.split(",") if isinstance(value, str) else builtins.list(value)
-    return tuple(str(v).strip() for v in items if str(v).strip())
 
 
 def table(src: Sequence[str | os.PathLike] | str | os.PathLike, out: str | os.PathLike, *, target: str,
