@@ -20,8 +20,9 @@ sys.path.insert(0, str(HERE.parent))
 
 import numpy as np  # noqa: E402
 
+from dataprep.tokens.encoding import _chunks  # noqa: E402
 from dataprep.tokens.read import documents, expand  # noqa: E402
-from dataprep.tokens.tokenize import TokenizeSettings, _chunks, load_tokenizer, tokenize  # noqa: E402
+from dataprep.tokens.tokenize import TokenizeSettings, load_tokenizer, tokenize  # noqa: E402
 
 # VmHWM, not ru_maxrss: Linux carries ru_maxrss over fork and exec, so a child would report its
 # parent's peak (this script's own, which holds a 55 M-token list at that point).

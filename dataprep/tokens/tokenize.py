@@ -10,33 +10,38 @@ id. The split of a document (train or val) is a pure function of the seed and th
 order of the inputs never change which documents are val. A task is written in units of about
 `unit_bytes` of text, each recorded when its shards are written, so --resume keeps the finished units
 of a task that was cut short.
+
+Beside it: tokens/val_draw.py draws each document's split (`in_val`), tokens/encoding.py encodes a chunk
+and writes its shards (`_encode_chunk`, `_SplitWriter`), tokens/task_records.py keeps and drops a task's
+shards for --resume (`_finished`, `_save_record`).
 """
 from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import json
 import os
 import shlex
 import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Collection, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from ..driver import TASK_RECORDS, nothing_stored, prepare_output, remove_entry, task_fingerprint
+from ..driver import TASK_RECORDS, nothing_stored, prepare_output, task_fingerprint
 from ..errors import DataprepError
 from ..pack.manifest import attachment_record, write_attachment, write_manifest
-from ..pack.shard import remove_temporaries, reusable_shard, write_shard
-from ..safe_paths import open_nofollow
+from ..pack.shard import remove_temporaries
 from ..text import check_ids as _check_ids  # noqa: F401 (token_dtype re-exported)
-from ..text import encode, token_dtype
+from ..text import token_dtype
 from ..text import tokenizer_file as _tokenizer_file
 from ..version import __version__
+from .encoding import LONG_BATCH_CHARS, _batches, _chunks, _encode_chunk, _LongDocument, _SplitWriter  # noqa: F401
 from .field import TOKENIZER_FILE, TokensField, tokenizer_from_json
 from .read import PIECE_CHARS, ReadStats, documents, pieces
+from .task_records import _drop_shards_of, _finished, _remove_unrecorded, _save_record, _stamp, _task_record  # noqa: F401
+from .val_draw import VAL_RULE, _ValDraw, in_val, val_rule  # noqa: F401
 
 EOT_CANDIDATES = ("<|endoftext|>", "</s>", "[SEP]", "<eos>", "<|end_of_text|>")
 
@@ -62,56 +67,6 @@ class TokenizeSettings:
             raise DataprepError("chunk_bytes, shard_tokens, task_bytes and unit_bytes must be positive")
 
 
-# Which documents are val. The identity of a document is its text, not where it sits (file, ordinal, chunk,
-# task): the draw then cannot move with --chunk-mb, --task-mb, the workers, the engine, the order or the names
-# of the input files, their format, or the tokenizer. Every copy of a repeated text lands in the same split,
-# so val never holds a document train also holds; the price is that a text repeated n times is one draw for
-# n documents (a text's occurrence number would spread copies over both splits, and needs a count across
-# every earlier task). The draw is counter-based: no generator state runs from one document to the next.
-VAL_RULE = "blake2b-text"
-
-
-def val_rule(seed: int, fraction: float) -> dict[str, Any]:
-    """The manifest's record of how `in_val` chose the val documents."""
-    return {"name": VAL_RULE, "seed": int(seed), "fraction": float(fraction),
-            "rule": "a document is val when the first 8 bytes of blake2b(digest_size=8) over 'dataprep-val', NUL, "
-                    "the seed in decimal, NUL and the document's UTF-8 text, read as a little-endian integer, are "
-                    "below fraction * 2**64"}
-
-
-class _ValDraw:
-    """`in_val` for one seed and fraction, a document's text given whole or piece by piece."""
-
-    def __init__(self, seed: int, fraction: float):
-        self.base = hashlib.blake2b(f"dataprep-val\0{int(seed)}\0".encode(), digest_size=8)
-        self.bound = int(fraction * 2.0**64)
-
-    def start(self) -> Any:
-        return self.base.copy()
-
-    def of(self, h) -> bool:
-        return int.from_bytes(h.digest(), "little") < self.bound
-
-    def text(self, text: str) -> bool:
-        h = self.base.copy()
-        h.update(text.encode("utf-8", "surrogatepass"))  # json may give lone surrogates
-        return self.of(h)
-
-
-def in_val(text: str, seed: int, fraction: float) -> bool:
-    """Whether a document of this text is in the val split of a pack tokenized with `seed` and val `fraction`.
-
-    Args:
-        text: the document's whole text, as the reader gives it.
-        seed: the pack's seed (`--seed`).
-        fraction: the pack's val fraction (`--val-fraction`).
-
-    Returns:
-        True for val, False for train.
-    """
-    return _ValDraw(seed, fraction).text(text)
-
-
 def load_tokenizer(path: str):
     """A Hugging Face tokenizer from its JSON file, with padding and truncation switched off."""
     return _tokenizer_file(path)[1]
@@ -130,100 +85,6 @@ def train_bpe(docs: Iterable[str], vocab_size: int, out: Path | None = None):
     if out is not None:
         tok.save(str(out))
     return tok
-
-
-LONG_BATCH_CHARS = 1 << 20  # text encoded at once while a long document is in progress
-
-
-def _batches(sizes: list[int], limit: int) -> list[tuple[int, int]]:
-    """[a, b) ranges of consecutive items of about `limit` total size (at least one item each)."""
-    out, a, total = [], 0, 0
-    for i, n in enumerate(sizes):
-        if total and total + n > limit:
-            out.append((a, i))
-            a, total = i, 0
-        total += n
-    out.append((a, len(sizes)))
-    return out
-
-
-class _LongDocument:
-    """The pieces of a document too long to encode at once, held in the stored dtype until its last piece;
-    its split (train or val) is drawn from its whole text, hashed piece by piece."""
-
-    def __init__(self, draw: _ValDraw) -> None:
-        self.parts: list[np.ndarray] = []
-        self.draw = draw
-        self.hash = draw.start()
-
-    @property
-    def empty(self) -> bool:
-        return not self.parts
-
-    def add(self, ids: np.ndarray, text: str) -> None:
-        self.parts.append(ids)
-        self.hash.update(text.encode("utf-8", "surrogatepass"))
-
-    def finish(self, eot_id: int, dtype: np.dtype) -> tuple[np.ndarray, bool]:
-        tokens = np.concatenate([*self.parts, np.array([eot_id], dtype)])
-        val = self.draw.of(self.hash)
-        self.parts, self.hash = [], self.draw.start()
-        return tokens, val
-
-
-def _chunks(docs: Iterator, limit: int) -> Iterator[list]:
-    """Consecutive items (documents, or (piece, last) pairs) in lists of about `limit` characters."""
-    chunk, size = [], 0
-    for d in docs:
-        chunk.append(d)
-        size += len(d if isinstance(d, str) else d[0])
-        if size >= limit:
-            yield chunk
-            chunk, size = [], 0
-    if chunk:
-        yield chunk
-
-
-class _SplitWriter:
-    """Collects one split's documents of one task and writes a shard whenever `shard_tokens` are
-    waiting; shard names are the task's number and a part number (TTTTTPPPP), so tasks can run in
-    any order, on any engine, and give the same shards."""
-
-    def __init__(self, out: Path, name: str, dtype: np.dtype, shard_tokens: int, task_no: int, fingerprint: str = ""):
-        self.dir, self.name, self.dtype, self.limit, self.task_no = out / name, name, dtype, shard_tokens, task_no
-        self.fingerprint = fingerprint  # the task's: in every shard.json, so --resume checks a shard as image builds do
-        self.parts: list[np.ndarray] = []
-        self.lengths: list[int] = []
-        self.waiting = 0
-        self.shards: list[dict[str, Any]] = []
-        self.docs = self.tokens = 0
-
-    def keep(self, split: dict[str, Any]) -> None:
-        """Start after the shards an earlier run finished (a resumed task's kept units): numbering goes on from them."""
-        self.shards, self.docs, self.tokens = list(split["shards"]), split["docs"], split["tokens"]
-
-    def add(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
-        """Documents already joined: `tokens` of several documents, each `lengths[i]` long (its eot included)."""
-        if not len(lengths):
-            return
-        self.parts.append(tokens.astype(self.dtype, copy=False))  # held in the stored dtype: 4x less than int64
-        self.lengths.extend(lengths.tolist())
-        self.waiting += len(tokens)
-        if self.waiting >= self.limit:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self.parts:
-            return
-        tokens = self.parts[0] if len(self.parts) == 1 else np.concatenate(self.parts)
-        self.parts = []
-        name = f"{self.task_no:05d}{len(self.shards):04d}"
-        arrays = TokensField(self.dtype.str).shard_arrays(tokens, self.lengths)
-        files = write_shard(self.dir, name, arrays, {"count": len(self.lengths), "fingerprint": self.fingerprint})
-        self.shards.append({"name": name, "count": len(self.lengths), "tokens": int(len(tokens)), "files": files})
-        self.docs += len(self.lengths)
-        self.tokens += len(tokens)
-        self.parts, self.lengths, self.waiting = [], [], 0
 
 
 @dataclass(frozen=True)
@@ -246,59 +107,6 @@ class FileTask:
         head = ["tokens", self.task_no, hashlib.sha256(self.tokenizer_json.encode("utf-8")).hexdigest(), self.eot_id,
                 self.dtype, asdict(self.settings), VAL_RULE]
         return task_fingerprint(head, (_stamp(p) for p in self.paths))
-
-
-def _stamp(path: str) -> tuple:
-    try:
-        st = os.stat(path)
-        return os.path.abspath(path), st.st_size, st.st_mtime_ns
-    except OSError:
-        return os.path.abspath(path), -1, -1
-
-
-def _task_record(out: Path, task_no: int) -> Path:
-    return out / TASK_RECORDS / f"{task_no:05d}.json"
-
-
-def _finished(task: FileTask, fp: str) -> dict[str, Any] | None:
-    """What an earlier run recorded of this task ({"done", "read", "chars", "record"}) when it was made with the same
-    fingerprint and every shard it lists is still intact by checksum: the whole task ("done"), or its first units,
-    `read` documents of `chars` characters; else None."""
-    out = Path(task.out)
-    try:
-        with os.fdopen(open_nofollow(_task_record(out, task.task_no)), encoding="utf-8") as f:
-            saved = json.load(f)
-        if saved.get("fingerprint") != fp:
-            return None
-        for n, sp in saved["record"]["splits"].items():
-            for sh in sp["shards"]:
-                got = reusable_shard(out / n, sh["name"], fp)
-                if got is None or got.get("files") != sh["files"]:
-                    return None
-        return {"done": saved.get("done", True), "read": int(saved.get("read", 0)), "chars": int(saved.get("chars", 0)),
-                "record": saved["record"]}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-
-
-def _save_record(out: Path, task_no: int, fp: str, done: bool, read: int, chars: int, rec: dict[str, Any]) -> None:
-    """The task's record for --resume: after each unit (written once its shards are), and when it is done."""
-    path = _task_record(out, task_no)
-    path.parent.mkdir(mode=0o755, exist_ok=True)
-    body = {"fingerprint": fp, "done": done, "read": read, "chars": chars, "record": rec}
-    write_attachment(path.parent, path.name, json.dumps(body).encode("utf-8"))
-
-
-def _drop_shards_of(out: Path, task_no: int, keep: Collection[tuple[str, str]] = ()) -> None:
-    """An unfinished (or stale) run's shards of this task but those in `keep` (its kept units'): its shards are
-    named after its number (TTTTTPPPP)."""
-    prefix = f"{task_no:05d}"
-    for n in ("train", "val"):
-        d = out / n
-        if d.is_dir() and not d.is_symlink():
-            for p in d.iterdir():
-                if len(p.name) == 9 and p.name.isdigit() and p.name.startswith(prefix) and (n, p.name) not in keep:
-                    remove_entry(p)
 
 
 class _ReadAgain(Exception):
@@ -402,34 +210,6 @@ def _tokenize(task: FileTask, fp: str, kept: dict[str, Any] | None) -> tuple[dic
 def _record(writers: dict[str, _SplitWriter], stats: ReadStats, size: int, units: int) -> dict[str, Any]:
     return {"splits": {n: {"docs": w.docs, "tokens": w.tokens, "shards": list(w.shards)} for n, w in writers.items()},
             "documents": stats.documents, "replaced": dict(stats.replaced), "bytes": size, "units": units}
-
-
-def _encode_chunk(tok, chunk: list[tuple[str, bool]], task: FileTask, writers: dict[str, _SplitWriter],
-                  pending: _LongDocument, draw: _ValDraw, limit: int, dtype: np.dtype) -> None:
-    """Encode a chunk of (piece, last) and hand each finished document to its split's writer."""
-    if pending.empty and all(last for _, last in chunk):  # whole documents only: one vectorised join
-        tokens, lengths = encode(tok, [text for text, _ in chunk], task.eot_id)  # its Encodings already let go
-        _check_ids(tokens, limit, dtype, task.paths[0])
-        val = np.array([draw.text(text) for text, _ in chunk], bool) if draw.bound else np.zeros(len(chunk), bool)
-        if val.any():
-            in_val = np.repeat(val, lengths)
-            writers["val"].add(tokens[in_val], lengths[val])
-            writers["train"].add(tokens[~in_val], lengths[~val])
-        else:
-            writers["train"].add(tokens, lengths)
-        return
-    # A long document's pieces, a few at a time (an Encoding costs ~100 bytes per token): joined, with
-    # one end-of-text id after the last.
-    for a, b in _batches([len(text) for text, _ in chunk], LONG_BATCH_CHARS):
-        encs = tok.encode_batch_fast([text for text, _ in chunk[a:b]], add_special_tokens=False)
-        for enc, (text, last) in zip(encs, chunk[a:b]):
-            ids = np.asarray(enc.ids, np.int64)
-            _check_ids(ids, limit, dtype, task.paths[0])
-            pending.add(ids.astype(dtype), text)
-            if last:
-                tokens, in_val = pending.finish(task.eot_id, dtype)
-                writers["val" if in_val else "train"].add(tokens, np.array([len(tokens)], np.int64))
-        del encs
 
 
 def _groups(paths: list[str], target: int) -> list[tuple[str, ...]]:
@@ -539,21 +319,6 @@ def tokenize(inputs: list[str], out: str | os.PathLike, settings: TokenizeSettin
     return {"documents": doc_no, "tokens": sum(sp["tokens"] for sp in splits.values()), "dtype": dtype.str,
             "splits": {n: (sp["count"], sp["tokens"]) for n, sp in splits.items()}, "seconds": seconds, "replaced": replaced,
             "tasks": len(tasks), "reused": reused, "kept_units": kept_units}
-
-
-def _remove_unrecorded(out: Path, names: list[str], recs: list[dict]) -> None:
-    """After the tasks: drop shards and splits an earlier (resumed) run left that this run's records do not have."""
-    recorded = {(n, sh["name"]) for r in recs for n, sp in r["splits"].items() for sh in sp["shards"]}
-    for n in ("train", "val"):
-        d = out / n
-        if d.is_symlink() or not d.is_dir():
-            continue
-        if n not in names:
-            remove_entry(d)
-            continue
-        for p in d.iterdir():
-            if (n, p.name) not in recorded:
-                remove_entry(p)
 
 
 def _special_tokens(tok) -> list[str]:
