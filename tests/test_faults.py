@@ -317,3 +317,32 @@ def test_a_shard_an_exception_leaves_is_gone(tmp_path):
             shard.blob("images").append(b"x" * 1000)
             raise RuntimeError("planted")
     assert list((tmp_path / "s").iterdir()) == []
+
+
+def test_a_full_disk_while_a_blob_grows_is_a_pack_error_and_leaves_nothing(tmp_path):
+    """ENOSPC from an append (a video's frames streamed to its shard) is the PackError a whole-array write gives,
+    with its hint; the half-written shard is gone, and so is one left without a commit."""
+    import errno
+
+    from dataprep.errors import PackError
+    from dataprep.pack.shard import ShardWriter
+
+    class Full:
+        def __init__(self, f):
+            self.f = f
+
+        def write(self, b):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+    with pytest.raises(PackError, match=r"00000: cannot write shard \(No space left on device\); the disk is full"):
+        with ShardWriter(tmp_path / "s", 0) as shard:
+            blob = shard.blob("images")
+            blob.append(b"x" * 10)
+            blob.f = Full(blob.f)
+            blob.append(b"y" * 10)
+    with ShardWriter(tmp_path / "s", 1) as shard:
+        shard.blob("images").append(b"z")
+    assert list((tmp_path / "s").iterdir()) == []

@@ -19,7 +19,7 @@ import shutil
 import socket
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -129,7 +129,7 @@ class ShardWriter:
             Its writer.
         """
         with self._failing():
-            w = BlobWriter(self.tmp / f"{name}.npy")
+            w = BlobWriter(self.tmp / f"{name}.npy", self._failing)
         self._open.append(w)
         return w
 
@@ -158,7 +158,8 @@ class ShardWriter:
     def abort(self) -> None:
         """Remove the temporary directory and everything written into it."""
         for w in self._open:
-            w.f.close()
+            with contextlib.suppress(OSError):  # closing flushes: on a full disk that fails again
+                w.f.close()
         self._open = []
         shutil.rmtree(self.tmp, ignore_errors=True)
 
@@ -166,7 +167,7 @@ class ShardWriter:
         return self
 
     def __exit__(self, kind, value, tb) -> None:
-        if kind is not None:
+        if kind is not None or self.tmp.exists():  # an error, or left without commit: nothing of it stays
             self.abort()
 
 
@@ -175,8 +176,8 @@ class BlobWriter:
     once the length is known: the header np.save writes for that length (it is the same size for any length),
     so readers take it as any other shard file. Nothing appended is held in memory."""
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path, failing: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext):
+        self.path, self._failing = path, failing  # the shard's: an OSError removes it and becomes a PackError
         self._header = len(npy_header_bytes(_BYTES, (0,)) or b"")
         self.f = open(path, "xb")
         self.f.write(bytes(self._header))
@@ -192,7 +193,8 @@ class BlobWriter:
             Where they start in the blob.
         """
         at = self.n
-        self.n += self.f.write(memoryview(data).cast("B"))
+        with self._failing():
+            self.n += self.f.write(memoryview(data).cast("B"))
         return at
 
     def rewind(self, n: int) -> None:
@@ -203,9 +205,10 @@ class BlobWriter:
         """
         if not 0 <= n <= self.n:
             raise ValueError(f"{self.path}: cannot rewind a blob of {self.n} bytes to {n}")
-        self.f.flush()
-        self.f.truncate(self._header + n)
-        self.f.seek(self._header + n)
+        with self._failing():
+            self.f.flush()
+            self.f.truncate(self._header + n)
+            self.f.seek(self._header + n)
         self.n = n
 
     def close(self) -> dict[str, Any]:
