@@ -18,10 +18,14 @@ from .errors import DataprepError, brief
 IMAGE_MAX_BYTES = 256 << 20  # one image's encoded bytes: far above any photo (a 100 MP PNG is ~300 MB raw)
 VOLUME_MAX_BYTES = 8 << 30  # one volume file (.npy, TIFF): CT and microscopy stacks run to gigabytes
 VIDEO_MAX_BYTES = 16 << 30  # one video file: hours of 1080p H.264 run to gigabytes
-# The most frames one video may give a build (decoded, before --fps picks among them): about 4.6 hours at 30 fps.
+# The most frames one video may give a build (decoded, and again after --fps repeats or drops them): about 4.6 hours
+# at 30 fps.
 # A container declaring more is refused before decoding unless --max-frames or --max-seconds bounds what is read;
 # one that declares none (or lies) is stopped when decoding reaches it, so an endless stream costs bounded time.
 VIDEO_MAX_FRAMES = 500_000
+# The latest time a video's frame may be stamped, in seconds from its first (about 115 days): timestamps stay far
+# from where a float's sums lose their fractions, and a forged jump in a file's timestamps is refused.
+VIDEO_MAX_SECONDS = 10_000_000
 # The largest byte count taken (1024TiB): past any file or node's RAM, and exact in a float and an int64, so a
 # cap of inf, 1e400 or 400 digits is refused with this range instead of overflowing where a reader meets it.
 MAX_BYTES = 1 << 50

@@ -98,6 +98,14 @@ def test_max_frames_and_max_seconds_keep_a_videos_start(tmp_path):
     assert [decode_frame_number(f) for f in frames_of(split_arrays(tmp_path / "s"), 0)] == [0, 1, 2, 3, 4, 5]
 
 
+@pytest.mark.parametrize("rotate", [180, 270])
+def test_half_and_three_quarter_turns_are_undone(tmp_path, rotate):
+    build.video(one(tmp_path, rotate=rotate), tmp_path / "p", size=32, workers=1)
+    a = split_arrays(tmp_path / "p")
+    assert a["shapes"][0].tolist() == ([32, 48, 3] if rotate == 180 else [48, 32, 3])
+    assert [decode_frame_number(np.rot90(f, rotate // 90)) for f in frames_of(a, 0)] == list(range(12))
+
+
 @pytest.mark.parametrize("size", [32, 24])  # 24: the decoder shrinks the frame before turning it
 def test_rotation_metadata_turns_the_frames_upright(tmp_path, size):
     build.video(one(tmp_path, rotate=90), tmp_path / "p", size=size, workers=1)
@@ -307,3 +315,118 @@ def test_a_resumed_video_build_keeps_finished_shards_and_makes_the_same_pack(tre
     assert summary.kept == 2 and summary.built == 2
     for f in sorted((tmp_path / "whole" / "train").rglob("*.npy")):
         assert f.read_bytes() == (tmp_path / "cut" / "train" / f.relative_to(tmp_path / "whole" / "train")).read_bytes(), f
+
+
+def _joined_sizes(path: Path, sizes: list[tuple[int, int]], frames: int = 6) -> Path:
+    """One file whose stream changes size: MPEG-TS segments (H.264) of `sizes`, joined, frame k numbered k."""
+    import av
+
+    from dataprep.synthetic import video_frame
+
+    parts = []
+    for i, (h, w) in enumerate(sizes):
+        part = path.with_name(f"part{i}.ts")
+        with av.open(str(part), "w", format="mpegts") as out:
+            s = out.add_stream("libx264", rate=10)
+            s.width, s.height, s.pix_fmt = w, h, "yuv420p"
+            for k in range(frames):
+                for pk in s.encode(av.VideoFrame.from_ndarray(video_frame(k + frames * i, h, w), format="rgb24")):
+                    out.mux(pk)
+            for pk in s.encode():
+                out.mux(pk)
+        parts.append(part.read_bytes())
+        part.unlink()
+    path.write_bytes(b"".join(parts))
+    return path
+
+
+def test_a_stream_that_changes_size_keeps_one_size_a_video(tmp_path):
+    """A 64x96 stream that turns 96x64 half-way: every frame is stored at the first frame's size (as ffmpeg scales to
+    one output size), in order, so its clips have one box; verify holds a forged pack to the rule."""
+    import dataprep
+
+    (tmp_path / "src" / "c").mkdir(parents=True)
+    _joined_sizes(tmp_path / "src" / "c" / "v.mp4", [(64, 96), (96, 64)])
+    build.video(tmp_path / "src", tmp_path / "p", size=32, workers=1)
+    a = split_arrays(tmp_path / "p")
+    assert a["shapes"].tolist() == [[32, 48, 3]] * 12
+    assert [decode_frame_number(f) for f in frames_of(a, 0)] == list(range(12))
+    assert len(dataprep.VideoDataset(tmp_path / "p", frames=4)) == 1
+    shard = tmp_path / "p" / "train" / "00000"
+    shapes = np.load(shard / "shapes.npy")
+    shapes[7] = [48, 32, 3]
+    m = json.loads((tmp_path / "p" / "manifest.json").read_text())
+    found = kind_of(m).fields_of(m)["frame"].check({**a, "shapes": shapes})
+    assert found and "video 0's frame 7 is [48, 32, 3], the frame before it [32, 48, 3]" in found[0]
+
+
+def test_a_fifo_among_the_videos_is_skipped_not_waited_on(tmp_path):
+    """A FIFO named .mp4 would block a plain open forever: it is refused on the descriptor, opened without blocking."""
+    import os
+    import subprocess
+    import sys
+
+    src = one(tmp_path)
+    os.mkfifo(src / "c" / "pipe.mp4")
+    r = subprocess.run([sys.executable, "-m", "dataprep", "build", "video", str(src), "--out", str(tmp_path / "p"), "-j", "1",
+                        "--no-progress"], capture_output=True, text=True, timeout=120)  # a hang guard only
+    assert r.returncode == 0, r.stderr
+    skipped = json.loads((tmp_path / "p" / "manifest.json").read_text())["splits"]["train"]["skipped"]
+    assert [(s["source"], s["reason"], s["detail"]) for s in skipped] == [("c/pipe.mp4", "not a regular file", "it is a FIFO")]
+
+
+def test_a_listed_file_that_leads_outside_the_root_is_not_read(tmp_path):
+    """A CSV list's root confines what is opened (checked on the descriptor, as images are): a row swapped for a
+    symlink out after the listing is skipped, never decoded."""
+    import os
+
+    src = one(tmp_path)
+    outside = write_video(tmp_path / "secret.mp4", 3, 32, 48)
+    os.symlink(outside, src / "c" / "link.mp4")
+    with pytest.raises(VideoDecodeError, match="outside the root"):
+        next(read_frames(str(src / "c" / "link.mp4"), root=str(src)))
+    assert len(list(read_frames(str(src / "c" / "link.mp4")))) == 3  # not confined: a class folder's symlink is read
+
+
+def test_damaged_files_are_skipped_with_a_reason_never_a_crash(tmp_path):
+    """Bytes flipped in small videos of five containers (a seeded fuzz, 200 files): each gives frames or a
+    VideoDecodeError; nothing else escapes (an unknown codec once raised AttributeError and killed the build)."""
+    import random
+
+    seeds = [write_video(tmp_path / f"s{n}", 8, 32, 48, codec=c, rotate=90 if n.endswith(".mov") else 0).read_bytes()
+             for n, c in (("a.mp4", "mpeg4"), ("b.mkv", "libx264"), ("c.webm", "libvpx-vp9"), ("d.avi", "mjpeg"), ("e.mov", "mpeg4"))]
+    rng = random.Random(5)
+    reasons: dict[str, int] = {}
+    for _ in range(200):
+        b = bytearray(rng.choice(seeds))
+        for _ in range(rng.choice([1, 2, 4, 8, 32])):
+            b[rng.randrange(len(b))] = rng.randrange(256)
+        (tmp_path / "x.mp4").write_bytes(b)
+        try:
+            for _ in read_frames(str(tmp_path / "x.mp4"), VideoSettings(fps=rng.choice([None, 7.0])), scaled=lambda h, w: (h // 2 or 1, w // 2 or 1)):
+                pass
+            reasons["read"] = reasons.get("read", 0) + 1
+        except VideoDecodeError as e:
+            reasons[e.reason] = reasons.get(e.reason, 0) + 1
+    assert reasons.get("read", 0) > 20 and reasons.get("unreadable", 0) > 20, reasons
+    b = bytearray(seeds[4])
+    b[912] = 0x13  # the stream's codec tag: one FFmpeg has no decoder for
+    (tmp_path / "x.mov").write_bytes(b)
+    with pytest.raises(VideoDecodeError, match="codec is one FFmpeg cannot decode"):
+        list(read_frames(str(tmp_path / "x.mov")))
+
+
+def test_a_forged_timestamp_far_on_is_refused(tmp_path, monkeypatch):
+    """A frame stamped past what one video may span (limits.VIDEO_MAX_SECONDS, 115 days; 500 s here) is refused as
+    too long, and verify refuses such a timestamp in a pack."""
+    import dataprep.video.field as vf
+    import dataprep.video.read as read
+    from dataprep.images.field import ImageField
+
+    src = one(tmp_path, frames=3, times=[0.0, 0.1, 1000.0])
+    monkeypatch.setattr(read, "VIDEO_MAX_SECONDS", 500)
+    with pytest.raises(VideoDecodeError, match="too long.*frame 3 is stamped 1,000 s after the first, past the 500 s"):
+        list(read_frames(str(src / "c" / "v.mp4")))
+    monkeypatch.setattr(vf, "VIDEO_MAX_SECONDS", 500)
+    index = {"video_starts": np.array([0, 2]), "timestamps": np.array([0.0, 1000.0]), "shapes": np.ones((2, 3), np.int32)}
+    assert "past 500 s" in FramesField(ImageField("jpeg", None, 3)).check(index)[0]

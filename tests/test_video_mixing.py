@@ -298,6 +298,6 @@ def test_a_frame_rate_and_a_stride_together_or_a_rate_that_is_no_rate_are_refuse
     with pytest.raises(dataprep.DataprepError, match="stride=2 counts stored frames, fps=10 seconds: pass one"):
         dataprep.VideoDataset(timed, frames=T, stride=2, fps=10)
     for bad in (0, -5, float("nan"), float("inf"), True, "10"):
-        with pytest.raises(dataprep.DataprepError, match="fps is a positive number"):
+        with pytest.raises(dataprep.DataprepError, match="fps is a number of frames a second from 0.001 to 1000"):
             dataprep.VideoDataset(timed, frames=T, fps=bad)
     assert dataprep.VideoDataset(timed, frames=T).stride == 2  # the default without fps, as before

@@ -305,3 +305,15 @@ def test_shm_cache_is_one_copy_for_the_loaders_workers(pack):
     del ds, other, loader, frames
     gc.collect()
     assert own_segments(pack.parent) == before  # the last user removed it
+
+
+@pytest.mark.parametrize("kw,what", [({"frames": 1 << 20}, "frames is a whole number from 1 to 65,536"),
+                                     ({"stride": 1 << 61}, "stride is a whole number from 1 to 2,147,483,648"),
+                                     ({"clips_per_video": 1 << 30}, "clips_per_video is a whole number from 1 to 65,536"),
+                                     ({"frames": 0}, "frames is a whole number"), ({"fps": 5e-324}, "fps is a number"),
+                                     ({"fps": float("nan")}, "fps is a number")])
+def test_a_clip_request_past_any_machine_is_refused_by_name(pack, kw, what):
+    """Clip sizes whose rows overflow int64, whose epoch's order or ring buffers no machine holds, or a rate that
+    divides by nearly nothing: a DataprepError naming the argument, before anything is allocated."""
+    with pytest.raises(dataprep.DataprepError, match=what):
+        dataprep.VideoDataset(pack, **kw)

@@ -80,9 +80,14 @@ def apply(pixels: np.ndarray, geom: Geometry) -> np.ndarray:
 
 def scale(pixels: np.ndarray, geom: Geometry) -> np.ndarray:
     """Bring pixels of any size to `geom.scaled` (area filter when shrinking, cubic when enlarging)."""
+    return to_size(pixels, geom.scaled)
+
+
+def to_size(pixels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Pixels of any size at (h, w) `size` (area filter when shrinking, cubic when enlarging)."""
     import cv2
 
-    h, w = geom.scaled
+    h, w = size
     if pixels.shape[:2] == (h, w):
         return pixels
     shrinking = h * w < pixels.shape[0] * pixels.shape[1]

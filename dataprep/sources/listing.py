@@ -121,26 +121,8 @@ def read_source(path: str, max_bytes: int | None = None, root: str | None = None
     `max_bytes` (None: `limits.IMAGE_MAX_BYTES`): checked on the opened descriptor, before anything is read.
     With `root`, the file opened must be under it (checked on the descriptor too, so a path swapped for a
     symlink after the listing checked it cannot bring an outside file in)."""
-    cap = IMAGE_MAX_BYTES if max_bytes is None else max_bytes
+    fd, st = open_source(path, IMAGE_MAX_BYTES if max_bytes is None else max_bytes, root)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))  # a FIFO opens at once instead of waiting
-    except IsADirectoryError:
-        raise ImageDecodeError(path, "unreadable", "is a directory") from None
-    except OSError as e:
-        raise ImageDecodeError(path, "unreadable", e.strerror or str(e)) from None
-    try:
-        st = os.fstat(fd)
-        if root is not None:
-            where = _outside(fd, st, path, root)
-            if where is not None:
-                raise ImageDecodeError(path, "outside the root", where)
-        if not stat.S_ISREG(st.st_mode):
-            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
-            raise ImageDecodeError(path, "not a regular file", f"it is {kind}")
-        big = over_cap(st.st_size, cap)
-        if big is not None:
-            raise ImageDecodeError(path, "too large", big)
-        os.set_blocking(fd, True)
         with os.fdopen(fd, "rb", closefd=False) as f:
             return f.read(st.st_size)  # at most its size when opened (<= the cap), however it grows meanwhile
     except OSError as e:
@@ -149,6 +131,48 @@ def read_source(path: str, max_bytes: int | None = None, root: str | None = None
         raise ImageDecodeError(path, "too large", "out of memory reading it") from None
     finally:
         os.close(fd)
+
+
+def open_source(path: str, cap: int, root: str | None = None,
+                error: type[ImageDecodeError] = ImageDecodeError) -> tuple[int, os.stat_result]:
+    """Open a source file for reading, refusing what `read_source` refuses (not a regular file, over `cap`
+    bytes, outside `root`), checked on the descriptor: opened without blocking, so a FIFO is refused at once.
+
+    Args:
+        path: The file.
+        cap: The most bytes it may hold.
+        root: Where the file opened must be (None: anywhere).
+        error: The error class raised (path, reason, detail): the kind's decode error.
+
+    Returns:
+        (a blocking descriptor the caller closes, its stat).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))  # a FIFO opens at once instead of waiting
+    except IsADirectoryError:
+        raise error(path, "unreadable", "is a directory") from None
+    except OSError as e:
+        raise error(path, "unreadable", e.strerror or str(e)) from None
+    try:
+        st = os.fstat(fd)
+        if root is not None:
+            where = _outside(fd, st, path, root)
+            if where is not None:
+                raise error(path, "outside the root", where)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device or socket"
+            raise error(path, "not a regular file", f"it is {kind}")
+        big = over_cap(st.st_size, cap)
+        if big is not None:
+            raise error(path, "too large", big)
+        os.set_blocking(fd, True)
+        return fd, st
+    except OSError as e:
+        os.close(fd)
+        raise error(path, "unreadable", e.strerror or str(e)) from None
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _outside(fd: int, st: os.stat_result, path: str, root: str) -> str | None:

@@ -12,6 +12,7 @@ video, truncated, audio only, over a cap: read.py) is skipped with its reason an
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from array import array
 from collections import Counter
@@ -55,11 +56,17 @@ class VideoShardTask:
     strict: bool
     resume: bool = False
     max_bytes: int | None = None  # the cap on one video file's bytes (None: limits.VIDEO_MAX_BYTES)
+    confine: bool = False  # the file opened must be under root (a CSV list's rows, as images' are)
+
+    @property
+    def confined(self) -> str | None:
+        """The folder every file opened must be under, or None."""
+        return self.root if self.confine else None
 
     def fingerprint(self) -> str:
         """A digest of everything the shard's bytes depend on (its inputs, their order, the settings)."""
         return task_fingerprint(["video", self.index, self.image.to_dict(), self.video.to_dict(), self.labelled, self.strict,
-                                 self.max_bytes], zip(self.paths, self.labels.tolist()))
+                                 self.max_bytes, self.confine], zip(self.paths, self.labels.tolist()))
 
 
 def frame_fields(image: ImageSettings) -> dict[str, FramesField]:
@@ -114,7 +121,9 @@ class FrameSink:
 
 def encode_video(path: str, task: VideoShardTask, sinks: list[FrameSink], times: array) -> int:
     """Every kept frame of one video, encoded as it is decoded and appended to `sinks` (one per size, largest
-    first), its timestamp to `times`; a frame the frame rate repeats is encoded once. Returns the frames kept."""
+    first), its timestamp to `times`; a frame the frame rate repeats is encoded once. A frame whose size differs
+    from the video's first (a stream that changes resolution mid-way) is resized to the first's, as ffmpeg scales
+    every frame to one output size: a video's frames share one size. Returns the frames kept."""
     last: Any = None
     done: list = []
     image = task.image
@@ -123,13 +132,17 @@ def encode_video(path: str, task: VideoShardTask, sinks: list[FrameSink], times:
     def largest(h: int, w: int) -> tuple[int, int]:  # the decoder shrinks to the largest stored size as it converts
         return resize.plan(h, w, image.all_sizes[0], image.resize, image.upscale).scaled
 
-    for pixels, t in read_frames(path, task.video, task.max_bytes, image.max_pixels, scaled=largest):
+    first: tuple[int, int] | None = None
+    for pixels, t in read_frames(path, task.video, task.max_bytes, image.max_pixels, scaled=largest, root=task.confined):
         if pixels is not last:
+            last = pixels
+            first = first or pixels.shape[:2]
+            if pixels.shape[:2] != first:  # the stream changed size: one box a clip needs one frame size a video
+                pixels = resize.to_size(pixels, first)
             try:
                 done = encode_frame(pixels, task.image)
             except (ValueError, MemoryError) as e:
                 raise ImageDecodeError(path, "cannot encode", f"frame {n}: {type(e).__name__}: {e}") from None
-            last = pixels
         for sink, (jpeg, shape) in zip(sinks, done):
             sink.add(jpeg, shape)
         times.append(t)
@@ -167,7 +180,8 @@ def build_video_shard(task: VideoShardTask) -> dict[str, Any]:
             labels.append(label)
             sources.append(rel)
             counts["frames"] += n
-            source_bytes += os.path.getsize(path)
+            with contextlib.suppress(OSError):  # a figure for the summary: a file removed since it was read counts 0
+                source_bytes += os.path.getsize(path)
         arrays: dict[str, np.ndarray] = FramesField.index_arrays(times, lengths)
         for sink in sinks:
             arrays.update(sink.arrays())
@@ -231,7 +245,8 @@ def build_video(source: Source, out: str | os.PathLike, settings: BuildSettings,
 
     def make_task(split, k: int, start: int, stop: int) -> VideoShardTask:
         return VideoShardTask(str(source.root), str(out / split.name), k, tuple(split.paths[start:stop]), split.labels[start:stop],
-                              labelled, image, video, settings.strict, settings.resume, settings.max_bytes)
+                              labelled, image, video, settings.strict, settings.resume, settings.max_bytes,
+                              bool(getattr(split.reader, "confine", False)))
 
     splits = [s.limited(settings.limit) for s in source.splits]
     summaries, split_entries, seconds = build_shards(out, settings, splits, make_task, build_video_shard, progress, engine)

@@ -10,7 +10,6 @@ run serve the same clips.
 """
 from __future__ import annotations
 
-import math
 import os
 from typing import Any, Sequence
 
@@ -23,8 +22,11 @@ from ..images.dataset import InMemoryImageDataset
 from ..images.resize import center_crop_into
 from ..serve import draws
 from ..serve.request import Request
-from .field import STARTS, TIMESTAMPS, FramesField, served_fields
+from .field import STARTS, TIMESTAMPS, FramesField, served_fields, size_changes
 
+# bounds on what a clip request may ask: a clip's rows, their frame arithmetic (int64) and an epoch's length stay
+# far from overflow and from buffers no machine holds
+MAX_FRAMES, MAX_STRIDE, MAX_CLIPS_PER_VIDEO = 1 << 16, 1 << 31, 1 << 16
 LAYOUTS = ("tchw", "cthw")  # a clip's axes as served: frames first, or channels first (torchvision's video models)
 # How far past an instant a stored frame's timestamp may be and still be "at or before" it: an instant is a sum of
 # floats (0.7 + 0.1 < 0.8), far below any frame interval.
@@ -47,7 +49,8 @@ class VideoDataset(InMemoryImageDataset):
     `layout="cthw"` gives (B, 3, T, H, W); the Loader's `layout="nhwc"` keeps channels last, (B, T, H, W, 3)),
     labels int64. `Loader(crop=RandomResizedCrop(...) | CenterCrop(...) | (H, W), flip=True)`: one box and one
     flip a clip, on all its frames. Without a crop every frame of the split must have one size (the frames of a
-    video always do); a pack whose videos differ in size is refused then: pass a crop.
+    video always do: the build keeps one size a video); a pack whose videos differ in size is refused then: pass a
+    crop.
 
     A `Mixture` mixes VideoDatasets (of one `frames`; each its own pack, stride and clips_per_video) as it mixes
     image packs: a clip is one position, its start, box and flip drawn in its member's epoch with its member's
@@ -89,12 +92,13 @@ class VideoDataset(InMemoryImageDataset):
         if fps is not None and stride is not None:
             raise DataprepError(f"VideoDataset: stride={stride!r} counts stored frames, fps={fps!r} seconds: pass one of them")
         if fps is not None and (isinstance(fps, bool) or not isinstance(fps, (int, float, np.number))
-                                or not math.isfinite(fps) or fps <= 0):
-            raise DataprepError(f"VideoDataset: fps is a positive number of frames a second, not {fps!r}")
+                                or not 1e-3 <= fps <= 1000):
+            raise DataprepError(f"VideoDataset: fps is a number of frames a second from 0.001 to 1000, not {fps!r}")
         stride = 2 if stride is None and fps is None else stride
-        for name, v in (("frames", frames), ("stride", 1 if stride is None else stride), ("clips_per_video", clips_per_video)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise DataprepError(f"VideoDataset: {name} is a whole number of at least 1, not {v!r}")
+        for name, v, most in (("frames", frames, MAX_FRAMES), ("stride", 1 if stride is None else stride, MAX_STRIDE),
+                              ("clips_per_video", clips_per_video, MAX_CLIPS_PER_VIDEO)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= most:
+                raise DataprepError(f"VideoDataset: {name} is a whole number from 1 to {most:,}, not {v!r}")
         if layout not in LAYOUTS:
             raise DataprepError(f"VideoDataset: layout is one of {', '.join(map(repr, LAYOUTS))}, not {layout!r}")
         self.frames, self.clips_per_video = int(frames), int(clips_per_video)
@@ -118,12 +122,11 @@ class VideoDataset(InMemoryImageDataset):
         counts = np.diff(self.video_starts)
         if len(counts) and counts.min() < 1:
             raise PackError(f"{self.pack}/{self.split}: video {int(np.argmin(counts))} has no frames (verify the pack)")
-        first = np.repeat(self._shapes[self.video_starts[:-1]], counts, axis=0)  # each frame's video's first frame
-        odd = np.flatnonzero((first != self._shapes).any(1))
+        odd = size_changes(self._shapes, self.video_starts)
         if len(odd):  # one crop box a clip needs one frame size a video (the build makes them so)
             k = int(odd[0])
             raise PackError(f"{self.pack}/{self.split}: frame row {k} of {self._sources[k]} is {self._shapes[k].tolist()}, "
-                            f"its video's first frame {first[k].tolist()}; a video's frames share one size (rebuild the pack)")
+                            f"the frame before it {self._shapes[k - 1].tolist()}; a video's frames share one size (rebuild the pack)")
         self._clock = self._clock_of(counts) if self.fps is not None else np.empty(0)  # only fps reads it
 
     def _clock_of(self, counts: np.ndarray) -> np.ndarray:

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import PackError
 from ..images.field import ImageField, common_fields, resolution_key
+from ..limits import VIDEO_MAX_SECONDS
 from ..pack.arrays import OFFSETS, LoadContext, load_blob
 from ..pack.fields import Field
 
@@ -98,8 +99,8 @@ class FramesField:
         if starts[0] != 0 or starts[-1] != frames or len(times) != frames:
             return [f"{STARTS}.npy: indexes frames {int(starts[0])} to {int(starts[-1])} and {TIMESTAMPS}.npy holds {len(times)}, "
                     f"but the split stores {frames} frames"]
-        if not np.all(np.isfinite(times)) or (len(times) and times.min() < 0):
-            return [f"{TIMESTAMPS}.npy: a timestamp is negative, infinite or not a number"]
+        if not np.all(np.isfinite(times)) or (len(times) and (times.min() < 0 or times.max() > VIDEO_MAX_SECONDS)):
+            return [f"{TIMESTAMPS}.npy: a timestamp is negative, past {VIDEO_MAX_SECONDS:,} s, infinite or not a number"]
         falls = np.flatnonzero(np.diff(times) < 0) + 1  # rows whose time is below the one before
         first = np.zeros(frames, bool)
         first[starts[:-1]] = True
@@ -109,6 +110,13 @@ class FramesField:
             v = int(np.searchsorted(starts, k, "right")) - 1
             return [f"{TIMESTAMPS}.npy: video {v}'s frame {k - int(starts[v])} is at {times[k]:g} s, before the frame ahead of it "
                     f"({times[k - 1]:g} s)"]
+        shapes = np.asarray(arrays[self.image.keys[2]])
+        odd = size_changes(shapes, starts)
+        if len(odd):
+            k = int(odd[0])
+            v = int(np.searchsorted(starts, k, "right")) - 1
+            return [f"{self.image.name(self.image.keys[2])}.npy: video {v}'s frame {k - int(starts[v])} is {shapes[k].tolist()}, "
+                    f"the frame before it {shapes[k - 1].tolist()}; a video's frames share one size"]
         return []
 
     def decode_check(self, arrays: dict[str, Any]) -> list[tuple[int, str]] | None:
@@ -135,6 +143,15 @@ class FramesField:
         starts = np.zeros(len(lengths) + 1, OFFSETS)
         np.cumsum(lengths, out=starts[1:])
         return {TIMESTAMPS: np.asarray(timestamps, np.float64).astype(TIMES), STARTS: starts}
+
+
+def size_changes(shapes: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The frame rows whose (h, w, c) differs from the frame before them in the same video (none in a pack the
+    build made: one crop box a clip needs one size a video), compared row to row, no copy of the shapes."""
+    if len(shapes) < 2:
+        return np.zeros(0, np.int64)
+    changed = np.flatnonzero((shapes[1:] != shapes[:-1]).any(1)) + 1
+    return changed[~np.isin(changed, starts[:-1])]
 
 
 def frames_key(m: dict[str, Any], resolution: int | None, where: Path | str) -> str:

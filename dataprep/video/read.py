@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import stat
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from ..errors import DataprepError, VideoDecodeError
-from ..limits import VIDEO_MAX_BYTES, VIDEO_MAX_FRAMES, over_cap
+from ..limits import VIDEO_MAX_BYTES, VIDEO_MAX_FRAMES, VIDEO_MAX_SECONDS
+from ..sources.listing import open_source
 
 VIDEO_EXTENSIONS = frozenset({".mp4", ".mkv", ".webm", ".avi", ".mov"})
 EPSILON = 1e-6  # seconds: a grid time this close to a frame's is its time (k / fps and pts * time_base round apart)
@@ -72,6 +72,8 @@ def _av():
 def _stream_info(path: str, stream, max_pixels: int, settings: VideoSettings) -> None:
     """Refuse a stream from what the container declares, before anything is decoded."""
     cc = stream.codec_context
+    if cc is None:  # a codec FFmpeg does not know (a damaged or foreign stream header)
+        raise VideoDecodeError(path, "unreadable", "its video stream's codec is one FFmpeg cannot decode")
     w, h = int(cc.width or 0), int(cc.height or 0)
     if w * h > max_pixels:
         raise VideoDecodeError(path, "too large", f"{w}x{h} frames, over the {max_pixels:,}-pixel cap on one frame")
@@ -131,6 +133,9 @@ def _decoded(path: str, container, stream, max_pixels: int,
                 first = at if first is None else first
                 t = at - first
             t = max(t, last_t)  # a stream whose pts run backwards keeps its times non-decreasing
+            if t > VIDEO_MAX_SECONDS:
+                raise VideoDecodeError(path, "too long", f"frame {n} is stamped {t:,.0f} s after the first, past the "
+                                       f"{VIDEO_MAX_SECONDS:,} s one video may span (a forged timestamp?)")
             last_t = t
             dur = float(frame.duration * frame.time_base) if frame.duration and frame.time_base else (1.0 / rate if rate else None)
             yield _rgb(frame, scaled), t, dur
@@ -139,7 +144,7 @@ def _decoded(path: str, container, stream, max_pixels: int,
 
 
 def read_frames(path: str, settings: VideoSettings = VideoSettings(), max_bytes: int | None = None,
-                max_pixels: int = 178_956_970, scaled: Scaled | None = None) -> Iterator[tuple[np.ndarray, float]]:
+                max_pixels: int = 178_956_970, scaled: Scaled | None = None, root: str | None = None) -> Iterator[tuple[np.ndarray, float]]:
     """The frames a build stores of one video, as they are decoded.
 
     Args:
@@ -150,6 +155,8 @@ def read_frames(path: str, settings: VideoSettings = VideoSettings(), max_bytes:
         scaled: Given an upright frame's (height, width), the (height, width) to give it at: a smaller size is
             made by swscale's area filter as the frame is converted to RGB; a larger one is ignored (the frame
             is given at its own size). None: every frame at its own size.
+        root: Where the file opened must be (a CSV list's root: checked on the descriptor, as images are); None:
+            anywhere. A FIFO, device or directory is refused at once, wherever it is.
 
     Returns:
         An iterator of (pixels, seconds): upright HWC RGB uint8 pixels and their time from the first frame,
@@ -158,19 +165,10 @@ def read_frames(path: str, settings: VideoSettings = VideoSettings(), max_bytes:
         too many frames, truncated, no frames).
     """
     av = _av()
-    try:
-        f = open(path, "rb")
-    except OSError as e:
-        raise VideoDecodeError(path, "unreadable", e.strerror or str(e)) from None
-    with f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):  # a FIFO would block the decoder, a device never end
-            raise VideoDecodeError(path, "not a regular file")
+    fd, st = open_source(path, VIDEO_MAX_BYTES if max_bytes is None else max_bytes, root, VideoDecodeError)
+    with os.fdopen(fd, "rb") as f:
         if st.st_size == 0:
             raise VideoDecodeError(path, "empty file", "0 bytes")
-        why = over_cap(st.st_size, VIDEO_MAX_BYTES if max_bytes is None else max_bytes)
-        if why:
-            raise VideoDecodeError(path, "too large", why)
         try:
             container = av.open(f, "r")
         except (av.FFmpegError, ValueError, OSError) as e:
