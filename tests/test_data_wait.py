@@ -326,3 +326,18 @@ def test_data_wait_reports_a_dataloaders_start_up_apart():
     s = timed.stats()
     assert s["startup_s"] >= 0.5 and s["wait_fraction"] > 0.5
     assert s["steady_wait_fraction"] < 0.2 and s["verdict"].startswith("compute-bound"), s
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_whole_images_decoded_from_a_jpeg_pack_are_counted(packs, workers):
+    """Served without a crop plan (a fixed window), a JPEG pack still decodes every image whole: counted as "full",
+    so stats() does not take the pack for a decoded one and leave "a decoded pack" out of its advice."""
+    with dataprep.Loader(packs["jpeg"], 16, num_workers=workers, crop=(128, 128)) as ld:
+        for _ in ld:
+            pass
+        s = ld.stats()
+    assert s["decode_paths"] == {"full": len(packs["jpeg"])}
+    with dataprep.Loader(packs["raw"], 16, num_workers=workers, crop=(32, 32)) as ld:
+        for _ in ld:
+            pass
+        assert ld.stats()["decode_paths"] == {}  # decoded pixels: nothing to decode

@@ -219,6 +219,9 @@ def test_stats_count_clips_as_samples_and_a_decode_path_a_frame(packs, workers):
         assert sum(s["decode_paths"].values()) == clips * T, s["decode_paths"]  # every frame of every clip cut once
         assert s["finished"] and 0 < s["wait_s"] <= s["wall_s"] and 0 <= s["wait_fraction"] <= 1
         assert s["workers"] == workers and len(s["worker_busy"]) == workers
+    loader = dataprep.Loader(ds, batch_size=4, seed=5, num_workers=workers)  # no crop: every frame decoded whole
+    assert sum(len(x) for x, _ in loader) == 12 and loader.stats()["decode_paths"] == {"full": 12 * T}
+    loader.close()
 
 
 # -- clips at a frame rate, by the stored timestamps ------------------------------------------------------------

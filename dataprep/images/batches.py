@@ -330,3 +330,10 @@ class BatchFilling:
         else:
             for k, i in enumerate(idx):
                 center_crop_into(self._pixels_of(int(i)), images[row[k]])
+            self._count_whole(len(idx))
+
+    def _count_whole(self, n: int) -> None:
+        """n whole images decoded (no crop plan): counted as "full" for a JPEG pack, so stats() knows the pack is
+        stored encoded (its advice names a decoded pack only then)."""
+        if self.field.encoding == "jpeg" and self._pixels is None:
+            self.decode_paths["full"] = self.decode_paths.get("full", 0) + n

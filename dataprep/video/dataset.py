@@ -301,6 +301,8 @@ class VideoDataset(InMemoryImageDataset):
                     self._cut(req.crop, row, box, clips[k, t], size)
                 else:
                     center_crop_into(self._pixels_of(row), clips[k, t])
+            if box is None:
+                self._count_whole(len(frames))
         _, _, h, w, c = clips.shape
         geometry.flip_into(drawn, clips[:n].reshape(n, self.frames * h, w, c), range(n))  # a clip's frames stacked: one flip
 
