@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import dataprep
 from dataprep.errors import DataprepError
@@ -394,6 +395,11 @@ def test_image_members_fill_a_batch_together_as_each_would_alone(photo_tree, tmp
             alone = members_alone(mix, idx, req)
             assert all((together[k] == alone[k]).all() for k in together)
             assert together["images"].std() > 20  # photos: what a wrong box or flip would change
+    # and through the Loader, threads serve what one process serves (the mixture's plans made under its lock)
+    crop = dataprep.RandomResizedCrop(24)
+    batches = [[b[0].clone() for b in Loader(mix, 8, crop=crop, flip=True, num_workers=w, threads=t)]
+               for w, t in ((0, False), (2, True))]
+    assert len(batches[0]) == len(batches[1]) and all(torch.equal(a, b) for a, b in zip(*batches))
 
 
 TEXTS = (("a", "alpha beta gamma delta " * 300), ("b", "one two three four five six " * 300))

@@ -229,11 +229,11 @@ def builtins(index_tree, tmp_path_factory):
 
 
 # which hooks and flags each one gives: what the Loader and a Mixture find on it
-HAS = {"images": ({"WorkerInit", "SetsEpoch", "FillsParts"}, {"fills_rows", "fills_in_threads"}),
+HAS = {"images": ({"WorkerInit", "SetsEpoch", "Settles", "FillsParts"}, {"fills_rows", "fills_in_threads"}),
        "tokens": ({"SetsEpoch", "Addressed", "Windowed"}, {"fills_rows", "independent_samples"}),
        "tables": (set(), {"fills_rows"}),
-       "image mixture": ({"WorkerInit", "SetsEpoch"}, {"fills_rows", "fills_runs", "ordered"}),
-       "token mixture": ({"WorkerInit", "SetsEpoch"}, {"fills_rows", "fills_runs", "ordered"})}
+       "image mixture": ({"WorkerInit", "SetsEpoch", "Settles"}, {"fills_rows", "fills_runs", "ordered", "fills_in_threads"}),
+       "token mixture": ({"WorkerInit", "SetsEpoch", "Settles"}, {"fills_rows", "fills_runs", "ordered"})}
 
 
 @pytest.mark.parametrize("kind", list(HAS))

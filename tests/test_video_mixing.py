@@ -103,6 +103,7 @@ def test_a_mixture_of_two_video_packs_serves_each_members_clips_labels_and_share
 def test_a_video_mixture_serves_identical_batches_with_workers_and_resumes_mid_epoch(packs):
     ref = served(mixture(packs), epochs=(0, 1))
     assert same(ref, served(mixture(packs), epochs=(0, 1), num_workers=2))
+    assert same(ref, served(mixture(packs), epochs=(0, 1), num_workers=2, threads=True))
     for workers in (0, 2):
         loader = dataprep.Loader(mixture(packs), batch_size=4, seed=5, crop=CROP, flip=True, num_workers=workers)
         loader.set_epoch(1)
@@ -118,10 +119,8 @@ def test_a_video_mixture_serves_identical_batches_with_workers_and_resumes_mid_e
         assert same(ref[first_epoch + 1:], rest), workers
 
 
-def test_a_video_mixture_refuses_threads_other_kinds_and_other_clip_lengths(packs):
+def test_a_video_mixture_refuses_other_kinds_and_other_clip_lengths(packs):
     a, b = packs
-    with pytest.raises(dataprep.DataprepError, match="fills_in_threads"):  # Mixture does not say its fills are thread-safe
-        dataprep.Loader(mixture(packs), batch_size=4, crop=CROP, num_workers=2, threads=True)
     root = Path(a).parent
     write_tree(root / "images_src", classes=2, per_class=2, sizes=((48, 64),))
     build.imagenet(root / "images_src", root / "images", size=32, workers=1)
@@ -202,6 +201,33 @@ def test_a_run_resumed_before_the_schedules_switch_serves_both_sizes_as_the_whol
     again.close()
     assert [x.shape[-1] for x, _ in rest] == [32, 48, 48]
     assert same(ref[1:], rest)
+
+
+def test_a_mixture_moves_every_member_in_its_first_fill_so_threads_may_fill_it(sizes):
+    """A Mixture served by threads (fills_in_threads where its members say so): the pass's first fill, which the
+    thread backend runs alone, moves every member to the request's resolution, also those it takes no sample
+    from; a scheduled mixture then serves with threads what it serves in one process."""
+    from dataprep.serve.request import Request
+
+    def members():
+        return [dataprep.VideoDataset(sizes, frames=T, stride=2, cache="mmap") for _ in range(2)]  # at 48 px
+
+    mix = dataprep.Mixture(members(), [0.5, 0.5], seed=1)
+    assert mix.fills_in_threads
+    first = int(mix.locate(np.arange(len(mix)), 0)[0].tolist().index(0))  # a position of member 0
+    assert [d.resolution for d in mix.datasets] == [48, 48]
+    layout = mix.batch_layout(Request(resolution=32))
+    out = {k: np.empty((1, *shape), dt) for k, (shape, dt) in layout.items()}
+    mix.fill_batch(np.array([first]), out, Request(resolution=32))
+    assert [d.resolution for d in mix.datasets] == [32, 32]
+    schedule = dataprep.Schedule.table([32, 48], SCHEDULE)
+
+    def run(**kw):
+        return served(dataprep.Mixture(members(), [0.5, 0.5], seed=1), (0, 1, 2), batch_size=2, schedule=schedule, **kw)
+
+    ref = run()
+    assert [x.shape[-1] for x, _ in ref[::4]] == [32, 48, 48]  # 4 batches an epoch
+    assert same(ref, run(num_workers=2, threads=True)) and same(ref, run(num_workers=2))
 
 
 # -- loader.stats() over clips -----------------------------------------------------------------------------

@@ -248,6 +248,15 @@ class BatchFilling:
     # decode_paths may then miss a count); a resolution or partition switch happens in a pass's first fill
     fills_in_threads = True
 
+    def settle(self, request: Request) -> None:
+        """Hold the resolution `request` asks for (the contract's `settle`: what a fill does first).
+
+        Args:
+            request: What the pass asks for; its resolution, None for the one held.
+        """
+        if request.resolution is not None and request.resolution != self.resolution:
+            self.use(request.resolution)
+
     def fill_batch(self, idx: np.ndarray, out: dict[str, np.ndarray], request: Request | None = None,
                    rows: np.ndarray | None = None) -> None:
         """Write samples `idx` into the preallocated rows of `out` (shaped as `batch_layout` says), its first
@@ -290,8 +299,7 @@ class BatchFilling:
             raise DataprepError("the batch path serves uint8 pixels; apply transforms to the batch (on the GPU)")
         if self.partition is not None:
             self._hold_part(request.epoch)
-        if request.resolution is not None and request.resolution != self.resolution:
-            self.use(request.resolution)
+        self.settle(request)
         n = len(idx)
         if rows is None or isinstance(rows, slice):
             at = slice(0, n) if rows is None else rows

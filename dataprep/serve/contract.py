@@ -82,6 +82,16 @@ class SetsEpoch(Protocol):
 
 
 @runtime_checkable
+class Settles(Protocol):
+    """settle(request): move the dataset's state to what `request` asks (the resolution it holds), as its
+    fill_batch would on meeting the request. A Mixture served by threads calls it on every member in the
+    pass's first fill, which runs alone, so that no member's state moves while fills run in several threads
+    (fills_in_threads): a member's first fill of the pass may come in any of them."""
+
+    def settle(self, request: Request) -> None: ...
+
+
+@runtime_checkable
 class FillsRows(Protocol):
     """fills_rows = True: fill_batch also takes `rows=` (a slice, or an int64 array of rows of `out`) and
     writes sample idx[k] into row rows[k]. A Mixture then writes a member's scattered share of a batch
@@ -152,7 +162,7 @@ class FinishesBatch(Protocol):
     def finish_batch(self, batch: dict[str, Any]) -> dict[str, Any]: ...
 
 
-HOOKS: dict[str, type] = {"worker_init": WorkerInit, "set_epoch": SetsEpoch, "fill_parts": FillsParts,
+HOOKS: dict[str, type] = {"worker_init": WorkerInit, "set_epoch": SetsEpoch, "settle": Settles, "fill_parts": FillsParts,
                           "addresses": Addressed, "fill_addresses": Addressed, "windows": Windowed, "fill_raw": Windowed,
                           "finish_batch": FinishesBatch}
 

@@ -103,8 +103,9 @@ class Loader:
         threads: fill batches with `num_workers` threads of this process instead of forked worker
             processes (serve/threads.py): no fork, no IPC, so it runs on Windows, on macOS and under the
             `spawn` start method; the dataset must allow concurrent fills (`fills_in_threads`: dataprep's
-            image, detection and segmentation datasets). [default: threads where fork is absent or unsafe (Windows, macOS) and the
-            dataset allows them, else processes, faster on Linux (docs/benchmarks.md, Crops)]
+            image, detection, segmentation, video and packed-row datasets, and Mixtures of them).
+            [default: threads where fork is absent or unsafe (Windows, macOS) and the dataset allows them,
+            else processes, faster on Linux (docs/benchmarks.md, Crops)]
         stats: measure how long the consumer waits for data (`stats()`: three clock reads a batch here,
             one a part in each worker); False measures nothing.
 

@@ -19,6 +19,7 @@ does. benchmarks/bench_resume.py compares a mixture's batches with one pack's.
 """
 from __future__ import annotations
 
+import threading
 from functools import lru_cache
 from typing import NamedTuple, Sequence
 
@@ -170,6 +171,33 @@ class Mixture:
         return None if self._classes is None else list(self._classes)
 
     @property
+    def fills_in_threads(self) -> bool:
+        """Whether fills may run in several threads at once (the contract's `fills_in_threads`): where every
+        member's may and none holds a partition (whose part moves with the epoch). The plans and shuffles
+        this mixture keeps are made under a lock; its members' state is moved in the pass's first fill
+        (`settle`), which the thread backend runs alone."""
+        return all(contract.flag(d, "fills_in_threads") and contract.attribute(d, "partition") is None for d in self.datasets)
+
+    def settle(self, request: Request) -> None:
+        """Move every member to what `request` asks (the resolution it holds: the contract's `settle`), so that
+        no member moves while fills run in several threads.
+
+        Args:
+            request: What the pass asks for.
+        """
+        with self._planning():
+            for m, d in enumerate(self.datasets):
+                settle = contract.hook(d, "settle")
+                if settle is not None:
+                    settle(Request(request.epoch, member_seed(request.seed, m), request.resolution, request.crop, request.flip))
+            self.__dict__["_settled"] = request.resolution
+
+    def _planning(self):
+        """The lock held while the plans, shuffles and joined view this mixture keeps are looked up or made:
+        fills in several threads share them."""
+        return self.__dict__.setdefault("_lock", threading.RLock())
+
+    @property
     def serves_dicts(self) -> bool:
         """Whether batches are dicts (the contract's `serves_dicts`): as the members' (one class) are."""
         return contract.flag(self.datasets[0], "serves_dicts")
@@ -228,9 +256,10 @@ class Mixture:
         if not n:
             return []
         run = self._run(idx)
-        if run is not None:
-            return [p._replace(rows=np.arange(n)[p.rows]) for p in self._run_parts(*run, epoch)]
-        return self._scattered(idx, epoch)
+        with self._planning():
+            if run is not None:
+                return [p._replace(rows=np.arange(n)[p.rows]) for p in self._run_parts(*run, epoch)]
+            return self._scattered(idx, epoch)
 
     def _scattered(self, idx: np.ndarray, epoch: int) -> list[Part]:
         """`_groups` for positions that are no run, worked out one by one."""
@@ -393,7 +422,7 @@ class Mixture:
 
     def __getstate__(self):
         """Without the caches (worked out again where needed)."""
-        return {k: v for k, v in self.__dict__.items() if k not in ("_plans", "_last", "_orders", "_joined")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_plans", "_last", "_orders", "_joined", "_lock", "_settled")}
 
     # -- a dataset ------------------------------------------------------------------------------------
     @property
@@ -478,6 +507,8 @@ class Mixture:
             rows: The batch rows to write; None is the first len(idx).
         """
         r = request or Request()
+        if self.__dict__.get("_settled", ...) != r.resolution:  # a pass's first fill: run alone by the thread backend
+            self.settle(r)
         if isinstance(idx, range) and idx.start < 0:  # a part of one padding position (request.as_run)
             idx = np.asarray(idx, np.int64)
         if isinstance(idx, range) and idx.step == 1:
@@ -497,7 +528,8 @@ class Mixture:
         if run is None:
             self._fill_scattered(idx, out, r, rows)
             return
-        join = self._join()
+        with self._planning():
+            join = self._join()
         if join is not None:
             self._fill_joined(run, join, out, r, rows)
         else:
@@ -519,19 +551,24 @@ class Mixture:
         """Token members that line up (one dtype and context): one gather of the run's windows through the
         joined view, at the window starts drawn for the plan (each shifted to its member's rows of the view),
         converted into the batch by the first member (contract.Windowed)."""
-        plan, i = self._plan(*run, r.epoch)
-        at = slice(i, i + run[1] - run[0])
-        self.datasets[0].fill_raw(join.view[self._plan_addresses(plan, r.seed)[at] + join.shift[plan.member[at]]],
-                                  out, rows)
+        with self._planning():
+            plan, i = self._plan(*run, r.epoch)
+            at = slice(i, i + run[1] - run[0])
+            addresses = self._plan_addresses(plan, r.seed)[at] + join.shift[plan.member[at]]
+        self.datasets[0].fill_raw(join.view[addresses], out, rows)
 
     def _fill_run(self, run: tuple[int, int], out: dict[str, np.ndarray], r: Request, rows) -> None:
         """A run of positions, sliced from its plan into the members' parts (token members at the plan's
         window starts), each filled into its rows."""
-        self._fill_members(self._run_parts(*run, r.epoch, r.seed), out, r, rows)
+        with self._planning():
+            parts = self._run_parts(*run, r.epoch, r.seed)
+        self._fill_members(parts, out, r, rows)
 
     def _fill_scattered(self, idx: np.ndarray, out: dict[str, np.ndarray], r: Request, rows) -> None:
         """Positions that are no run, their members and indices worked out one by one."""
-        self._fill_members(self._scattered(idx, r.epoch), out, r, rows)
+        with self._planning():
+            parts = self._scattered(idx, r.epoch)
+        self._fill_members(parts, out, r, rows)
 
     def _fill_members(self, parts: list[Part], out: dict[str, np.ndarray], r: Request, rows) -> None:
         """The members' parts of a batch into their rows (`rows`: the batch rows the positions fill, None for

@@ -19,7 +19,8 @@ calling thread before any other starts where the request differs from the last p
 epoch, or the dataset holds a partition (whose part may move with the epoch): whatever state the request moves the dataset to (a resolution, a
 partition's part) is moved there once, not by several threads at a time. (Always doing so cost ~8 % on
 epochs of 356 crops.) A dataset must say that its fills may run concurrently
-(`fills_in_threads`, serve/contract.py); dataprep's image, detection and segmentation datasets do.
+(`fills_in_threads`, serve/contract.py); dataprep's image, detection, segmentation, video and packed-row datasets
+do, and a Mixture of them (its members moved in that first fill: `settle`).
 """
 from __future__ import annotations
 

@@ -282,8 +282,7 @@ class VideoDataset(InMemoryImageDataset):
             request: What the pass asks for: epoch, seed, resolution, crop, flip.
         """
         req = request or Request()
-        if req.resolution is not None and req.resolution != self.resolution:
-            self.use(req.resolution)
+        self.settle(req)
         idx = np.asarray(idx, np.int64)
         n = len(idx)
         clips = out["images"]
