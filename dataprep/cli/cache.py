@@ -54,7 +54,7 @@ def clean(all_mine: bool, verbose: bool) -> None:
     (without --all-mine) using. Prints a summary."""
     from ..pack.convert import clean_temporaries
     from ..remote.cachedir import clean_staged
-    from ..serve.shm import clean as run
+    from ..serve.shm_clean import clean as run
 
     done = run(all_mine)
     copies, kept_copies = clean_staged()

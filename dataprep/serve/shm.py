@@ -1,14 +1,10 @@
 """Shared-memory segments: one copy of a split per machine, in a file under /dev/shm that every process and
-rank of one user maps. Two lock files per segment: "fill" is held exclusively, briefly, to check for the
-segment and fill it if missing (a temporary file, published by rename); "users" is held shared by every
-process attached. The last user to leave (its exclusive try on "users", under "fill") removes the
-segment and then both lock files, so they do not pile up: "users" first, "fill" last and while still
-holding it. Whoever takes "fill" checks after the flock that the file it locked is still the one at that
-path (same inode) and opens it again if not, so a lock file being removed is never locked by two; "users"
-is opened only under a checked "fill". A segment a crash left behind is complete (it was renamed only
-when full), keeps its one pair of lock files and is reused; a half-filled temporary one is replaced.
-`clean` removes only what no live process holds (a non-blocking "fill", then "users", and no mapping of
-the segment) and reports counts, not files.
+rank of one user maps. Two lock files per segment (serve/shm_locks.py): "fill" is held exclusively,
+briefly, to check for the segment and fill it if missing (a temporary file, published by rename); "users"
+is held shared by every process attached, and the last user to leave removes the segment and then both
+lock files. A segment a crash left behind is complete (it was renamed only when full), keeps its one pair
+of lock files and is reused; a half-filled temporary one is replaced. `clean` (serve/shm_clean.py)
+removes only what no live process holds and reports counts, not files.
 
 Other local users are not trusted. Segments and their locks live in a directory of this user's own,
 `SHM_DIR/dataprep-UID` (mode 0700), so nobody else can read a segment, plant one, truncate one or hold
@@ -24,13 +20,12 @@ DATAPREP_SHM_DIR (read at import; tests set `SHM_DIR` itself) moves the whole tr
 from __future__ import annotations
 
 import fcntl
-import grp
 import hashlib
+import importlib
 import json
 import mmap
 import os
 import stat
-import time
 from dataclasses import dataclass, field
 from multiprocessing import util as mp_util
 from pathlib import Path
@@ -40,29 +35,30 @@ import numpy as np
 
 from ..errors import DataprepError, PackError
 
+# shm_locks.py's names: those used here, and the rest still importable from here, where they lived before
+from .shm_locks import (  # noqa: F401
+    _OPEN,
+    _drop_locks,
+    _group,
+    _holder,
+    _is_at,
+    _leave_if_last,
+    _lock,
+    _nobody_uses,
+    _open_lock,
+    _say_holder,
+    _take_fill,
+    _timeout,
+    _trusted,
+)
+
 SHM_DIR = Path(os.environ.get("DATAPREP_SHM_DIR", "/dev/shm"))
 _MAGIC = b"DPSHM\x00v2"
 _ALIGN = 4096
-_OPEN = os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _nbytes(shape, dtype) -> int:
     return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-
-
-def _timeout() -> float:
-    return float(os.environ.get("DATAPREP_SHM_TIMEOUT", "600"))
-
-
-def _group() -> int | None:
-    """The group segments are shared with (DATAPREP_SHM_GROUP, a name or a gid), or None: this user only."""
-    g = os.environ.get("DATAPREP_SHM_GROUP")
-    if not g:
-        return None
-    try:
-        return int(g) if g.isdigit() else grp.getgrnam(g).gr_gid
-    except KeyError:
-        raise DataprepError(f"DATAPREP_SHM_GROUP={g!r}: no such group") from None
 
 
 def _segment_path() -> Path:
@@ -98,151 +94,6 @@ def segment_dir() -> Path:
         raise DataprepError(f"{d}: group {st.st_gid} and mode {stat.S_IMODE(st.st_mode):o}, not private to group {group}; "
                             "refusing to trust it")
     return d
-
-
-def _trusted(fd: int, path: Path, size: int | None = None) -> str | None:
-    """Why the open file must not be trusted (None: it may): not a regular file, someone else's, readable by
-    others, or not of `size`."""
-    st = os.fstat(fd)
-    group = _group()
-    if not stat.S_ISREG(st.st_mode):
-        return "not a regular file"
-    if group is None and (st.st_uid != os.getuid() or st.st_mode & 0o077):
-        return f"owned by uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}"
-    if group is not None and (st.st_gid != group or st.st_mode & 0o007):
-        return f"group {st.st_gid}, mode {stat.S_IMODE(st.st_mode):o}"
-    if size is not None and st.st_size != size:
-        return f"{st.st_size} bytes, not {size}"
-    return None
-
-
-def _open_lock(path: Path) -> int:
-    mode = 0o600 if _group() is None else 0o660
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_RDWR | _OPEN, mode)
-        if os.fstat(fd).st_uid == os.getuid():
-            os.fchmod(fd, mode)  # what the umask took away (a group member must open it too)
-    except OSError as e:
-        raise DataprepError(f"{path}: cannot open the lock file ({e.strerror or e})") from None
-    why = _trusted(fd, path)
-    if why:
-        os.close(fd)
-        raise DataprepError(f"{path}: a lock file that is {why}; refusing to trust it (remove it)")
-    return fd
-
-
-def _lock(fd: int, how: int, path: Path, holder: Path | None = None, timeout: float | None = None) -> None:
-    """flock with a deadline: a process that holds the lock forever is named, not waited for forever."""
-    timeout = _timeout() if timeout is None else timeout
-    deadline, pause = time.monotonic() + timeout, 0.005
-    while True:
-        try:
-            fcntl.flock(fd, how | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                who = _holder(holder) if holder else None
-                raise DataprepError(f"{path}: waited {timeout:.0f} s for this lock"
-                                    + (f"; it is held by pid {who}" if who else "")
-                                    + " (a stuck process filling or leaving a shared-memory segment: stop it, or run "
-                                    "`dataprep cache clean`)") from None
-            time.sleep(pause)
-            pause = min(pause * 2, 0.25)
-
-
-def _holder(path: Path) -> int | None:
-    """The pid the fill lock's holder wrote into it."""
-    try:
-        fd = os.open(path, os.O_RDONLY | _OPEN)
-        try:
-            return int(os.read(fd, 32).decode().strip() or 0) or None
-        finally:
-            os.close(fd)
-    except (OSError, ValueError):
-        return None
-
-
-def _say_holder(fd: int) -> None:
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
-
-
-def _is_at(fd: int, path: Path) -> bool:
-    """Whether the open file is still the one at `path` (not unlinked, not replaced, since it was opened)."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return False
-    own = os.fstat(fd)
-    return (own.st_dev, own.st_ino) == (st.st_dev, st.st_ino)
-
-
-def _take_fill(path: Path, timeout: float | None = None, wait: bool = True) -> int | None:
-    """A descriptor of the segment's "fill" lock file (made if missing), held exclusively, of the file at its
-    path now: the last user of a segment removes the file while holding it, so one locked after a wait may
-    be gone or replaced, and is then let go and opened again. None: it is held and not `wait`."""
-    lock = path.parent / f"{path.name}.fill"
-    while True:
-        fd = _open_lock(lock)
-        try:
-            if wait:
-                _lock(fd, fcntl.LOCK_EX, path, lock, timeout)
-            else:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    os.close(fd)
-                    return None
-            if _is_at(fd, lock):
-                return fd
-        except BaseException:
-            os.close(fd)
-            raise
-        os.close(fd)  # removed (or replaced) by its last user while we waited: take the one there now
-
-
-def _nobody_uses(path: Path) -> int | None:
-    """Under the fill lock: a descriptor of "users" held exclusively when no process holds it (-1: there is
-    no "users" file, so nobody can), None when some process does."""
-    try:
-        fd = os.open(path.parent / f"{path.name}.users", os.O_RDWR | _OPEN)
-    except FileNotFoundError:
-        return -1
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return fd
-    except OSError:
-        os.close(fd)
-        return None
-
-
-def _drop_locks(path: Path) -> int:
-    """Under the fill lock and with "users" free: remove both lock files, "fill" last (an opener that took
-    the old one notices it went, see `_take_fill`); the number removed."""
-    n = 0
-    for suffix in (".users", ".fill"):
-        try:
-            (path.parent / f"{path.name}{suffix}").unlink()
-            n += 1
-        except FileNotFoundError:
-            pass
-    return n
-
-
-def _leave_if_last(path: Path, remove_segment: bool = True) -> None:
-    """Under the fill lock: when no process uses the segment, remove it (with `remove_segment`) and, once it
-    is gone, its lock files."""
-    users = _nobody_uses(path)
-    if users is None:
-        return  # somebody still uses it
-    try:
-        if remove_segment:
-            path.unlink(missing_ok=True)  # nobody else holds it: we were the last user
-        if not os.path.lexists(path):
-            _drop_locks(path)
-    finally:
-        if users >= 0:
-            os.close(users)
 
 
 def segment_name(manifest: dict[str, Any], split: str) -> str:
@@ -533,77 +384,12 @@ def describe_segments() -> list[dict[str, Any]]:
     return out
 
 
-@dataclass
-class Cleaned:
-    """What `clean` did: (path, bytes) of each segment removed, by kind; lock files removed; what it kept."""
-    unused: list[tuple[str, int]] = field(default_factory=list)  # complete (or damaged) segments nobody used
-    half: list[tuple[str, int]] = field(default_factory=list)  # half-filled temporaries no live process fills
-    in_use: list[tuple[str, int]] = field(default_factory=list)  # removed though in use (`all_mine`)
-    locks: list[str] = field(default_factory=list)
-    kept: list[str] = field(default_factory=list)  # in use, or being filled or left right now
-
-    @property
-    def removed(self) -> list[str]:
-        return [p for p, _ in self.unused + self.half + self.in_use] + self.locks
-
-    def summary(self) -> str:
-        def mb(items):
-            return f"{sum(b for _, b in items) / 1e6:,.1f} MB"
-
-        out = (f"removed {len(self.unused)} unused segment(s) ({mb(self.unused)}), {len(self.half)} half-filled "
-               f"segment(s) left by a killed run ({mb(self.half)}), ")
-        if self.in_use:
-            out += f"{len(self.in_use)} segment(s) in use ({mb(self.in_use)}), "
-        return out + f"{len(self.locks)} stale lock file(s); kept {len(self.kept)} segment(s) in use"
+# shm_clean.py's names, which callers import from here, where they lived before: shm_clean.py imports this
+# module, so they are looked up when first asked for (PEP 562), not imported above
+_CLEAN = ("Cleaned", "clean", "_size")
 
 
-def clean(all_mine: bool = False) -> Cleaned:
-    """Remove this user's segments nobody uses (every one with `all_mine`: processes that map one keep their
-    mapping), half-filled temporaries no process is filling, and lock files no process holds whose segment
-    is gone. Nothing a live process holds is touched: a segment whose fill lock is held (being filled, or
-    its last user leaving) is skipped, and one with a holder of its users lock, or a process mapping it, is
-    kept (its lock files always, the segment too unless `all_mine`)."""
-    done = Cleaned()
-    d = _segment_path()
-    if not d.is_dir():
-        return done
-    bases = sorted({n.split(".tmp-")[0].removesuffix(".fill").removesuffix(".users")
-                    for n in os.listdir(d) if n.startswith("dataprep-")})
-    mapped = _mappers(list_segments())
-    for base in bases:
-        path = d / base
-        fill_was_there = os.path.lexists(d / f"{base}.fill")
-        fill_fd = _take_fill(path, wait=False)
-        if fill_fd is None:  # a live process is filling it or leaving it now
-            done.kept += [str(p) for p in [path, *d.glob(base + ".tmp-*")] if os.path.lexists(p)]
-            continue
-        try:
-            for tmp in sorted(d.glob(base + ".tmp-*")):  # its filler would hold the fill lock: it died
-                done.half.append((str(tmp), _size(tmp)))
-                tmp.unlink(missing_ok=True)
-            users = _nobody_uses(path)
-            try:
-                if os.path.lexists(path):
-                    in_use = users is None or bool(mapped.get(str(path)))
-                    if in_use and not all_mine:
-                        done.kept.append(str(path))
-                    else:
-                        (done.in_use if in_use else done.unused).append((str(path), _size(path)))
-                        path.unlink(missing_ok=True)
-                if users is not None and not os.path.lexists(path):
-                    done.locks += [str(d / f"{base}{x}") for x in (".users", ".fill")
-                                   if os.path.lexists(d / f"{base}{x}") and (x == ".users" or fill_was_there)]
-                    _drop_locks(path)
-            finally:
-                if users is not None and users >= 0:
-                    os.close(users)
-        finally:
-            os.close(fill_fd)
-    return done
-
-
-def _size(path: Path) -> int:
-    try:
-        return os.lstat(path).st_size
-    except FileNotFoundError:
-        return 0
+def __getattr__(name: str) -> Any:
+    if name in _CLEAN:
+        return getattr(importlib.import_module(".shm_clean", __package__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
