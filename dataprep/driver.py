@@ -122,7 +122,7 @@ class BuildSummary:
         out = [*self.after, f"pack: {self.out}"]
         for s in self.splits:
             skip = ", ".join(f"{n} {r}" for r, n in sorted(s.skipped.items())) or "none"
-            kept = f"; {s.kept_jpeg} JPEGs kept as they were" if self.noun != "volumes" else ""
+            kept = f"; {s.kept_jpeg} JPEGs kept as they were" if self.noun not in ("volumes", "videos") else ""  # those kinds keep no source JPEG
             out.append(
                 f"  {s.name}: {s.written} of {s.planned} {self.noun} written, {s.bytes / 1e6:.1f} MB "
                 f"(from {s.source_bytes / 1e6:.1f} MB of sources{kept}); skipped: {skip}"

@@ -67,8 +67,11 @@ def test_a_build_stores_every_frame_in_order_with_its_timestamp_label_and_source
         np.testing.assert_allclose(a["timestamps"][12 * v : 12 * v + 12], np.arange(12) / 10, atol=1e-6)
     sources = [json.loads((tmp_path / "p" / "manifest.json").read_text())["source"]["layout"]]
     assert sources == ["splits"] and "48 frames stored" in "\n".join(summary.lines())
+    assert "JPEGs kept" not in "\n".join(summary.lines())  # an image build's figure: a video build keeps none
     r = CliRunner().invoke(main, ["verify", str(tmp_path / "p"), "--decode"])
     assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["info", str(tmp_path / "p")])
+    assert "split train: 4 samples, 48 frames in 2 shards" in r.output, r.output
 
 
 def test_several_sizes_store_each_frame_at_each(tree, tmp_path):

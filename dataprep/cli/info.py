@@ -152,7 +152,7 @@ def describe(pack, m: dict[str, Any], skipped: bool, kind) -> None:
     for name, sp in m["splits"].items():
         reasons = ", ".join(f"{n} {r}" for r, n in sp.get("skipped_by_reason", {}).items()) or "none"
         size = sp.get("bytes") or sum(f.get("bytes", 0) for s in sp["shards"] for f in s.get("files", {}).values())
-        extra = f", {sp['tokens']:,} tokens" if "tokens" in sp else ""
+        extra = "".join(f", {sp[k]:,} {k}" for k in ("tokens", "frames") if isinstance(sp.get(k), int))
         click.echo(f"split {name}: {sp['count']} samples{extra} in {len(sp['shards'])} shards, {size / 1e6:.1f} MB; skipped: {reasons}")
         if skipped:
             for r in sp.get("skipped", []):
