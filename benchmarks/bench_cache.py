@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
-from dataprep.bench.sweep import pss_bytes as pss  # noqa: E402
+from dataprep.bench.runs import pss_bytes as pss  # noqa: E402
 
 
 def descendants(pid: int) -> list[int]:

@@ -15,11 +15,14 @@ cache="mmap"; a pack held in RAM is read once, at load).
 A limit is an upper bound: a measured rate above one proves that limit was not this path's bound, so the
 verdict names the tightest limit the measurements leave standing, and a rate is never more than 100% of
 the bound it names.
+
+The pieces live beside this module: bench/runs.py times one setting (`measure`, `Run`),
+bench/machine_limits.py measures the limits (`limits`), bench/verdict.py weighs one against the other
+(`verdict`, `overall_pick`). Their names are still served from here.
 """
 from __future__ import annotations
 
 import os
-import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,41 +30,10 @@ from typing import Any
 
 import numpy as np
 
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            parts = f.read().rsplit(")", 1)[1].split()
-        return (int(parts[11]) + int(parts[12])) / TICK
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
-def pss_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-@dataclass
-class Run:
-    path: str
-    workers: int
-    batch: int
-    samples_s: float
-    mb_s: float
-    cpu: dict[str, float]  # process -> CPU seconds per second
-    pss_bytes: int
-    wait_fraction: float  # of the main process's time, spent waiting for the next batch
-    window_rates: list[float] = field(default_factory=list)  # samples/s in each of WINDOWS equal parts of the timed run
-    decode_paths: dict[str, int] = field(default_factory=dict)  # how the run's crops were decoded (Loader.stats())
+# the pieces' names: those used here, and the rest still importable from here, where they lived before
+from .machine_limits import copy_bandwidth, decode_rate, fill_rate, is_plan, limits
+from .runs import TICK, WINDOWS, Run, _cycle, cpu_seconds, decode_counts, measure, pss_bytes, sample_bytes, window_rates  # noqa: F401
+from .verdict import NOISE, bounds, describe, overall_pick, reads_files, verdict  # noqa: F401
 
 
 @dataclass
@@ -77,301 +49,6 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "runs": [asdict(r) for r in self.runs]}
-
-
-def _cycle(loader, passes: list[int]):
-    while True:
-        yield from loader
-        passes[0] += 1
-
-
-def sample_bytes(ds, crop) -> int:
-    """Bytes one served sample occupies in a batch (every key of the dataset's batch layout)."""
-    from ..serve.request import Request
-
-    with warnings.catch_warnings():  # a crop that pads small images is said once by the tool, not per run
-        warnings.simplefilter("ignore")
-        layout = ds.batch_layout(Request(crop=crop))
-    return sum(int(np.prod(s, dtype=np.int64)) * np.dtype(d).itemsize for s, d in layout.values())
-
-
-def measure(ds, path: str, workers: int, batch: int, seconds: float, warmup: float, crop, flip: bool = False) -> Run:
-    """One setting: the Loader serving `ds` with `crop` and `flip` for `seconds` after `warmup`, with the
-    decode paths its crops took over the whole run."""
-    from ..serve.loader import Loader
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        loader = Loader(ds, batch, shuffle=True, num_workers=workers, crop=crop, flip=flip)
-    nbytes = sample_bytes(ds, crop)
-    passes = [0]
-    gen = _cycle(loader, passes)
-    try:
-        t_end = time.perf_counter() + warmup
-        while time.perf_counter() < t_end:
-            next(gen)
-        pids = [os.getpid(), *loader.worker_pids()]
-        cpu0 = [cpu_seconds(p) for p in pids]
-        n, wait = 0, 0.0
-        marks = []  # (time, samples so far) after each batch: the spread of the rate within the run
-        t0 = time.perf_counter()
-        while True:
-            tw = time.perf_counter()
-            b = next(gen)
-            wait += time.perf_counter() - tw
-            n += len(b[-1])
-            marks.append((time.perf_counter() - t0, n))
-            if marks[-1][0] >= seconds:
-                break
-        wall = time.perf_counter() - t0
-        cpu = {("main" if i == 0 else f"worker{i - 1}"): (cpu_seconds(p) - c0) / wall for i, (p, c0) in enumerate(zip(pids, cpu0))}
-        pss = sum(pss_bytes(p) for p in pids)
-        paths = decode_counts(loader, passes[0])
-    finally:
-        gen.close()
-        loader.close()
-    return Run(path, workers, batch, n / wall, n * nbytes / wall / 1e6, cpu, pss, wait / wall, window_rates(marks), paths)
-
-
-def decode_counts(loader, passes: int) -> dict[str, int]:
-    """How the crops of every epoch a run served (warm-up included) were decoded, summed over the workers."""
-    from ..errors import DataprepError
-
-    out: dict[str, int] = {}
-    for epoch in range(passes + 1):
-        try:
-            counts = loader.stats(epoch).get("decode_paths") or {}
-        except DataprepError:  # an epoch this loader did not serve
-            continue
-        for k, v in counts.items():
-            out[k] = out.get(k, 0) + v
-    return out
-
-
-WINDOWS = 5  # parts of a timed run whose rates give its spread
-
-
-def window_rates(marks: list[tuple[float, int]]) -> list[float]:
-    """Samples/s over each of WINDOWS consecutive parts of a run, cut at the batch ends nearest to equal
-    times (fewer parts when the run served fewer batches): how steady the rate was while it was timed."""
-    if not marks:
-        return []
-    times = np.asarray([0.0] + [t for t, _ in marks])
-    counts = np.asarray([0] + [c for _, c in marks])
-    cuts = np.unique(np.searchsorted(times, np.linspace(0, times[-1], WINDOWS + 1)[1:], side="left"))
-    edges = [0, *cuts.tolist()]
-    return [float((counts[b] - counts[a]) / (times[b] - times[a])) for a, b in zip(edges[:-1], edges[1:]) if times[b] > times[a]]
-
-
-def overall_pick(runs: list[Run], load: tuple[float, ...], cores: int, default: str | None = None) -> dict[str, Any]:
-    """The fastest setting over every path, and how sure the run is of it. Each setting's rate has a
-    range (the slowest and fastest of its timed windows); the pick is "clear" when its slowest window beat
-    every other setting's fastest, else the settings whose ranges overlap its own are named as ties (a
-    rerun may order them either way). A busy machine (load above half its cores) is said too: other
-    work moves every figure.
-
-    `default`: the path a user gets without choosing (the dataset's default decode). Another path is
-    picked only when it beat every setting of the default beyond noise (its slowest window above their
-    fastest); else the default's fastest setting is the pick. Either way the workload is the one timed,
-    so a pick is never slower on it than the default, as far as the run can tell."""
-    if not runs:
-        return {}
-    ranked = sorted(runs, key=lambda r: r.samples_s, reverse=True)
-    best = ranked[0]
-    lo = min(best.window_rates or [best.samples_s])
-    theirs = None if default is None or best.path == default else \
-        next((r for r in ranked if r.path == default), None)  # the default's fastest setting
-    kept = None
-    if theirs is not None and max(theirs.window_rates or [theirs.samples_s]) >= lo:  # the default is within noise
-        kept, best = best, theirs
-        ranked = [best] + [r for r in ranked if r is not best]
-        lo = min(best.window_rates or [best.samples_s])
-    ties = [r for r in ranked[1:] if max(r.window_rates or [r.samples_s]) >= lo]
-    busy = max(load) > cores / 2 if load else False
-    if not ties:
-        confidence = "clear"
-        why = (f"its slowest timed window ({lo:,.0f} samples/s) beat every other setting's fastest"
-               + (f" (next: {describe(ranked[1])}, {ranked[1].samples_s:,.0f})" if len(ranked) > 1 else ""))
-    else:
-        confidence = "within noise"
-        why = (f"{len(ties)} other setting(s) reached its range ({lo:,.0f}-{max(best.window_rates or [best.samples_s]):,.0f}"
-               f" samples/s): " + ", ".join(f"{describe(r)} {r.samples_s:,.0f}" for r in ties[:3])
-               + (" ..." if len(ties) > 3 else "") + "; a rerun may order them differently")
-    if kept is not None:
-        why += f"; {describe(kept)} served {kept.samples_s:,.0f}, within noise of the default {default!r}: the default kept"
-    if busy:
-        why += f"; the machine was busy (load {max(load):.1f} on {cores} cores): rerun on a quiet machine to be sure"
-    out = {"path": best.path, "workers": best.workers, "batch": best.batch, "samples_s": best.samples_s,
-           "confidence": confidence, "why": why, "ties": [describe(r) for r in ties], "busy": busy}
-    if theirs is not None and kept is None:  # another path, faster than every setting of the default beyond noise
-        out["default"] = {"path": default, "workers": theirs.workers, "batch": theirs.batch, "samples_s": theirs.samples_s,
-                          "speedup": best.samples_s / max(theirs.samples_s, 1e-9)}
-    return out
-
-
-def describe(r: Run) -> str:
-    """One setting, as the pick names it."""
-    return f"{r.path} workers={r.workers} batch={r.batch}"
-
-
-def fill_rate(ds, batch: int, crop, seconds: float = 0.3, flip: bool = False) -> float:
-    """Samples per second one core puts into a preallocated batch through the dataset's own `fill_batch`
-    (what the Loader's main process or each worker runs), from the arrays the dataset holds, with the
-    workload's crop and flip: the best of several short passes after a warm-up one."""
-    from ..serve.request import Request
-
-    req = Request(crop=crop, flip=flip)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        layout = ds.batch_layout(req)
-        out = {k: np.empty((batch, *shape), dt) for k, (shape, dt) in layout.items()}
-        rng = np.random.default_rng(0)
-        rates = []
-        for _ in range(6):
-            idx = rng.integers(0, len(ds), batch)
-            n, t0 = 0, time.perf_counter()
-            while True:
-                ds.fill_batch(idx, out, req)
-                n += batch
-                if time.perf_counter() - t0 >= seconds / 6:
-                    break
-            rates.append(n / (time.perf_counter() - t0))
-    return max(rates[1:])
-
-
-def copy_bandwidth(threads: int, seconds: float = 0.2) -> float:
-    """This machine's memory copy bandwidth in MB/s (bytes copied: each read once and written once), with
-    `threads` copies at once (numpy releases the GIL while copying), from buffers larger than the caches."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    size = max(4 << 20, (128 << 20) // threads)
-    src = [np.ones(size, np.uint8) for _ in range(threads)]
-    dst = [np.empty(size, np.uint8) for _ in range(threads)]
-
-    def copy(k: int) -> int:
-        n, t_end = 0, time.perf_counter() + seconds
-        while time.perf_counter() < t_end or n < 2:
-            np.copyto(dst[k], src[k])
-            n += 1
-        return n
-
-    with ThreadPoolExecutor(threads) as ex:
-        list(ex.map(lambda k: np.copyto(dst[k], src[k]), range(threads)))  # touch every page first
-        t0 = time.perf_counter()
-        copies = sum(ex.map(copy, range(threads)))
-        wall = time.perf_counter() - t0
-    return copies * size / wall / 1e6
-
-
-def decode_rate(ds, name: str) -> float:
-    """Images per second decoder `name` decodes on one core, from this pack's first 200 stored JPEGs: the
-    best of three passes after a warm-up one."""
-    from ..images.codec import DECODERS
-
-    fn, k = DECODERS[name], min(len(ds), 200)
-    bufs = [ds._blob[ds._offsets[i] : ds._offsets[i + 1]] for i in range(k)]
-    passes = []
-    for _ in range(4):
-        t0 = time.perf_counter()
-        for b in bufs:
-            fn(b, ds.field.channels)
-        passes.append(k / (time.perf_counter() - t0))
-    return max(passes[1:])
-
-
-def limits(ds, paths: list[str], batch: int, crop, pack: Path, cores: int, flip: bool = False) -> dict[str, float]:
-    """This machine's limits for this pack: for gather paths the dataset's batch fill on one core
-    (samples/s) and the memory copy bandwidth of all cores (MB/s); for decode paths the single-core decode
-    rate of each decoder on whole images (none under a crop plan, which decodes less: run_bench measures
-    each path's own fill instead); the file read bandwidth (MB/s); bytes per stored and per served sample."""
-    from ..images.codec import DECODERS
-    from ..serve.cache import available_ram
-
-    out: dict[str, float] = {"sample_bytes": float(sample_bytes(ds, crop))}
-    if any(p not in DECODERS for p in paths):
-        out["gather_samples_s"] = fill_rate(ds, batch, crop, flip=flip)
-        out["memory_mb_s"] = copy_bandwidth(cores)
-    for name in (p for p in paths if p in DECODERS and not is_plan(crop)):
-        out[f"decode_{name}_samples_s"] = decode_rate(ds, name)
-    # the pack's files: shard .npy files, one HDF5 file, or a Zarr group's chunk files
-    files = [pack] if pack.is_file() else [p for p in pack.rglob("*") if p.is_file() and p.suffix != ".json"]
-    total = sum(p.stat().st_size for p in files)
-    buf = bytearray(1 << 22)
-    t0 = time.perf_counter()
-    for p in files:
-        with open(p, "rb", buffering=0) as f:
-            while f.readinto(buf):
-                pass
-    out["read_mb_s"] = total / 1e6 / max(time.perf_counter() - t0, 1e-9)
-    out["stored_bytes_per_sample"] = total / max(len(ds), 1)
-    out["stored_bytes"], out["available_ram"] = float(total), float(available_ram())
-    return out
-
-
-# A limit measured up to this much below a rate the Loader reached is taken as that rate (the two
-# measurements ran at different moments of a shared machine); further below, it was not this path's bound.
-NOISE = 1.15
-
-
-def reads_files(lim: dict[str, float], cache: str) -> bool:
-    """Whether serving reads the pack's files: only a mapped pack (ram and shm hold it in RAM) that is larger
-    than the RAM available (else its pages stay in the page cache after the first pass)."""
-    return cache == "mmap" and lim.get("stored_bytes", 0) > lim.get("available_ram", float("inf"))
-
-
-def bounds(path: str, procs: int, lim: dict[str, float], cache: str) -> dict[str, tuple[str, float]]:
-    """Each limit that can bound `path` with `procs` processes filling batches: bound -> (what, samples/s)."""
-    out: dict[str, tuple[str, float]] = {}
-    if f"fill_{path}_samples_s" in lim:  # a crop plan: the path's decode and crop, as a worker runs them
-        out["decode-bound"] = (f"{path} decode and crop x {procs} core(s)", lim[f"fill_{path}_samples_s"] * procs)
-    elif f"decode_{path}_samples_s" in lim:
-        out["decode-bound"] = (f"{path} decode x {procs} core(s)", lim[f"decode_{path}_samples_s"] * procs)
-    else:
-        out["gather-bound"] = (f"gather x {procs} core(s)", lim["gather_samples_s"] * procs)
-        if lim.get("memory_mb_s") and lim.get("sample_bytes"):
-            out["memory-bandwidth-bound"] = (f"memory bandwidth {lim['memory_mb_s']:,.0f} MB/s",
-                                             lim["memory_mb_s"] * 1e6 / lim["sample_bytes"])
-    if reads_files(lim, cache):
-        out["I/O-bound"] = (f"file read {lim['read_mb_s']:,.0f} MB/s",
-                            lim["read_mb_s"] * 1e6 / max(lim["stored_bytes_per_sample"], 1))
-    return out
-
-
-def verdict(path: str, runs: list[Run], lim: dict[str, float], cores: int, cache: str = "ram",
-            loader_args: str = "") -> dict[str, Any]:
-    """Name what bounds a path's best setting, and the setting to use (`loader_args`: the workload's crop
-    and flip, as Workload.loader_args writes them). The bound named is the tightest limit at or above the
-    best rate; a limit the Loader beat (beyond measurement noise) is set aside with a note."""
-    best = max(runs, key=lambda r: r.samples_s)
-    rate = best.samples_s
-    by_w = {r.workers: r.samples_s for r in runs if r.batch == best.batch}
-    procs = min(max(1, best.workers), cores)
-    cands = bounds(path, procs, lim, cache)
-    held = {k: v for k, v in cands.items() if v[1] * NOISE >= rate}
-    notes = [f"{what} would allow {v:,.0f} samples/s, but {rate:,.0f} were served: not this path's bound"
-             for k, (what, v) in cands.items() if k not in held]
-    if held:
-        kind, (what, limit) = min(held.items(), key=lambda kv: kv[1][1])
-        if limit < rate:
-            notes.append(f"{what} measured {limit:,.0f} samples/s, within noise of the {rate:,.0f} served: taken as {rate:,.0f}")
-            limit = rate
-    else:
-        kind, what, limit = "unknown", "the best rate itself (every measured limit is below it)", rate
-    more = [w for w in by_w if w > best.workers]
-    if kind == "unknown" or rate >= 0.6 * limit:
-        bound = kind
-    elif best.workers < cores and not more:
-        bound = "worker-starved"
-    else:
-        bound = "loader overhead"
-    rec = f"Loader(num_workers={best.workers}, batch_size={best.batch}{loader_args})" + \
-        (f" with decode={path!r}" if "decode-bound" in cands else "")
-    if bound == "worker-starved":
-        rec += f"; try num_workers={best.workers + 1} and more"
-    elif bound in ("decode-bound", "gather-bound") and best.workers < cores:
-        rec += f"; up to {cores} workers (one per core) raise the limit"
-    return {"bound": bound, "best_samples_s": rate, "limit_samples_s": limit, "limit_what": what,
-            "fraction_of_limit": rate / limit if limit else 0.0, "recommend": rec, "notes": notes}
 
 
 def gather_path(field) -> str:
@@ -496,13 +173,6 @@ def run_bench(pack: str | os.PathLike, workers: list[int] | None = None, batches
         if default is not None and default not in paths:
             rep.pick["why"] += f"; the default decode={default!r} was not timed (--paths), so the pick is not compared with it"
     return rep
-
-
-def is_plan(crop) -> bool:
-    """Whether `crop` is a crop plan (RandomResizedCrop, CenterCrop), which decodes less than the whole image."""
-    from ..images.crops import CenterCrop, RandomResizedCrop
-
-    return isinstance(crop, (RandomResizedCrop, CenterCrop))
 
 
 def table(rep: Report) -> list[str]:
