@@ -3,6 +3,7 @@ labels (and captions), and how to read each one's bytes. One listing module per 
 
     folders.py     class folders, the ImageNet layout (val labels files), flat trees
     webdataset.py  WebDataset tar shards (plain or gzip), grouped by key as WebDataset does
+                   (its tar members read: tar_members.py; a sample's label and caption: wds_labels.py)
     parquet.py     Parquet files, Arrow IPC files and `datasets.save_to_disk` directories with an image column
                    (what pyarrow reads checked first: arrow_checks.py, and parquet_pages.py for Parquet pages)
                    (its inputs and columns checked: table_inputs.py; its cells read: table_cells.py)
