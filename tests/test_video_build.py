@@ -430,6 +430,9 @@ def test_a_forged_timestamp_far_on_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(read, "VIDEO_MAX_SECONDS", 500)
     with pytest.raises(VideoDecodeError, match="too long.*frame 3 is stamped 1,000 s after the first, past the 500 s"):
         list(read_frames(str(src / "c" / "v.mp4")))
+    for fps, times in ((None, [0.0, 0.1]), (10, [0.0, 0.1, 0.2, 0.3, 0.4])):  # --max-seconds stops the reader first
+        got = [round(t, 6) for _, t in read_frames(str(src / "c" / "v.mp4"), VideoSettings(fps=fps, max_seconds=0.5))]
+        assert got == times, fps
     monkeypatch.setattr(vf, "VIDEO_MAX_SECONDS", 500)
     index = {"video_starts": np.array([0, 2]), "timestamps": np.array([0.0, 1000.0]), "shapes": np.ones((2, 3), np.int32)}
     assert "past 500 s" in FramesField(ImageField("jpeg", None, 3)).check(index)[0]

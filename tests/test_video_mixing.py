@@ -220,6 +220,9 @@ def test_a_mixture_moves_every_member_in_its_first_fill_so_threads_may_fill_it(s
     out = {k: np.empty((1, *shape), dt) for k, (shape, dt) in layout.items()}
     mix.fill_batch(np.array([first]), out, Request(resolution=32))
     assert [d.resolution for d in mix.datasets] == [32, 32]
+    mix.datasets[1].use(48)  # moved by something else (another Loader over the member): settled by its own state
+    mix.fill_batch(np.array([first]), out, Request(resolution=32))
+    assert [d.resolution for d in mix.datasets] == [32, 32]
     schedule = dataprep.Schedule.table([32, 48], SCHEDULE)
 
     def run(**kw):

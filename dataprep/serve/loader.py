@@ -325,7 +325,7 @@ class Loader:
                 if k not in capacity or capacity[k][0] < nbytes:
                     capacity[k] = (nbytes, dt)
             if self.threads and self._fills is not None:
-                self._fills.settle()  # no part still writes the old buffer
+                self._fills.drain()  # no part still writes the old buffer
             # threads and inline fills: this process's own memory (no mapping to share: Windows has no MAP_SHARED)
             self.ring.make(capacity, self._slots(), bool(self.num_workers) and not self.threads, self.batch_size,
                            self.hold_bytes)

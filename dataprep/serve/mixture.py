@@ -180,7 +180,8 @@ class Mixture:
 
     def settle(self, request: Request) -> None:
         """Move every member to what `request` asks (the resolution it holds: the contract's `settle`), so that
-        no member moves while fills run in several threads.
+        no member moves while fills run in several threads. A member the pass draws nothing from moves too (it
+        loads that resolution where it does not keep it): the cost of a move made once, before any thread fills.
 
         Args:
             request: What the pass asks for.
@@ -190,7 +191,11 @@ class Mixture:
                 settle = contract.hook(d, "settle")
                 if settle is not None:
                     settle(Request(request.epoch, member_seed(request.seed, m), request.resolution, request.crop, request.flip))
-            self.__dict__["_settled"] = request.resolution
+
+    def _unsettled(self, resolution: int) -> bool:
+        """Whether a member that settles holds another resolution than `resolution` (by its own state: something
+        else, another Loader or `use`, may have moved it since this mixture last settled it)."""
+        return any(contract.attribute(d, "resolution") != resolution for d in self.datasets if contract.has_hook(d, "settle"))
 
     def _planning(self):
         """The lock held while the plans, shuffles and joined view this mixture keeps are looked up or made:
@@ -422,7 +427,7 @@ class Mixture:
 
     def __getstate__(self):
         """Without the caches (worked out again where needed)."""
-        return {k: v for k, v in self.__dict__.items() if k not in ("_plans", "_last", "_orders", "_joined", "_lock", "_settled")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_plans", "_last", "_orders", "_joined", "_lock")}
 
     # -- a dataset ------------------------------------------------------------------------------------
     @property
@@ -430,7 +435,7 @@ class Mixture:
         """The members' decode path counts in this process, summed (the contract's `decode_paths`)."""
         out: dict[str, int] = {}
         for d in self.datasets:
-            for k, v in (contract.attribute(d, "decode_paths") or {}).items():
+            for k, v in dict(contract.attribute(d, "decode_paths") or {}).items():  # a copy: fills in threads add keys
                 out[k] = out.get(k, 0) + v
         return out
 
@@ -507,7 +512,7 @@ class Mixture:
             rows: The batch rows to write; None is the first len(idx).
         """
         r = request or Request()
-        if self.__dict__.get("_settled", ...) != r.resolution:  # a pass's first fill: run alone by the thread backend
+        if r.resolution is not None and self._unsettled(r.resolution):  # a pass's first fill: run alone by the thread backend
             self.settle(r)
         if isinstance(idx, range) and idx.start < 0:  # a part of one padding position (request.as_run)
             idx = np.asarray(idx, np.int64)
@@ -772,9 +777,10 @@ _RAMP = np.arange(0, dtype=np.int64)
 def _ramp(n: int) -> np.ndarray:
     """0..n-1, sliced from one array kept per process (a run check is then one comparison)."""
     global _RAMP
-    if len(_RAMP) < n:
-        _RAMP = np.arange(max(n, 2 * len(_RAMP)), dtype=np.int64)
-    return _RAMP[:n]
+    ramp = _RAMP  # read once: a fill in another thread may replace it meanwhile
+    if len(ramp) < n:
+        ramp = _RAMP = np.arange(max(n, 2 * len(ramp)), dtype=np.int64)
+    return ramp[:n]
 
 
 def _shares(node, c: np.ndarray, out: list) -> None:

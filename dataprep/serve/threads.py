@@ -61,7 +61,7 @@ class ThreadFills:
             del self.inflight[f]
         return set(self.inflight.values())
 
-    def settle(self) -> None:
+    def drain(self) -> None:
         """Wait for every part in flight (those of a pass left early): their errors no longer matter."""
         for f in list(self.inflight):
             try:
@@ -75,7 +75,7 @@ class ThreadFills:
 
     def begin(self, ring: Ring, req, layout: dict, runs: bool, rec: Any) -> None:
         """A pass starts: parts of one left early are waited for; its first part runs alone (see above)."""
-        self.settle()
+        self.drain()
         if rec is not None:  # decode counts: this process's, read against this start (as with no workers)
             rec.paths_of, rec.paths_from = self.dataset, decode_snapshot(self.dataset)
         key = req.but(epoch=0)

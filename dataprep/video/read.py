@@ -109,9 +109,10 @@ def _rgb(frame, scaled: Scaled | None) -> np.ndarray:
     return np.ascontiguousarray(np.rot90(pixels, k)) if k else pixels
 
 
-def _decoded(path: str, container, stream, max_pixels: int,
-             scaled: Scaled | None = None) -> Iterator[tuple[np.ndarray, float, float | None]]:
-    """Every decoded frame: upright RGB pixels (scaled as `_rgb` says), its time in seconds from the first frame,
+def _decoded(path: str, container, stream, max_pixels: int, scaled: Scaled | None = None,
+             until: float | None = None) -> Iterator[tuple[np.ndarray, float, float | None]]:
+    """Every decoded frame: upright RGB pixels (scaled as `_rgb` says), its time in seconds from the first frame
+    (refused past limits.VIDEO_MAX_SECONDS, unless at or after `until`, --max-seconds, where the reader stops),
     and its duration in seconds where the stream gives one."""
     av = _av()
     first = None
@@ -133,7 +134,7 @@ def _decoded(path: str, container, stream, max_pixels: int,
                 first = at if first is None else first
                 t = at - first
             t = max(t, last_t)  # a stream whose pts run backwards keeps its times non-decreasing
-            if t > VIDEO_MAX_SECONDS:
+            if t > VIDEO_MAX_SECONDS and (until is None or t < until):  # past --max-seconds the reader stops first
                 raise VideoDecodeError(path, "too long", f"frame {n} is stamped {t:,.0f} s after the first, past the "
                                        f"{VIDEO_MAX_SECONDS:,} s one video may span (a forged timestamp?)")
             last_t = t
@@ -181,7 +182,7 @@ def read_frames(path: str, settings: VideoSettings = VideoSettings(), max_bytes:
             stream.thread_type = "AUTO"
             _stream_info(path, stream, max_pixels, settings)
             n = 0
-            for pixels, t in _resampled(_decoded(path, container, stream, max_pixels, scaled), settings.fps):
+            for pixels, t in _resampled(_decoded(path, container, stream, max_pixels, scaled, settings.max_seconds), settings.fps):
                 if settings.max_seconds is not None and t >= settings.max_seconds:
                     break
                 n += 1
