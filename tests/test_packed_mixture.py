@@ -77,10 +77,11 @@ def test_every_target_of_every_member_is_served_once_a_member_epoch(two):
     want = targets(ids["a"]) + targets(ids["a"]) + targets(ids["b"])
     docs = by_mixture_id(two)
     served = {}
-    for workers in (0, 2):
-        with dataprep.Loader(mix, 4, num_workers=workers) as ld:
+    for workers, threads in ((0, False), (2, False), (3, True)):
+        with dataprep.Loader(mix, 4, num_workers=workers, threads=threads) as ld:
             served[workers] = [{k: v.clone() if torch.is_tensor(v) else v for k, v in b.items()} for b in ld]
     got = served[0]
+    assert len(served[3]) == len(got) and all(torch.equal(x[k], y[k]) for x, y in zip(got, served[3]) for k in list(x)[:5])
     assert all(list(b) == ["input_ids", "labels", "position_ids", "document_ids", "cu_seqlens", "max_seqlen"] for b in got)
     assert served_targets(got) == want
     for batch in got:
@@ -128,10 +129,11 @@ def test_a_state_taken_mid_epoch_resumes_exactly_and_on_another_world_size(two):
         it = iter(ld)
         head = [next(it)["input_ids"].clone() for _ in range(5)]
         state = ld.state_dict()
-    with loader() as ld:
-        ld.load_state_dict(state)
-        rest = [b["input_ids"].clone() for b in ld]
-    assert len(head + rest) == len(whole) and all(torch.equal(x, y) for x, y in zip(head + rest, whole))
+    for kw in ({}, {"num_workers": 2, "threads": True}):
+        with loader(**kw) as ld:
+            ld.load_state_dict(state)
+            rest = [b["input_ids"].clone() for b in ld]
+        assert len(head + rest) == len(whole) and all(torch.equal(x, y) for x, y in zip(head + rest, whole)), kw
     seen: collections.Counter = collections.Counter()  # 2 ranks stopped after 3 steps, resumed on 1
     states = []
     for rank in range(2):
