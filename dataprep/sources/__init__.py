@@ -5,7 +5,8 @@ labels (and captions), and how to read each one's bytes. One listing module per 
     webdataset.py  WebDataset tar shards (plain or gzip), grouped by key as WebDataset does
                    (its tar members read: tar_members.py; a sample's label and caption: wds_labels.py)
     parquet.py     Parquet files, Arrow IPC files and `datasets.save_to_disk` directories with an image column
-                   (what pyarrow reads checked first: arrow_checks.py, and parquet_pages.py for Parquet pages)
+                   (what pyarrow reads checked first: arrow_checks.py, and parquet_pages.py for Parquet pages,
+                   their footer and headers read by parquet_footer.py, blanked by parquet_blanks.py)
                    (its inputs and columns checked: table_inputs.py; its cells read: table_cells.py)
     pathlist.py    a CSV of path,label[,caption] rows relative to a root
 

@@ -331,7 +331,7 @@ def _ipc_oversized(data, schema, message: _BatchMessage, columns: Sequence[str],
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Read-only streams handed to pyarrow: a substream of an IPC file here, a blanked Parquet file in parquet_pages.py
+# Read-only streams handed to pyarrow: a substream of an IPC file here, a blanked Parquet file in parquet_blanks.py
 
 
 class _Seekable(io.RawIOBase):

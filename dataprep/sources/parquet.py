@@ -54,12 +54,13 @@ reasons, never a crash, a dead worker or a wrong value.
 - An Image struct's `path` is resolved inside the table's folder (the dataset's), never followed out of it,
   and skipped by its size over the cap (sources/table_cells.py's `_read_inside`).
 
-The checks are in two modules beside this one: sources/arrow_checks.py validates what pyarrow reads and
-reads Arrow IPC messages (`_valid`, `_exact_offsets`, `_ipc_oversized`); sources/parquet_pages.py reads the
-Parquet footer and page headers, blanks pages for pyarrow and streams them (`_parquet_oversized`,
-`_Blanked`, `_page_cells`). What the listing is given is checked in sources/table_inputs.py (files,
-save_to_disk directories, ClassLabel names, columns: `_inputs`, `_image_column`, `_label`), and a cell's size,
-value and image bytes come from sources/table_cells.py (`_cell_sizes`, `_pylist`, `_cell`).
+The checks are in modules beside this one: sources/arrow_checks.py validates what pyarrow reads and
+reads Arrow IPC messages (`_valid`, `_exact_offsets`, `_ipc_oversized`); sources/parquet_pages.py weighs
+Parquet pages against the cap and streams them (`_parquet_oversized`, `_page_cells`), from the footer and
+page headers parquet_footer.py reads, and parquet_blanks.py blanks pages for pyarrow (`_Blanked`). What
+the listing is given is checked in sources/table_inputs.py (files, save_to_disk directories, ClassLabel
+names, columns: `_inputs`, `_image_column`, `_label`), and a cell's size, value and image bytes come from
+sources/table_cells.py (`_cell_sizes`, `_pylist`, `_cell`).
 """
 from __future__ import annotations
 
@@ -85,7 +86,9 @@ from .arrow_checks import (
     _valid,
 )
 from .listing import Source, labelled_split, skip
-from .parquet_pages import _blanked_file, _Oversized, _Page, _page_cells, _parquet_oversized
+from .parquet_blanks import _blanked_file
+from .parquet_footer import _Page
+from .parquet_pages import _Oversized, _page_cells, _parquet_oversized
 from .table_cells import PATH_MAX, NotUtf8, _capped, _cell, _cell_sizes, _image_sizes, _is_bytes, _pylist, _read_inside  # noqa: F401
 from .table_inputs import (  # noqa: F401
     IMG2DATASET,
