@@ -20,15 +20,19 @@ does. benchmarks/bench_resume.py compares a mixture's batches with one pack's.
 from __future__ import annotations
 
 import threading
-from functools import lru_cache
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from ..errors import DataprepError, UsageError
 from . import contract, draws
+from .apportion import _shares, _tree
+from .mixture_fills import MixtureFills, Part, member_seed
+from .mixture_labels import ClassListsDiffer, _label_space, _name
 from .plans import Joined, Plan
 from .request import Request
+
+__all__ = ["Mixture", "ClassListsDiffer", "Part", "member_seed"]  # the last three from their modules, importable here
 
 PERMUTATION_LIMIT = 1 << 22  # members up to this many samples keep their shuffle as an array (int32: 16 MiB)
 # Positions a plan works out at once (a few plans kept per process). Arrays of 8,192 int64 stay under
@@ -37,20 +41,7 @@ PERMUTATION_LIMIT = 1 << 22  # members up to this many samples keep their shuffl
 CHUNK = 1 << 13
 
 
-class Part(NamedTuple):
-    """One member's share of some positions of a mixture epoch: which member serves them, in which of its
-    epochs, at which rows of the positions (a slice where they are contiguous, else an int array), their
-    indices in the member and, where asked for and the member has them (contract.Addressed), its addresses
-    of them (else None)."""
-
-    member: int
-    epoch: int
-    rows: slice | np.ndarray
-    index: np.ndarray
-    addresses: np.ndarray | None = None
-
-
-class Mixture:
+class Mixture(MixtureFills):
     """Datasets of one kind served as one, in proportion to `weights`.
 
     Args:
@@ -169,6 +160,11 @@ class Mixture:
         """The names of the labels this mixture serves (label i is classes[i]), or None: its members serve
         no labels, or labels="as_is" over members whose lists differ."""
         return None if self._classes is None else list(self._classes)
+
+    @property
+    def label_key(self) -> str | None:
+        """The batch key its labels are served under ("labels", "masks", "target"), None where it serves none."""
+        return self._label_key
 
     @property
     def fills_in_threads(self) -> bool:
@@ -430,15 +426,6 @@ class Mixture:
         return {k: v for k, v in self.__dict__.items() if k not in ("_plans", "_last", "_orders", "_joined", "_lock")}
 
     # -- a dataset ------------------------------------------------------------------------------------
-    @property
-    def decode_paths(self) -> dict[str, int]:
-        """The members' decode path counts in this process, summed (the contract's `decode_paths`)."""
-        out: dict[str, int] = {}
-        for d in self.datasets:
-            for k, v in dict(contract.attribute(d, "decode_paths") or {}).items():  # a copy: fills in threads add keys
-                out[k] = out.get(k, 0) + v
-        return out
-
     def __len__(self) -> int:
         return self.samples
 
@@ -449,208 +436,6 @@ class Mixture:
             epoch: The epoch.
         """
         self.epoch = int(epoch)
-
-    def __getitem__(self, i):
-        """Position i of `set_epoch`'s epoch, as the Loader (seed 0) serves it: a tuple of tensors, one per
-        key of the members' batch layout (a label is a 0-d tensor); a dict of them where the members
-        `serves_dicts`."""
-        import torch
-
-        if not -self.samples <= int(i) < self.samples:
-            raise IndexError(f"index {i} out of range for a mixture epoch of {self.samples}")
-        req = Request(epoch=self.epoch)
-        out = {k: np.empty((1, *shape), np.dtype(dt)) for k, (shape, dt) in self.batch_layout(req).items()}
-        self.fill_batch(np.array([int(i) % self.samples]), out, req)
-        if self.serves_dicts:
-            return {k: torch.from_numpy(v[0, ...]) for k, v in out.items()}
-        return tuple(torch.from_numpy(v[0, ...]) for v in out.values())  # [0, ...]: a label a 0-d array, not a scalar
-
-    def worker_init(self) -> None:
-        """Each member's worker_init (contract.WorkerInit), where it has one."""
-        for d in self.datasets:
-            init = contract.hook(d, "worker_init")
-            if init is not None:
-                init()
-
-    def batch_layout(self, request: Request | None = None):
-        """What one sample occupies in a batch: the members' common layout (they must agree).
-
-        Args:
-            request: What the pass asks for (crop, flip, resolution); None is a plain request.
-
-        Returns:
-            {key: (sample shape, dtype)}, one tensor of the batch per key, in order.
-        """
-        request = request or Request()
-        layouts = [d.batch_layout(request) for d in self.datasets]
-        first = {k: (tuple(s), np.dtype(t)) for k, (s, t) in layouts[0].items()}
-        for m, lay in enumerate(layouts[1:], 1):
-            got = {k: (tuple(s), np.dtype(t)) for k, (s, t) in lay.items()}
-            if got != first:
-                key = next((k for k in first if got.get(k) != first[k]), None) or next(k for k in got if k not in first)
-                raise DataprepError(
-                    f"a Mixture's members serve different batches (member {m}, {_name(self.datasets[m], m)}: {key} "
-                    f"{_shape(got.get(key))} vs member 0, {_name(self.datasets[0], 0)}: {_shape(first.get(key))}): one "
-                    "context, one image size (or one crop), one dtype, one max_boxes (detection packs)")
-        return layouts[0]
-
-    fills_rows = True
-    fills_runs = True  # the Loader passes a run of positions as a range (serve/request.py)
-
-    def fill_batch(self, idx, out: dict[str, np.ndarray], request: Request | None = None,
-                   rows: np.ndarray | None = None) -> None:
-        """Fill the batch (or its rows `rows`) with positions `idx`, in place.
-
-        A run of positions (the Loader's case) is sliced from a plan: through the members' joined view
-        where they line up (`_fill_joined`), else member by member (`_fill_run`). Scattered positions are
-        worked out one by one (`_fill_scattered`).
-
-        Args:
-            idx: The positions, or a range of them.
-            out: The batch's arrays by key, as `batch_layout` gives them.
-            request: What the pass asks for: epoch, seed, crop, flip.
-            rows: The batch rows to write; None is the first len(idx).
-        """
-        r = request or Request()
-        if r.resolution is not None and self._unsettled(r.resolution):  # a pass's first fill: run alone by the thread backend
-            self.settle(r)
-        if isinstance(idx, range) and idx.start < 0:  # a part of one padding position (request.as_run)
-            idx = np.asarray(idx, np.int64)
-        if isinstance(idx, range) and idx.step == 1:
-            if not len(idx):
-                return
-            if idx.start < 0 or idx.stop > self.samples:
-                raise IndexError(f"a position is out of range for a mixture epoch of {self.samples}")
-            run = (idx.start, idx.stop)
-        else:
-            idx = np.asarray(idx, np.int64).reshape(-1)
-            if not idx.size:
-                return
-            if int(idx.min()) == -1 and self.pads_empty:
-                self._fill_padded(idx, out, r, rows)
-                return
-            run = self._run(idx)
-        if run is None:
-            self._fill_scattered(idx, out, r, rows)
-            return
-        with self._planning():
-            join = self._join()
-        if join is not None:
-            self._fill_joined(run, join, out, r, rows)
-        else:
-            self._fill_run(run, out, r, rows)
-
-    def _fill_padded(self, idx: np.ndarray, out: dict[str, np.ndarray], r: Request, rows) -> None:
-        """Positions with padding among them (-1: the Loader evens out the ranks' last batch, `pads_empty`):
-        the others as any positions, the padding by the first member (as its own -1), in the member epoch
-        that ends the mixture epoch (a plan it holds already)."""
-        at = np.arange(len(idx)) if rows is None else np.asarray(rows)
-        real, pad = np.flatnonzero(idx >= 0), np.flatnonzero(idx < 0)
-        if len(real):
-            self.fill_batch(idx[real], out, r, at[real])
-        per = int(self._per_epoch[0])
-        epoch = r.epoch if self.exhausted == "stop" else max(0, (r.epoch * per + per - 1) // int(self.lengths[0]))
-        self._fill_part(Part(0, epoch, pad, np.full(len(pad), -1, np.int64)), out, r, at)
-
-    def _fill_joined(self, run: tuple[int, int], join: Joined, out: dict[str, np.ndarray], r: Request, rows) -> None:
-        """Token members that line up (one dtype and context): one gather of the run's windows through the
-        joined view, at the window starts drawn for the plan (each shifted to its member's rows of the view),
-        converted into the batch by the first member (contract.Windowed)."""
-        with self._planning():
-            plan, i = self._plan(*run, r.epoch)
-            at = slice(i, i + run[1] - run[0])
-            addresses = self._plan_addresses(plan, r.seed)[at] + join.shift[plan.member[at]]
-        self.datasets[0].fill_raw(join.view[addresses], out, rows)
-
-    def _fill_run(self, run: tuple[int, int], out: dict[str, np.ndarray], r: Request, rows) -> None:
-        """A run of positions, sliced from its plan into the members' parts (token members at the plan's
-        window starts), each filled into its rows."""
-        with self._planning():
-            parts = self._run_parts(*run, r.epoch, r.seed)
-        self._fill_members(parts, out, r, rows)
-
-    def _fill_scattered(self, idx: np.ndarray, out: dict[str, np.ndarray], r: Request, rows) -> None:
-        """Positions that are no run, their members and indices worked out one by one."""
-        with self._planning():
-            parts = self._scattered(idx, r.epoch)
-        self._fill_members(parts, out, r, rows)
-
-    def _fill_members(self, parts: list[Part], out: dict[str, np.ndarray], r: Request, rows) -> None:
-        """The members' parts of a batch into their rows (`rows`: the batch rows the positions fill, None for
-        out's first ones), then their labels renumbered into the mixture's classes where they need it."""
-        self._fill_parts(parts, out, r, rows)
-        if self._luts is not None and self._label_key in out:
-            self._relabel(parts, out[self._label_key], rows)
-        if self._doc_starts is not None and "document_ids" in out:
-            self._renumber_documents(parts, out["document_ids"], rows)
-
-    def _renumber_documents(self, parts: list[Part], docs: np.ndarray, rows) -> None:
-        """Each member's document ids in the batch (packed rows) moved past the documents of the members
-        before it, so an id names one document of one member; padding (-1) is kept."""
-        for p in parts:
-            start = int(self._doc_starts[p.member])
-            if start:
-                at = p.rows if rows is None else np.asarray(rows)[p.rows]
-                got = docs[at]
-                docs[at] = np.where(got >= 0, got + start, got)
-
-    def _relabel(self, parts: list[Part], labels: np.ndarray, rows) -> None:
-        """Each member's labels in the batch renumbered into the mixture's classes (labels="by_name" or
-        "offset"), once the member has filled its rows. A label below 0 is padding (a detection row's unused
-        boxes are -1), never a class: kept as it is."""
-        for p in parts:
-            m, lut = p.member, self._luts[p.member]
-            if lut is None:
-                continue
-            at = p.rows if rows is None else np.asarray(rows)[p.rows]
-            got = labels[at]
-            real = got >= 0
-            if real.any() and int(got[real].max()) >= len(lut):
-                raise DataprepError(f"Mixture member {m} ({_name(self.datasets[m], m)}) served label "
-                                    f"{int(got[real].max())} outside its {len(lut)} classes")
-            labels[at] = np.where(real, lut[np.where(real, got, 0)], got)
-
-    def _fill_parts(self, parts: list[Part], out: dict[str, np.ndarray], r: Request, rows) -> None:
-        """The members' parts of a batch, each into its rows: all in one call where the members' class fills
-        parts together (contract.FillsParts: image members, their crops and flips drawn in one pass), else
-        each its own (`_fill_part`)."""
-        many = contract.fill_parts_of(self.datasets[0])
-        if many is not None and len(parts) > 1 and all(p.addresses is None for p in parts):
-            many([(self.datasets[p.member], p.index, p.rows if rows is None else np.asarray(rows)[p.rows],
-                   self._member_request(r, p)) for p in parts], out)
-            return
-        for p in parts:
-            self._fill_part(p, out, r, rows)
-
-    def _fill_part(self, p: Part, out: dict[str, np.ndarray], r: Request, rows) -> None:
-        """One member's part into its rows: from its addresses (contract.Addressed); a contiguous share
-        straight into the batch; scattered rows in place where the member can (contract.FillsRows:
-        tokens, tables, mixtures), else through a buffer of its own."""
-        d = self.datasets[p.member]
-        at = p.rows if rows is None else np.asarray(rows)[p.rows]
-        if p.addresses is not None:
-            d.fill_addresses(p.addresses, out, at)
-            return
-        req = self._member_request(r, p)
-        if isinstance(at, slice):
-            d.fill_batch(p.index, {k: v[at] for k, v in out.items()}, req)
-            return
-        a, b = int(at[0]), int(at[-1]) + 1
-        if b - a == len(at):
-            d.fill_batch(p.index, {k: v[a:b] for k, v in out.items()}, req)
-        elif contract.flag(d, "fills_rows"):
-            d.fill_batch(p.index, out, req, rows=at)
-        else:
-            part = {k: np.empty((len(at), *v.shape[1:]), v.dtype) for k, v in out.items()}
-            d.fill_batch(p.index, part, req)
-            for k, v in out.items():
-                v[at] = part[k]
-
-    @staticmethod
-    def _member_request(r: Request, p: Part) -> Request:
-        """What a member is asked to fill its part with: its own epoch and seed, the batch's resolution,
-        crop and flip."""
-        return Request(p.epoch, member_seed(r.seed, p.member), r.resolution, r.crop, r.flip)
 
     def _join(self) -> Joined | None:
         """The members' windows joined into one view (token packs of one context and dtype), or None where
@@ -667,110 +452,6 @@ class Mixture:
         return got if got.view is not None else None
 
 
-def _shape(spec) -> str:
-    """A batch key's (sample shape, dtype) as an error says it."""
-    return "absent" if spec is None else f"{spec[0]} {spec[1]}"
-
-
-class ClassListsDiffer(DataprepError, ValueError):
-    """A Mixture's members name their labels differently, and the Mixture was not told how to mix them."""
-
-
-def _name(d, m: int) -> str:
-    """A member as an error names it: its pack (and split), else its kind."""
-    pack = getattr(d, "pack", None)
-    if pack is None:
-        return type(d).__name__
-    split = getattr(d, "split", None)
-    return f"{pack}" + (f", {split}" if split else "")
-
-
-def _labels_of(d) -> tuple[str | None, list | None]:
-    """(the batch key a member serves its class labels under, or None where it serves none; their names,
-    or None where it has none)."""
-    if isinstance(d, Mixture):
-        return d._label_key, d.classes
-    kinds = getattr(d, "kinds", None) or ()
-    if "segmentation" in kinds:  # class labels are mask values
-        return "masks", list(d.classes) if getattr(d, "classes", None) else None
-    if "detection" in kinds:  # one label a box, under "labels" (padding -1), named by the pack's classes
-        return "labels", list(contract.attribute(d, "classes") or []) or None
-    target = getattr(d, "target_info", None)
-    if isinstance(target, dict):  # a table pack: a classification target
-        return ("target", list(target.get("classes") or []) or None) if target.get("task") == "classification" else (None, None)
-    classes = list(contract.attribute(d, "classes") or []) or None
-    if hasattr(d, "labelled"):  # image and volume packs: unlabelled ones serve no labels
-        return ("labels", classes) if d.labelled else (None, None)
-    return ("labels", classes) if classes else (None, None)
-
-
-def _label_space(datasets: list, how: str | None) -> tuple[list | None, str | None, list | None]:
-    """The mixture's (classes, label key, per-member int64 lookup tables from a member's labels to the
-    mixture's, None each where a member's are the mixture's, or None for all) under labels=`how`."""
-    if how not in (None, "by_name", "offset", "as_is"):
-        raise UsageError(f"Mixture: labels is 'by_name', 'offset' or 'as_is' (or left out), not {how!r}")
-    specs = [_labels_of(d) for d in datasets]
-    keys = {k for k, _ in specs if k is not None}
-    if not keys:  # nothing labelled: nothing to name
-        return None, None, None
-    key = keys.pop() if len(keys) == 1 else None
-    lists = [c for _, c in specs]
-    same = key is not None and all(k is not None for k, _ in specs) and all(c == lists[0] for c in lists[1:])
-    if same and how != "offset":  # one list (or labels without names everywhere: no list says they differ)
-        return (None if lists[0] is None else list(lists[0])), key, None
-    if how is None:
-        def line(m, d, k, c):
-            if k is None:
-                return f"  member {m} ({_name(d, m)}): no labels"
-            if c is None:
-                return f"  member {m} ({_name(d, m)}): labels without class names"
-            return f"  member {m} ({_name(d, m)}): {len(c)} classes: " + ", ".join(map(str, c[:5])) + (", ..." if len(c) > 5 else "")
-
-        raise ClassListsDiffer(
-            "a Mixture's members have different class lists, so one label number would mean different classes; "
-            "say how to mix them:\n" + "\n".join(line(m, d, k, c) for m, (d, (k, c)) in enumerate(zip(datasets, specs)))
-            + "\nMixture(..., labels=\"by_name\") (one list of every name; each member's labels renumbered to it), "
-              "labels=\"offset\" (member k's labels shifted past the classes of the members before it; the lists "
-              "concatenated) or labels=\"as_is\" (the numbers as stored; Mixture.classes is None)")
-    if how == "as_is":
-        return (list(lists[0]) if same and lists[0] is not None else None), key, None
-    missing = [m for m, (k, c) in enumerate(specs) if k is None or c is None]
-    if missing:
-        raise DataprepError(f"labels={how!r} renumbers each member's labels by its class names; member(s) "
-                            + ", ".join(f"{m} ({_name(datasets[m], m)})" for m in missing)
-                            + " have no labels or no names for them (mix them with labels='as_is', or serve them alone)")
-    if key == "masks":
-        raise DataprepError(f"labels={how!r}: segmentation masks are served as stored, never renumbered; "
-                            "remap the masks' values when building, or use labels='as_is'")
-    if how == "offset":
-        starts = np.cumsum([0] + [len(c) for c in lists[:-1]])
-        return [n for c in lists for n in c], key, [np.arange(len(c), dtype=np.int64) + int(s) for c, s in zip(lists, starts)]
-    union: dict = {}
-    for c in lists:
-        for n in c:
-            union.setdefault(n, len(union))
-    luts = [np.array([union[n] for n in c], np.int64) for c in lists]
-    luts = [None if np.array_equal(t, np.arange(len(t))) else t for t in luts]
-    return list(union), key, (luts if any(t is not None for t in luts) else None)
-
-
-@lru_cache(maxsize=1024)
-def member_seed(seed: int, member: int) -> int:
-    """Member m's own seed for its per-sample draws (crops, flips, windows): sample i of two members in one
-    member epoch must not get one box."""
-    return int(draws.bits((draws.MIXTURE, int(seed), int(member)), 0)) >> 1
-
-
-def _tree(members: list[int], weights: np.ndarray):
-    """A balanced binary tree over the members: (left, right, left's share of the node's weight)."""
-    if len(members) == 1:
-        return members[0]
-    half = len(members) // 2
-    left, right = members[:half], members[half:]
-    wl = float(weights[left].sum())
-    return (_tree(left, weights), _tree(right, weights), wl / (wl + float(weights[right].sum())))
-
-
 _RAMP = np.arange(0, dtype=np.int64)
 
 
@@ -781,15 +462,3 @@ def _ramp(n: int) -> np.ndarray:
     if len(ramp) < n:
         ramp = _RAMP = np.arange(max(n, 2 * len(ramp)), dtype=np.int64)
     return ramp[:n]
-
-
-def _shares(node, c: np.ndarray, out: list) -> None:
-    """Each member's count of the first c positions into out[member]: the tree's roundings, one per node
-    (a list of arrays, so a plan's counts are arrays under 128 KiB each)."""
-    if isinstance(node, int):
-        out[node] = c
-        return
-    left, right, share = node
-    cl = np.floor(c * share + 0.5).astype(np.int64)
-    _shares(left, cl, out)
-    _shares(right, c - cl, out)
