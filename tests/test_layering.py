@@ -72,7 +72,7 @@ def top(mod: str) -> str:
 def test_the_graph_is_read():
     """Negative control for the rules below: the AST pass sees known edges, lazy ones included."""
     assert "dataprep.pack.fields" in GRAPH["dataprep.images.field"]
-    assert "dataprep.serve.cache" in GRAPH["dataprep.images.dataset"]
+    assert "dataprep.serve.cache" in GRAPH["dataprep.images.holding"]
     assert "dataprep.images.process" in GRAPH["dataprep.images.build"]  # imported inside a function
     assert "dataprep.serve.loader" not in GRAPH["dataprep"]  # named under `if TYPE_CHECKING:` only: never run
     assert len(MODULES) > 60
