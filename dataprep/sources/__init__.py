@@ -8,6 +8,7 @@ labels (and captions), and how to read each one's bytes. One listing module per 
                    (what pyarrow reads checked first: arrow_checks.py, and parquet_pages.py for Parquet pages,
                    their footer and headers read by parquet_footer.py, blanked by parquet_blanks.py)
                    (its inputs and columns checked: table_inputs.py; its cells read: table_cells.py)
+                   (its listing, scan_parquet, still served from it: table_listing.py)
     pathlist.py    a CSV of path,label[,caption] rows relative to a root
 
 listing.py holds what they all give (`Source`, `SplitSource`, the `Reader` protocol) and `--limit`'s

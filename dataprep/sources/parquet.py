@@ -60,18 +60,19 @@ Parquet pages against the cap and streams them (`_parquet_oversized`, `_page_cel
 page headers parquet_footer.py reads, and parquet_blanks.py blanks pages for pyarrow (`_Blanked`). What
 the listing is given is checked in sources/table_inputs.py (files, save_to_disk directories, ClassLabel
 names, columns: `_inputs`, `_image_column`, `_label`), and a cell's size, value and image bytes come from
-sources/table_cells.py (`_cell_sizes`, `_pylist`, `_cell`).
+sources/table_cells.py (`_cell_sizes`, `_pylist`, `_cell`). The listing itself (`scan_parquet`) is
+sources/table_listing.py's, still served from here.
 """
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import ImageDecodeError, SourceError
+from ..errors import ImageDecodeError
 from ..limits import IMAGE_MAX_BYTES, over_cap
 from .arrow_checks import (
     _DICTIONARY_BATCH,
@@ -85,7 +86,6 @@ from .arrow_checks import (
     _Substream,
     _valid,
 )
-from .listing import Source, labelled_split, skip
 from .parquet_blanks import _blanked_file
 from .parquet_footer import _Page
 from .parquet_pages import _Oversized, _page_cells, _parquet_oversized
@@ -438,84 +438,12 @@ class _Streamed:
         self.next = self.first
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The listing
+# table_listing.py's scan_parquet, which callers import from here, where it lived before: table_listing.py
+# imports this module, so it is looked up when first asked for (PEP 562), not imported above
+_LISTING = ("scan_parquet",)
 
 
-def scan_parquet(files: Sequence[str], split: str = "train", image_column: str = "image", label_column: str | None = None,
-                 caption_column: str | None = None, strict: bool = False, max_bytes: int | None = None) -> Source:
-    """List the rows of Parquet files, Arrow IPC files and save_to_disk directories (files and globs as
-    `expand` takes them, directories as `datasets` writes them) into one split `split`. Labels from
-    `label_column` (integers, class names, or a ClassLabel's ints), captions from `caption_column`; rows
-    null in either are skipped with their reasons; with `strict`, the first such row refuses the tables
-    instead (SourceError naming the row and why). (A null image is found when the build reads it, where
-    the build's own strict applies.) `max_bytes`: the cap on one cell's bytes (None: `limits.IMAGE_MAX_BYTES`),
-    the images' when they are read and the labels' and captions' here."""
-    cap = IMAGE_MAX_BYTES if max_bytes is None else max_bytes
-    inputs, dirs = _inputs(files, split)
-    if not inputs:
-        raise SourceError(f"{', '.join(map(str, files)) or 'no files given'}: no table files")
-    base = Path(os.path.commonpath([str(p.resolve().parent) for p, _ in inputs] + [str(d.resolve()) for d in dirs]))
-    tables, names_seen = [], {}
-    for path, saved_features in inputs:
-        fmt = table_format(path)
-        try:
-            schema = _schema(str(path), fmt)
-        except (_pa().ArrowException, OSError, ValueError) as e:  # ValueError: names pyarrow cannot decode
-            raise SourceError(f"{path}: unreadable as {fmt} ({e})") from None
-        _image_column(path, schema, image_column)
-        if label_column:
-            _check_column(path, schema, label_column, "--label-column", ("int", "str"))
-            names = _class_label(_hf_features(schema) or saved_features, label_column)
-            if names is not None:
-                names_seen.setdefault(tuple(names), path)
-        if caption_column:
-            _check_column(path, schema, caption_column, "--caption-column", ("str",))
-        tables.append((path, os.path.relpath(path.resolve(), base), fmt))
-    if len(names_seen) > 1:
-        (a, fa), (b, fb) = list(names_seen.items())[:2]
-        raise SourceError(f"{fa} and {fb}: their ClassLabel features name different classes ({list(a)[:5]} ... and "
-                          f"{list(b)[:5]} ...); build them as separate packs")
-    names = list(next(iter(names_seen))) if names_seen else None  # a table without the metadata takes the others'
-    columns = [c for c in (label_column, caption_column) if c]
-    refs, locators, units, raw_labels, captions, skipped = [], [], [], [], [], []
-    u = 0
-    for path, rel, fmt in tables:
-        try:
-            rows, values, over = _read_columns(str(path), fmt, columns, image_column, cap)
-        except (_pa().ArrowException, OSError, ValueError) as e:
-            raise SourceError(f"{path}: unreadable as {fmt} ({e})") from None
-        row = 0
-        for unit, n in enumerate(rows):
-            for r in range(n):
-                ref = f"{rel}:{row}"
-                label = values[label_column][row] if label_column else None
-                caption = values[caption_column][row] if caption_column else None
-                row += 1
-                if row - 1 in over:
-                    skip(skipped, {"source": ref, "reason": "too large", "detail": over[row - 1]}, strict)
-                    continue
-                bad = [(what, c, v) for what, c, v in (("bad label", label_column, label), ("bad caption", caption_column, caption))
-                       if isinstance(v, NotUtf8)]
-                if bad:  # as labelled_split skips a caption that is not Unicode text
-                    what, c, v = bad[0]
-                    skip(skipped, {"source": ref, "reason": what, "detail": f"column {c!r}: {v.detail}"}, strict)
-                    continue
-                refs.append(ref)
-                locators.append((rel, fmt, unit, r, image_column))
-                units.append(u)
-                raw_labels.append(_label(label, ref, names) if label_column else None)
-                captions.append(caption)
-            u += 1
-    if not refs:
-        raise SourceError(f"{', '.join(map(str, files))}: no rows in {len(tables)} table file(s)")
-    source = labelled_split(
-        "parquet", base, split, refs, raw_labels, captions, skipped,
-        {"files": [rel for _, rel, _ in tables], "formats": sorted({fmt for _, _, fmt in tables}),
-         "image_column": image_column, **({"label_column": label_column} if label_column else {}),
-         **({"caption_column": caption_column} if caption_column else {}),
-         **({"classes_from": "ClassLabel"} if names else {})},
-        reader=TableReader(max_bytes=max_bytes), locators=locators, units=np.asarray(units, np.int64), strict=strict)
-    if names and source.classes:  # labelled: the labels index the ClassLabel's names
-        source.classes = names
-    return source
+def __getattr__(name: str) -> Any:
+    if name in _LISTING:
+        return getattr(importlib.import_module(".table_listing", __package__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
