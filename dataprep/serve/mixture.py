@@ -195,8 +195,10 @@ class Mixture(MixtureFills):
 
     def _planning(self):
         """The lock held while the plans, shuffles and joined view this mixture keeps are looked up or made:
-        fills in several threads share them."""
-        return self.__dict__.setdefault("_lock", threading.RLock())
+        fills in several threads share them. Made on first use (not pickled with the mixture); setdefault keeps
+        the first of two threads' locks."""
+        lock = self.__dict__.get("_lock")
+        return lock if lock is not None else self.__dict__.setdefault("_lock", threading.RLock())
 
     @property
     def serves_dicts(self) -> bool:
